@@ -1,0 +1,34 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export VBNN_DATA_DIR ?= $(abspath ../shared/data)
+
+.PHONY: install demo test lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch first, pinned, so that nothing later pulls a CUDA build (DEVELOPERS.md)
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/vbnn demo
+
+test: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

@@ -1,0 +1,210 @@
+"""Command line: ``vbnn uci``, ``vbnn demo``, ``vbnn data download|check``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import pandas as pd
+
+from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
+from vbnn.data.download import DEFAULT_BASE_URL, check, download
+from vbnn.data.embedded import load_diabetes_splits
+from vbnn.data.paths import resolve_data_dir
+from vbnn.engine import run_splits
+from vbnn.report import comparison_table, split_table, summary, to_json
+from vbnn.training import NonFiniteLossError
+from vbnn.types import Activation, Method, RunResult, TrainConfig
+
+EMBEDDED = "diabetes"
+
+
+def parse_splits(text: str | None) -> list[int] | None:
+    """'0-19', '3', '0,4,7' or '0-4,10' -> split ids; None -> all."""
+    if text is None:
+        return None
+    ids: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                low, high = (int(v) for v in part.split("-", 1))
+                if high < low:
+                    raise ValueError
+                ids.extend(range(low, high + 1))
+            else:
+                ids.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--splits {text!r}: expected e.g. '0-19', '3' or '0,4,7'"
+        ) from None
+    if any(k < 0 for k in ids):
+        raise argparse.ArgumentTypeError(f"--splits {text!r}: split ids must be >= 0")
+    return ids
+
+
+def parse_methods(text: str) -> list[Method]:
+    names = [m.value for m in Method] if text == "all" else text.split(",")
+    try:
+        return [Method(name.strip()) for name in names]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--method {text!r}: choose from {', '.join(m.value for m in Method)} or 'all'"
+        ) from None
+
+
+def load_dataset(name: str, data_dir: str | None) -> RegressionDataset:
+    if name == EMBEDDED:
+        return load_diabetes_splits()
+    return load_uci(name, data_dir)
+
+
+def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
+    return TrainConfig(
+        method=method,
+        hidden=tuple(args.hidden),
+        activation=args.activation,
+        iterations=args.iterations,
+        prior_std=args.prior_std,
+        posterior_std=args.posterior_std,
+        noise_std=args.noise_std,
+        kl_weight=args.kl_weight,
+        test_samples=args.test_samples,
+        seed=args.seed,
+        chunk_size=args.chunk_size,
+    )
+
+
+def run_methods(
+    dataset: RegressionDataset, args: argparse.Namespace, methods: list[Method]
+) -> list[RunResult]:
+    results = []
+    for method in methods:
+        config = _config_from(args, method)
+        results.append(run_splits(dataset, args.splits, config, progress=not args.no_progress))
+    return results
+
+
+def _print_results(results: list[RunResult], as_json: bool, note: str | None) -> None:
+    if as_json:
+        payload = [to_json(r) for r in results]
+        print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+        return
+    with pd.option_context("display.float_format", "{:.3f}".format, "display.width", 120):
+        if note:
+            print(note)
+        for result in results:
+            stats = summary(result)
+            print(f"\n{result.dataset}, {result.config.method.value.upper()}")
+            print(split_table(result).to_string())
+            ll, rmse = stats["test_log_likelihood"], stats["test_rmse"]
+            print(
+                f"mean +- standard error over {len(result.splits)} splits: "
+                f"test LL {ll['mean']:.3f} +- {ll['standard_error']:.3f}, "
+                f"RMSE {rmse['mean']:.3f} +- {rmse['standard_error']:.3f}"
+            )
+        if len(results) > 1:
+            print(f"\n{results[0].dataset}: comparison (original target units)")
+            print(comparison_table(results).to_string())
+
+
+def command_uci(args: argparse.Namespace) -> None:
+    dataset = load_dataset(args.dataset, args.data_dir)
+    _print_results(run_methods(dataset, args, args.method), args.json, None)
+
+
+def command_demo(args: argparse.Namespace) -> None:
+    note = None
+    try:
+        dataset = load_uci("boston", args.data_dir)
+    except DataError as error:
+        dataset = load_diabetes_splits()
+        note = (
+            f"boston not available ({error}).\nDemo runs on the embedded default: scikit-learn's "
+            "diabetes data (442 rows, 10 inputs), 20 seeded 90/10 splits."
+        )
+        print(note, file=sys.stderr)
+    _print_results(run_methods(dataset, args, list(Method)), args.json, note)
+
+
+def command_download(args: argparse.Namespace) -> None:
+    names = args.names or list(DATASETS)
+    for name in names:
+        folder = download(name, args.data_dir, args.base_url)
+        print(f"{name}: downloaded and verified -> {folder}")
+
+
+def command_check(args: argparse.Namespace) -> None:
+    print(f"data directory: {resolve_data_dir(args.data_dir)}")
+    for status in check(args.data_dir):
+        print(f"{status.name:<9} {status.status:<40} {status.folder}")
+
+
+def _add_training_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = TrainConfig()
+    parser.add_argument("--splits", type=parse_splits, default=None, help="e.g. 0-19 (all)")
+    parser.add_argument("--iterations", type=int, default=None, help="5000; ES 2000")
+    parser.add_argument("--prior-std", type=float, default=defaults.prior_std)
+    parser.add_argument(
+        "--posterior-std",
+        type=float,
+        default=defaults.posterior_std,
+        help="initial posterior std (MF, FC); the fixed std of GD",
+    )
+    parser.add_argument("--noise-std", type=float, default=None, help="fix the noise std")
+    parser.add_argument("--kl-weight", type=float, default=defaults.kl_weight)
+    parser.add_argument("--hidden", type=int, nargs="+", default=list(defaults.hidden))
+    parser.add_argument(
+        "--activation", choices=[a.value for a in Activation], default=defaults.activation.value
+    )
+    parser.add_argument("--test-samples", type=int, default=defaults.test_samples)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--chunk-size", type=int, default=None, help="models per batch (auto)")
+    parser.add_argument("--data-dir", default=None, help="overrides $VBNN_DATA_DIR")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vbnn", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    uci = commands.add_parser("uci", help="train and evaluate on a UCI data set's splits")
+    uci.add_argument("--dataset", required=True, choices=[*DATASETS, EMBEDDED])
+    uci.add_argument(
+        "--method", type=parse_methods, default=[Method.MF], help="es,map,mf,gd,fc or all"
+    )
+    _add_training_flags(uci)
+    uci.set_defaults(handler=command_uci)
+
+    demo = commands.add_parser("demo", help="all five methods on boston's 20 splits")
+    _add_training_flags(demo)
+    demo.set_defaults(handler=command_demo)
+
+    data = commands.add_parser("data", help="download or check the UCI files")
+    data_commands = data.add_subparsers(dest="data_command", required=True)
+    fetch = data_commands.add_parser("download", help="fetch, verify sha256, write atomically")
+    fetch.add_argument("names", nargs="*", metavar="NAME", help="default: all nine")
+    fetch.add_argument("--base-url", default=DEFAULT_BASE_URL)
+    fetch.add_argument("--data-dir", default=None)
+    fetch.set_defaults(handler=command_download)
+    status = data_commands.add_parser("check", help="which sets are present and verified")
+    status.add_argument("--data-dir", default=None)
+    status.set_defaults(handler=command_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.handler(args)
+    except (DataError, NonFiniteLossError, ValueError) as error:
+        print(f"vbnn: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

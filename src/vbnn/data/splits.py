@@ -1,0 +1,74 @@
+"""Standardised tensors for a group of splits of equal size, stacked on the model dimension."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vbnn.data.uci import RegressionDataset
+
+
+@dataclass(frozen=True)
+class StackedSplits:
+    """Splits as (M, N, I) inputs and (M, N) targets, standardised by each split's training stats.
+
+    ``target_scale`` (M,) is the training target's std: multiply a standardised RMSE by it, and
+    subtract its log from a standardised log-likelihood, to get original units.
+    """
+
+    split_ids: tuple[int, ...]
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    target_scale: torch.Tensor
+
+
+def _standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    mean = train.mean(0)
+    std = train.std(0)
+    std = np.where(std > 0, std, 1.0)  # constant inputs (naval has some) are only centred
+    return (train - mean) / std, (test - mean) / std, std
+
+
+def stack_splits(
+    dataset: RegressionDataset, split_ids: Sequence[int], dtype: torch.dtype = torch.float32
+) -> StackedSplits:
+    """Standardise every split with its own training statistics and stack them.
+
+    Raises:
+        ValueError: if the splits differ in training or test size (group them first).
+    """
+    parts = []
+    for k in split_ids:
+        train, test = dataset.split(k)
+        x_train, x_test, _ = _standardise(dataset.inputs[train], dataset.inputs[test])
+        y_train, y_test, y_std = _standardise(dataset.target[train], dataset.target[test])
+        parts.append((x_train, y_train, x_test, y_test, float(y_std)))
+    shapes = {(p[0].shape, p[2].shape) for p in parts}
+    if len(shapes) != 1:
+        raise ValueError(f"splits {list(split_ids)} differ in size {shapes}: stack equal sizes")
+
+    def stack(i: int) -> torch.Tensor:
+        return torch.as_tensor(np.stack([p[i] for p in parts]), dtype=dtype)
+
+    return StackedSplits(
+        split_ids=tuple(split_ids),
+        x_train=stack(0),
+        y_train=stack(1),
+        x_test=stack(2),
+        y_test=stack(3),
+        target_scale=torch.tensor([p[4] for p in parts], dtype=dtype),
+    )
+
+
+def group_by_size(dataset: RegressionDataset, split_ids: Sequence[int]) -> list[list[int]]:
+    """Split ids grouped by (train size, test size), in first-seen order."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k in split_ids:
+        train, test = dataset.split(k)
+        groups.setdefault((len(train), len(test)), []).append(k)
+    return list(groups.values())

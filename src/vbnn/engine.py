@@ -1,0 +1,162 @@
+"""The UCI regression engine: any method on any set of splits, trained as batched model stacks.
+
+Splits of equal size are stacked on the model dimension and trained in chunks. Batching amortises
+Python and autograd overhead, which dominates small problems (boston), but a stack whose
+activations fall out of the CPU cache runs slower per model than one model alone (power): the
+chunk size keeps the activations of a chunk under ``CHUNK_ELEMENTS`` floats (benchmarks/README.md
+has the measurements behind it). Every model draws from its own random streams, so the numbers do
+not depend on the chunking.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from itertools import pairwise
+
+import torch
+
+from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
+from vbnn.data.uci import RegressionDataset
+from vbnn.evaluation import evaluate
+from vbnn.layers import FixedVarianceLinear, FullCovarianceLinear, MeanFieldLinear, PointLinear
+from vbnn.models import MLP, GaussianLikelihood
+from vbnn.random import ModelGenerators
+from vbnn.runtime import keep_freed_memory
+from vbnn.training import Validation, fit
+from vbnn.types import Method, RunResult, SplitResult, TrainConfig
+
+FAMILY_OF_METHOD: dict[Method, type] = {
+    Method.ES: PointLinear,
+    Method.MAP: PointLinear,
+    Method.MF: MeanFieldLinear,
+    Method.GD: FixedVarianceLinear,
+    Method.FC: FullCovarianceLinear,
+}
+
+# Floats of one hidden activation tensor (models x rows x width) that a chunk may hold.
+CHUNK_ELEMENTS = 1 << 19
+# Floats of the full-covariance factors (models x D x D) that a chunk may hold.
+CHUNK_COVARIANCE_ELEMENTS = 1 << 22
+
+
+def choose_chunk_size(config: TrainConfig, train_rows: int, in_features: int, count: int) -> int:
+    """How many models train together: all of them unless the chunk would leave the cache."""
+    if config.chunk_size is not None:
+        return min(config.chunk_size, count)
+    width = max((*config.hidden, 1))
+    per_model = train_rows * width * config.train_samples
+    chunk = CHUNK_ELEMENTS // max(per_model, 1)
+    if config.method is Method.FC:
+        sizes = (in_features, *config.hidden, 1)
+        largest = max((i + 1) * o for i, o in pairwise(sizes))
+        chunk = min(chunk, CHUNK_COVARIANCE_ELEMENTS // largest**2)
+    return max(1, min(count, chunk))
+
+
+def build_stack(
+    config: TrainConfig, in_features: int, keys: Sequence[int]
+) -> tuple[MLP, GaussianLikelihood]:
+    """A model stack with one model per key (split id), initialised from its own stream."""
+    generators = ModelGenerators.for_keys(config.seed, keys, "init")
+    model = MLP(
+        FAMILY_OF_METHOD[config.method],
+        (in_features, *config.hidden, 1),
+        config.activation,
+        generators,
+        posterior_std=config.posterior_std,
+        dtype=config.torch_dtype,
+    )
+    likelihood = GaussianLikelihood(
+        len(keys), config.noise_std, config.noise_std_init, config.torch_dtype
+    )
+    return model, likelihood
+
+
+def _carve_validation(
+    config: TrainConfig, data: StackedSplits
+) -> tuple[torch.Tensor, torch.Tensor, Validation]:
+    """ES: hold out ``validation_fraction`` of each split's training rows (seeded per split)."""
+    rows = data.x_train.shape[1]
+    held_out = max(1, round(config.validation_fraction * rows))
+    orders = ModelGenerators.for_keys(config.seed, data.split_ids, "validation").permutation(rows)
+    order = torch.stack(orders)  # (M, rows)
+    fit_rows, validation_rows = order[:, held_out:], order[:, :held_out]
+
+    def take(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 3:
+            return torch.gather(t, 1, index.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
+        return torch.gather(t, 1, index)
+
+    validation = Validation(
+        take(data.x_train, validation_rows), take(data.y_train, validation_rows)
+    )
+    return take(data.x_train, fit_rows), take(data.y_train, fit_rows), validation
+
+
+def run_stack(
+    config: TrainConfig, data: StackedSplits, progress: bool = False
+) -> list[SplitResult]:
+    """Train and evaluate one stack of equal-sized splits."""
+    start = time.perf_counter()
+    keys = list(data.split_ids)
+    model, likelihood = build_stack(config, data.x_train.shape[-1], keys)
+    x, y, validation = data.x_train, data.y_train, None
+    if config.method is Method.ES:
+        x, y, validation = _carve_validation(config, data)
+    info = fit(
+        config,
+        model,
+        likelihood,
+        x,
+        y,
+        ModelGenerators.for_keys(config.seed, keys, "train"),
+        validation=validation,
+        labels=[f"split {k}" for k in keys],
+        progress=progress,
+        description=f"{config.method.value} splits {keys[0]}-{keys[-1]}",
+    )
+    metrics = evaluate(
+        model,
+        likelihood,
+        data.x_test,
+        data.y_test,
+        data.target_scale,
+        ModelGenerators.for_keys(config.seed, keys, "eval"),
+        samples=config.test_samples,
+        stochastic=config.method not in (Method.ES, Method.MAP),
+    )
+    seconds = (time.perf_counter() - start) / len(keys)
+    stopped = info.stopped_iteration
+    return [
+        SplitResult(
+            split=k,
+            test_log_likelihood=float(metrics.log_likelihood[m]),
+            test_rmse=float(metrics.rmse[m]),
+            train_seconds=seconds,
+            stopped_iteration=None if stopped is None else int(stopped[m]),
+        )
+        for m, k in enumerate(keys)
+    ]
+
+
+def run_splits(
+    dataset: RegressionDataset,
+    split_ids: Sequence[int] | None,
+    config: TrainConfig,
+    progress: bool = False,
+) -> RunResult:
+    """Run ``config.method`` on the given splits (all when None), chunked batches of models."""
+    keep_freed_memory()
+    split_ids = list(range(dataset.num_splits)) if split_ids is None else list(split_ids)
+    for k in split_ids:
+        dataset.split(k)  # a clear error for a split that does not exist, before any training
+    results: list[SplitResult] = []
+    for group in group_by_size(dataset, split_ids):
+        train_rows = len(dataset.split(group[0])[0])
+        chunk = choose_chunk_size(config, train_rows, dataset.inputs.shape[1], len(group))
+        for begin in range(0, len(group), chunk):
+            data = stack_splits(dataset, group[begin : begin + chunk], config.torch_dtype)
+            results.extend(run_stack(config, data, progress))
+    results.sort(key=lambda r: r.split)
+    return RunResult(dataset=dataset.name, config=config, splits=tuple(results))

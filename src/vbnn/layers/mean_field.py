@@ -1,0 +1,81 @@
+"""MF: factorised Gaussian over weights and biases with learned variances (Blundell et al. 2015).
+
+q(W_ij) = N(mu_ij, sigma_ij^2), sigma_ij = exp(rho_ij): the standard deviation is stored as its
+logarithm, so the KL's log sigma term is exact and Adam moves it on a relative scale (the paper,
+000_e87e55bc25ea4726.txt appendix A, initialises sigma to 1e-4, i.e. rho = log 1e-4).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from vbnn.gaussian import local_reparameterization_moments
+from vbnn.layers.base import affine, initial_means, require_generators
+from vbnn.random import ModelGenerators
+from vbnn.types import ForwardMode, Prior
+
+
+class MeanFieldLinear(nn.Module):
+    """Dense layer with q(W, b) = prod N(mu, sigma^2); LRT in SAMPLE mode.
+
+    Args:
+        in_features, out_features: I and O.
+        generators: one generator per model, used for the initial means.
+        posterior_std: initial sigma of every weight and bias.
+        dtype: parameter dtype.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        generators: ModelGenerators,
+        posterior_std: float = 1e-4,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.num_models = len(generators)
+        weight, bias = initial_means(generators, in_features, out_features, dtype)
+        self.weight_mean = nn.Parameter(weight)
+        self.bias_mean = nn.Parameter(bias)
+        self.weight_log_std = nn.Parameter(torch.full_like(weight, math.log(posterior_std)))
+        self.bias_log_std = nn.Parameter(torch.full_like(bias, math.log(posterior_std)))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mode: ForwardMode = ForwardMode.SAMPLE,
+        generators: ModelGenerators | None = None,
+    ) -> torch.Tensor:
+        if mode is ForwardMode.MEAN:
+            return affine(x, self.weight_mean, self.bias_mean)
+        generators = require_generators(generators, mode)
+        if mode is ForwardMode.WEIGHTS:
+            eps_w = generators.randn(self.in_features + 1, self.out_features, dtype=x.dtype)
+            weight = self.weight_mean + self.weight_log_std.exp() * eps_w[:, :-1]
+            bias = self.bias_mean + self.bias_log_std.exp() * eps_w[:, -1]
+            return affine(x, weight, bias)
+        mean, var = local_reparameterization_moments(
+            x,
+            self.weight_mean,
+            torch.exp(2.0 * self.weight_log_std),
+            self.bias_mean,
+            torch.exp(2.0 * self.bias_log_std),
+        )
+        eps = generators.randn(x.shape[1], self.out_features, dtype=x.dtype)
+        return torch.addcmul(mean, var.sqrt(), eps)
+
+    def kl(self, prior: Prior) -> torch.Tensor:
+        return prior.kl_diagonal(self.weight_mean, self.weight_log_std.exp()) + prior.kl_diagonal(
+            self.bias_mean, self.bias_log_std.exp()
+        )
+
+    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.weight_mean, self.bias_mean
+
+    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.weight_log_std.exp(), self.bias_log_std.exp()

@@ -1,0 +1,170 @@
+"""Full-batch training of a model stack: one Adam over all models, independent in every element.
+
+The loss is sum_m ( -objective_m / N ): Adam's update is elementwise, so model m follows exactly
+the trajectory it would follow alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from vbnn.models import MLP, GaussianLikelihood
+from vbnn.objectives import elbo, log_joint, log_likelihood
+from vbnn.priors import GaussianPrior
+from vbnn.random import ModelGenerators
+from vbnn.types import ForwardMode, Method, TrainConfig
+
+Objective = Callable[[], dict[str, torch.Tensor]]
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced NaN or inf; the message names the iteration, model and parameter group."""
+
+
+@dataclass(frozen=True)
+class Validation:
+    """ES only: held-out rows of each model's training data, (M, N_val, I) and (M, N_val)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+@dataclass(frozen=True)
+class FitInfo:
+    iterations: int
+    final_objective: torch.Tensor  # (M,) per-example objective at the last step
+    stopped_iteration: torch.Tensor | None = None  # (M,) ES: iteration of the kept weights
+
+
+def make_objective(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generators: ModelGenerators,
+) -> Objective:
+    """The closure computing this method's objective terms on (x, y)."""
+    prior = GaussianPrior(config.prior_std)
+    if config.method is Method.ES:
+        return lambda: log_likelihood(model, likelihood, x, y)
+    if config.method is Method.MAP:
+        return lambda: log_joint(model, likelihood, prior, x, y)
+    return lambda: elbo(
+        model, likelihood, prior, x, y, generators, config.kl_weight, config.train_samples
+    )
+
+
+def _describe_non_finite(
+    iteration: int, terms: dict[str, torch.Tensor], modules: nn.Module, labels: list[str]
+) -> str:
+    bad_model = int((~torch.isfinite(terms["objective"])).nonzero()[0, 0])
+    bad_terms = [
+        k for k, v in terms.items() if k != "objective" and not torch.isfinite(v[bad_model])
+    ]
+    bad_groups = [
+        name
+        for name, parameter in modules.named_parameters()
+        if not torch.isfinite(parameter.detach()[bad_model]).all()
+    ]
+    where = f"model {bad_model} ({labels[bad_model]})" if labels else f"model {bad_model}"
+    return (
+        f"non-finite loss at iteration {iteration} in {where}: "
+        f"terms {bad_terms or ['objective']} are NaN/inf; "
+        + (
+            f"parameter groups with non-finite values: {bad_groups}"
+            if bad_groups
+            else "all parameter groups are finite (the forward pass overflowed: try a smaller "
+            "learning rate or a larger noise std)"
+        )
+    )
+
+
+def fit(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generators: ModelGenerators,
+    validation: Validation | None = None,
+    labels: list[str] | None = None,
+    progress: bool = False,
+    description: str = "train",
+) -> FitInfo:
+    """Optimise every model of the stack for ``config.resolved_iterations`` full-batch steps.
+
+    With ``validation`` (ES), the held-out log-likelihood of the mean network is checked every
+    ``config.eval_every`` steps and each model keeps the weights of its best check.
+
+    Raises:
+        NonFiniteLossError: at the first step whose loss is NaN or inf.
+    """
+    modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
+    parameters = [p for p in modules.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(
+        parameters, lr=config.learning_rate, betas=config.betas, fused=True
+    )
+    objective = make_objective(config, model, likelihood, x, y, generators)
+    iterations = config.resolved_iterations
+    scale = 1.0 / x.shape[1]
+    best = _BestState(modules, validation) if validation is not None else None
+    bar = tqdm(
+        total=iterations,
+        desc=description,
+        file=sys.stderr,
+        disable=not progress,
+        leave=False,
+        mininterval=0.5,
+    )
+    terms: dict[str, torch.Tensor] = {}
+    for iteration in range(1, iterations + 1):
+        terms = objective()
+        if not bool(torch.isfinite(terms["objective"]).all()):
+            bar.close()
+            raise NonFiniteLossError(_describe_non_finite(iteration, terms, modules, labels or []))
+        optimizer.zero_grad(set_to_none=True)
+        (-terms["objective"].sum() * scale).backward()
+        optimizer.step()
+        if best is not None and (iteration % config.eval_every == 0 or iteration == iterations):
+            best.update(iteration, model, likelihood)
+        if iteration % 100 == 0 or iteration == iterations:
+            bar.update(iteration - bar.n)
+    bar.close()
+    stopped = best.restore() if best is not None else None
+    return FitInfo(iterations, terms["objective"].detach() * scale, stopped)
+
+
+class _BestState:
+    """Per-model copy of the parameters at the best validation log-likelihood so far."""
+
+    def __init__(self, modules: nn.Module, validation: Validation) -> None:
+        self.modules = modules
+        self.validation = validation
+        self.state = {k: v.detach().clone() for k, v in modules.state_dict().items()}
+        num_models = validation.y.shape[0]
+        self.score = torch.full((num_models,), -float("inf"), dtype=validation.y.dtype)
+        self.iteration = torch.zeros(num_models, dtype=torch.long)
+
+    @torch.no_grad()
+    def update(self, iteration: int, model: MLP, likelihood: GaussianLikelihood) -> None:
+        prediction = model(self.validation.x, ForwardMode.MEAN)
+        score = likelihood.log_prob(prediction, self.validation.y).mean(-1)
+        improved = score > self.score
+        if not bool(improved.any()):
+            return
+        self.score = torch.where(improved, score, self.score)
+        self.iteration = torch.where(improved, iteration, self.iteration)
+        for name, value in self.modules.state_dict().items():
+            mask = improved.view(-1, *([1] * (value.dim() - 1)))
+            self.state[name] = torch.where(mask, value, self.state[name])
+
+    def restore(self) -> torch.Tensor:
+        self.modules.load_state_dict(self.state)
+        return self.iteration

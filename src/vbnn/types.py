@@ -1,0 +1,223 @@
+"""Contracts of vbnn: read this module first.
+
+Every tensor that belongs to a model carries a leading *model dimension* ``M``: a stack of
+independent networks (the 20 splits of a UCI data set, seeds, hyper-parameter candidates) is
+one set of tensors, trained by batched matrix products. A single network is ``M = 1``.
+
+Shapes used throughout:
+    M: number of independent models in the stack.
+    N: number of examples.
+    I, O: input and output width of a layer.
+
+The pieces:
+    * :class:`ForwardMode` - how a variational layer maps inputs to outputs.
+    * :class:`VariationalLayer` - the family contract every layer under ``vbnn.layers`` obeys.
+    * :class:`Prior` - what a family needs from a prior to report its KL.
+    * :class:`Method`, :class:`Activation` - the typed choices of the UCI engine.
+    * :class:`TrainConfig` - frozen settings of one training run, stored with its results.
+    * :class:`SplitResult`, :class:`RunResult` - frozen results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from vbnn.random import ModelGenerators
+
+
+class ForwardMode(str, Enum):
+    """How a variational layer produces its output.
+
+    SAMPLE: a fresh draw per example. Families with Gaussian, factorised weights use the local
+        reparameterization trick (Kingma et al. 2015): the pre-activation of every example is drawn
+        from its exact Gaussian marginal. Families without it (full covariance) draw one weight
+        sample per model, shared across the examples.
+    WEIGHTS: one explicit weight sample per model, shared across all examples.
+    MEAN: weights replaced by their posterior means (deterministic).
+    """
+
+    SAMPLE = "sample"
+    WEIGHTS = "weights"
+    MEAN = "mean"
+
+
+class Method(str, Enum):
+    """Inference methods of the UCI engine (overpruning paper, 000_e87e55bc25ea4726.txt)."""
+
+    ES = "es"  # maximum likelihood, early stopped on a validation part of the training data
+    MAP = "map"  # maximum a posteriori under the Gaussian prior
+    MF = "mf"  # mean-field Gaussian, learned variances, LRT
+    GD = "gd"  # mean-field Gaussian, fixed user-set std ("Gaussian dropout"), LRT
+    FC = "fc"  # full-covariance Gaussian per layer, weight samples
+
+
+class Activation(str, Enum):
+    TANH = "tanh"
+    RELU = "relu"
+    LEAKY_RELU = "leaky_relu"
+    IDENTITY = "identity"
+
+
+@runtime_checkable
+class Prior(Protocol):
+    """A prior over the weights of one layer (factorised over its entries)."""
+
+    def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """KL(N(mean, diag std^2) || prior), summed over all but the leading model dim -> (M,)."""
+        ...
+
+    def kl_full(
+        self, mean: torch.Tensor, strictly_lower: torch.Tensor, log_diagonal: torch.Tensor
+    ) -> torch.Tensor:
+        """KL(N(mean, L L^T) || prior), L = strictly_lower + diag(exp(log_diagonal)) -> (M,).
+
+        mean (M, D), strictly_lower (M, D, D) zero on and above the diagonal, log_diagonal (M, D).
+        """
+        ...
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """log p(value), summed over all but the leading model dim -> (M,)."""
+        ...
+
+
+@runtime_checkable
+class VariationalLayer(Protocol):
+    """The family contract: one dense layer holding a distribution over (weight, bias).
+
+    A layer maps ``x`` of shape (M, N, I) to (M, N, O). Weights are stored as (M, I, O) so that
+    the output is ``x @ weight + bias`` with batched matrix products.
+    """
+
+    in_features: int
+    out_features: int
+    num_models: int
+
+    def forward(
+        self, x: torch.Tensor, mode: ForwardMode, generators: ModelGenerators | None
+    ) -> torch.Tensor:
+        """Output (M, N, O); ``generators`` is required unless ``mode`` is MEAN."""
+        ...
+
+    def kl(self, prior: Prior) -> torch.Tensor:
+        """KL(q || prior) of this layer's weights and biases, one value per model: (M,)."""
+        ...
+
+    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior means: weight (M, I, O), bias (M, O)."""
+        ...
+
+    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior marginal standard deviations: weight (M, I, O), bias (M, O)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one run. Defaults are the overpruning paper's (appendix A of 000_*.txt).
+
+    Attributes:
+        method: inference method.
+        hidden: widths of the hidden layers.
+        activation: hidden non-linearity.
+        iterations: full-batch optimisation steps (None: 5000, ES 2000 as in the paper).
+        learning_rate, betas: Adam settings.
+        prior_std: std s of the factorised N(0, s^2) prior (MAP, MF, GD, FC).
+        posterior_std: initial posterior std (MF, FC); the fixed std of GD.
+        noise_std: None learns the Gaussian noise std as a point parameter; a number fixes it
+            (in standardised target units).
+        noise_std_init: initial noise std when it is learned (standardised units).
+        kl_weight: multiplies the KL term of the ELBO (1 is the true ELBO).
+        train_samples: Monte-Carlo samples of the expected log-likelihood per step.
+        test_samples: K, predictive samples in the test log-likelihood.
+        validation_fraction: ES only: share of the training rows held out to pick the stop.
+        eval_every: ES only: iterations between validation checks.
+        seed: base seed; model m of split s uses streams derived from (seed, s).
+        chunk_size: models trained together; None picks it from the problem size.
+        dtype: "float32" or "float64".
+    """
+
+    method: Method = Method.MF
+    hidden: tuple[int, ...] = (50,)
+    activation: Activation = Activation.TANH
+    iterations: int | None = None
+    learning_rate: float = 0.005
+    betas: tuple[float, float] = (0.9, 0.99)
+    prior_std: float = 1.0
+    posterior_std: float = 1e-4
+    noise_std: float | None = None
+    noise_std_init: float = 1.0
+    kl_weight: float = 1.0
+    train_samples: int = 1
+    test_samples: int = 100
+    validation_fraction: float = 0.1
+    eval_every: int = 10
+    seed: int = 0
+    chunk_size: int | None = None
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", Method(self.method))
+        object.__setattr__(self, "activation", Activation(self.activation))
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        checks = {
+            "iterations": self.iterations is None or self.iterations > 0,
+            "learning_rate": self.learning_rate > 0,
+            "prior_std": self.prior_std > 0,
+            "posterior_std": self.posterior_std > 0,
+            "noise_std": self.noise_std is None or self.noise_std > 0,
+            "noise_std_init": self.noise_std_init > 0,
+            "kl_weight": self.kl_weight >= 0,
+            "train_samples": self.train_samples >= 1,
+            "test_samples": self.test_samples >= 1,
+            "validation_fraction": 0 < self.validation_fraction < 1,
+            "eval_every": self.eval_every >= 1,
+            "chunk_size": self.chunk_size is None or self.chunk_size >= 1,
+            "hidden": all(h >= 1 for h in self.hidden),
+            "dtype": self.dtype in ("float32", "float64"),
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"TrainConfig: invalid {name}={getattr(self, name)!r}")
+
+    @property
+    def resolved_iterations(self) -> int:
+        if self.iterations is not None:
+            return self.iterations
+        return 2000 if self.method is Method.ES else 5000
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["method"] = self.method.value
+        out["activation"] = self.activation.value
+        out["iterations"] = self.resolved_iterations
+        return out
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """Metrics of one split, in the target's original units."""
+
+    split: int
+    test_log_likelihood: float
+    test_rmse: float
+    train_seconds: float
+    stopped_iteration: int | None = None  # ES: the iteration whose weights were kept
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """All splits of one data set and method, with the configuration that produced them."""
+
+    dataset: str
+    config: TrainConfig
+    splits: tuple[SplitResult, ...]
+    notes: tuple[str, ...] = field(default=())
