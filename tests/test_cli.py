@@ -1,0 +1,59 @@
+"""The command line end to end at tiny sizes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vbnn.cli import main, parse_splits
+
+
+def test_uci_json_has_splits_summary_and_config(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["uci", "--dataset", "boston", "--method", "gd", "--splits", "0-2", "--iterations", "20",
+         "--posterior-std", "0.05", "--test-samples", "5", "--json", "--data-dir", str(data_dir)]
+    )  # fmt: skip
+    assert code == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [s["split"] for s in payload["splits"]] == [0, 1, 2]
+    assert payload["config"]["method"] == "gd" and payload["config"]["posterior_std"] == 0.05
+    assert payload["config"]["iterations"] == 20
+    lls = [s["test_log_likelihood"] for s in payload["splits"]]
+    assert payload["summary"]["test_log_likelihood"]["mean"] == pytest.approx(sum(lls) / 3)
+
+
+def test_demo_prints_one_comparison_table(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["demo", "--splits", "0-1", "--iterations", "5", "--test-samples", "2",
+                 "--no-progress", "--data-dir", str(data_dir)])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    table = out[out.index("comparison") :]
+    for method in ("ES", "MAP", "MF", "GD", "FC"):
+        assert f"\n{method} " in table
+
+
+def test_demo_falls_back_to_the_embedded_set_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["demo", "--splits", "0", "--iterations", "3", "--test-samples", "2",
+                 "--no-progress", "--data-dir", str(tmp_path)])  # fmt: skip
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "embedded default" in captured.out and "diabetes" in captured.err
+
+
+def test_errors_exit_2_with_a_message(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["uci", "--dataset", "boston", "--splits", "30", "--data-dir", str(data_dir)])
+    assert code == 2
+    assert "split 30 does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "ids"), [("0-3", [0, 1, 2, 3]), ("5", [5]), ("1,4-5", [1, 4, 5])])
+def test_parse_splits(text: str, ids: list[int]) -> None:
+    assert parse_splits(text) == ids

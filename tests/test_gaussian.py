@@ -1,0 +1,94 @@
+"""Closed-form Gaussian maths against torch.distributions and Monte Carlo."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.distributions import MultivariateNormal, Normal, kl_divergence
+
+from vbnn.gaussian import (
+    gaussian_log_prob,
+    kl_diagonal_gaussian,
+    kl_full_gaussian,
+    local_reparameterization_moments,
+    log_mean_exp,
+)
+from vbnn.priors import GaussianPrior
+
+
+def test_diagonal_kl_matches_torch_distributions() -> None:
+    mean = torch.randn(3, 4, 5, dtype=torch.float64)
+    std = torch.rand(3, 4, 5, dtype=torch.float64) + 0.1
+    expected = kl_divergence(Normal(mean, std), Normal(0.0, 1.7)).sum((1, 2))
+    torch.testing.assert_close(kl_diagonal_gaussian(mean, std, 1.7), expected)
+
+
+def test_diagonal_kl_matches_monte_carlo() -> None:
+    mean = torch.tensor([[0.3, -1.2]], dtype=torch.float64)
+    std = torch.tensor([[0.5, 2.0]], dtype=torch.float64)
+    draws = mean + std * torch.randn(400_000, 1, 2, dtype=torch.float64)
+    log_ratio = gaussian_log_prob(draws, mean, std) - gaussian_log_prob(draws, 0.0, 0.8)
+    estimate = log_ratio.sum(-1).mean()
+    standard_error = log_ratio.sum(-1).std() / math.sqrt(draws.shape[0])
+    exact = kl_diagonal_gaussian(mean, std, 0.8)[0]
+    assert abs(float(estimate - exact)) < 4 * float(standard_error)
+
+
+def test_full_kl_matches_torch_distributions() -> None:
+    dim = 6
+    raw = torch.randn(2, dim, dim, dtype=torch.float64)
+    scale_tril = torch.tril(raw, -1) + torch.diag_embed(
+        torch.rand(2, dim, dtype=torch.float64) + 0.2
+    )
+    mean = torch.randn(2, dim, dtype=torch.float64)
+    prior = MultivariateNormal(torch.zeros(dim, dtype=torch.float64), 2.5**2 * torch.eye(dim))
+    expected = torch.stack(
+        [
+            kl_divergence(MultivariateNormal(mean[m], scale_tril=scale_tril[m]), prior)
+            for m in (0, 1)
+        ]
+    )
+    torch.testing.assert_close(kl_full_gaussian(mean, scale_tril, 2.5), expected)
+
+
+def test_full_kl_of_a_diagonal_factor_equals_diagonal_kl() -> None:
+    mean = torch.randn(2, 7, dtype=torch.float64)
+    std = torch.rand(2, 7, dtype=torch.float64) + 0.05
+    full = kl_full_gaussian(mean, torch.diag_embed(std), 0.6)
+    torch.testing.assert_close(full, kl_diagonal_gaussian(mean, std, 0.6))
+
+
+def test_kl_is_zero_when_posterior_equals_prior() -> None:
+    prior = GaussianPrior(1.3)
+    kl = prior.kl_diagonal(torch.zeros(1, 10), torch.full((1, 10), 1.3))
+    assert abs(float(kl[0])) < 1e-5
+
+
+def test_local_reparameterization_moments_match_weight_sampling() -> None:
+    """Mean and variance of x W + b over explicit weight draws vs the LRT closed form."""
+    draws = 200_000
+    x = torch.randn(1, 3, 4, dtype=torch.float64)
+    weight_mean, weight_std = torch.randn(1, 4, 2), torch.rand(1, 4, 2) + 0.1
+    bias_mean, bias_std = torch.randn(1, 2), torch.rand(1, 2) + 0.1
+    weights = weight_mean.double() + weight_std.double() * torch.randn(draws, 4, 2).double()
+    biases = bias_mean.double() + bias_std.double() * torch.randn(draws, 2).double()
+    outputs = torch.einsum("ni,kio->kno", x[0], weights) + biases.unsqueeze(1)
+    mean, var = local_reparameterization_moments(
+        x,
+        weight_mean.double(),
+        weight_std.double() ** 2,
+        bias_mean.double(),
+        bias_std.double() ** 2,
+    )
+    # standard error of a sample mean is sqrt(var / K); of a sample variance ~ var sqrt(2 / K)
+    assert torch.all((outputs.mean(0) - mean[0]).abs() < 5 * (var[0] / draws).sqrt())
+    assert torch.all((outputs.var(0) - var[0]).abs() < 5 * var[0] * math.sqrt(2 / draws))
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_log_mean_exp_is_stable(dim: int) -> None:
+    values = torch.tensor([[-1000.0, -1001.0], [-1000.5, -999.0]], dtype=torch.float64)
+    expected = torch.log(torch.exp(values + 1000).mean(dim)) - 1000
+    torch.testing.assert_close(log_mean_exp(values, dim), expected)

@@ -1,0 +1,207 @@
+"""Objectives, training and the engine: conjugate posterior, batched == alone, errors."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vbnn.data import load_uci
+from vbnn.data.splits import stack_splits
+from vbnn.engine import build_stack, run_splits
+from vbnn.evaluation import predictive_log_likelihood
+from vbnn.layers import FullCovarianceLinear
+from vbnn.models import MLP, GaussianLikelihood, tanh
+from vbnn.objectives import elbo, expected_log_likelihood
+from vbnn.priors import GaussianPrior
+from vbnn.random import ModelGenerators
+from vbnn.training import NonFiniteLossError, fit
+from vbnn.types import Activation, Method, TrainConfig
+
+
+def test_fast_tanh_matches_torch_tanh() -> None:
+    x = torch.linspace(-20, 20, 100_001)
+    assert float((tanh(x) - torch.tanh(x)).abs().max()) < 1e-6
+
+
+def test_kl_weight_scales_only_the_kl_term() -> None:
+    config = TrainConfig(method=Method.MF, hidden=(8,), posterior_std=0.1)
+    model, likelihood = build_stack(config, 3, [0, 1])
+    x, y = torch.randn(2, 20, 3), torch.randn(2, 20)
+    prior = GaussianPrior(1.0)
+    terms = {
+        w: elbo(model, likelihood, prior, x, y, ModelGenerators([1, 2]), kl_weight=w)
+        for w in (0.0, 0.25, 1.0)
+    }
+    torch.testing.assert_close(terms[0.0]["objective"], terms[1.0]["log-likelihood"])
+    torch.testing.assert_close(
+        terms[0.25]["objective"], terms[1.0]["log-likelihood"] - 0.25 * terms[1.0]["KL"]
+    )
+
+
+def test_predictive_log_likelihood_of_one_sample_is_the_gaussian_density() -> None:
+    predictions = torch.tensor([[[0.5, -1.0]]], dtype=torch.float64)
+    target = torch.tensor([[0.0, 0.0]], dtype=torch.float64)
+    got = predictive_log_likelihood(predictions, target, torch.tensor([2.0], dtype=torch.float64))
+    want = -0.5 * (predictions[0] / 2) ** 2 - math.log(2) - 0.5 * math.log(2 * math.pi)
+    torch.testing.assert_close(got, want)
+
+
+def conjugate_problem() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """y = x w + b + noise; returns x, y and the exact posterior mean and covariance of (w, b)."""
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 30, 2, generator=generator, dtype=torch.float64)
+    y = x[0] @ torch.tensor([1.0, -0.5], dtype=torch.float64) + 0.3
+    y = (y + 0.5 * torch.randn(30, generator=generator, dtype=torch.float64)).unsqueeze(0)
+    design = torch.cat([x[0], torch.ones(30, 1, dtype=torch.float64)], 1)
+    precision = torch.eye(3, dtype=torch.float64) / 1.0**2 + design.T @ design / 0.5**2
+    covariance = torch.linalg.inv(precision)
+    mean = covariance @ design.T @ y[0] / 0.5**2
+    return x, y, mean, covariance
+
+
+def test_expected_log_likelihood_estimate_is_unbiased_for_a_linear_model() -> None:
+    x, y, _, _ = conjugate_problem()
+    layer_config = TrainConfig(method=Method.FC, hidden=(), activation=Activation.IDENTITY)
+    model, likelihood = build_stack(layer_config, 2, [0])
+    likelihood = GaussianLikelihood(1, fixed_std=0.5, dtype=torch.float32)
+    model = model.double()
+    likelihood = likelihood.double()
+    with torch.no_grad():
+        model.layers[0].scale_log_diagonal.fill_(math.log(0.2))
+        model.layers[0].scale_lower.copy_(0.1 * torch.randn(1, 3, 3).tril(-1))
+    layer = model.layers[0]
+    design = torch.cat([x[0], torch.ones(30, 1, dtype=torch.float64)], 1)
+    mean, scale = layer.mean.detach().flatten(), layer.scale_tril().detach()[0]
+    residual = y[0] - design @ mean
+    exact = -30 * (math.log(0.5) + 0.5 * math.log(2 * math.pi)) - (
+        residual @ residual + torch.trace(design @ scale @ scale.T @ design.T)
+    ) / (2 * 0.25)
+    generators = ModelGenerators([9])
+    with torch.no_grad():
+        draws = torch.stack(
+            [expected_log_likelihood(model, likelihood, x, y, generators)[0] for _ in range(4000)]
+        )
+    assert abs(float(draws.mean() - exact)) < 4 * float(draws.std()) / math.sqrt(4000)
+
+
+def test_full_covariance_optimum_is_the_exact_conjugate_posterior() -> None:
+    """Bayesian linear regression with known noise: q* = p(w | D) exactly, and FC can reach it."""
+    x, y, mean, covariance = conjugate_problem()
+    config = TrainConfig(
+        method=Method.FC,
+        hidden=(),
+        activation=Activation.IDENTITY,
+        noise_std=0.5,
+        posterior_std=0.1,
+        iterations=1500,
+        learning_rate=0.01,
+        train_samples=8,
+        dtype="float64",
+    )
+    model, likelihood = build_stack(config, 2, [0])
+    generators = ModelGenerators([4])
+    fit(config, model, likelihood, x, y, generators)
+    # a second, slower phase averages out the gradient noise of the first
+    fine = TrainConfig(**{**config.__dict__, "learning_rate": 0.001, "train_samples": 32})
+    fit(fine, model, likelihood, x, y, generators)
+    layer = model.layers[0]
+    fitted_mean = layer.mean.detach()[0].flatten()
+    fitted_covariance = (layer.scale_tril() @ layer.scale_tril().transpose(-1, -2)).detach()[0]
+    posterior_std = covariance.diagonal().sqrt()
+    assert torch.all((fitted_mean - mean).abs() < 0.1 * posterior_std)
+    correlation_scale = posterior_std.outer(posterior_std)
+    assert torch.all((fitted_covariance - covariance).abs() < 0.1 * correlation_scale)
+
+
+def test_non_finite_loss_names_iteration_model_and_group() -> None:
+    config = TrainConfig(method=Method.MF, hidden=(4,), iterations=5)
+    model, likelihood = build_stack(config, 2, [0, 1])
+    with torch.no_grad():
+        model.layers[1].weight_log_std[1].fill_(float("nan"))
+    with pytest.raises(
+        NonFiniteLossError, match=r"iteration 1 in model 1 \(split 1\).*layers.1.weight_log_std"
+    ):
+        fit(
+            config,
+            model,
+            likelihood,
+            torch.randn(2, 10, 2),
+            torch.randn(2, 10),
+            ModelGenerators([1, 2]),
+            labels=["split 0", "split 1"],
+        )
+
+
+@pytest.mark.parametrize("method", list(Method))
+def test_a_split_alone_and_in_a_batch_gives_the_same_numbers(
+    method: Method, data_dir: Path
+) -> None:
+    boston = load_uci("boston", data_dir)
+    config = TrainConfig(method=method, iterations=60, test_samples=10, eval_every=5)
+    batched = run_splits(boston, [0, 1, 2], config)
+    alone = run_splits(boston, [1], config)
+    assert batched.splits[1].test_log_likelihood == pytest.approx(
+        alone.splits[0].test_log_likelihood, rel=1e-4
+    )
+    assert batched.splits[1].test_rmse == pytest.approx(alone.splits[0].test_rmse, rel=1e-4)
+    assert batched.splits[1].stopped_iteration == alone.splits[0].stopped_iteration
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers(data_dir: Path) -> None:
+    boston = load_uci("boston", data_dir)
+    config = TrainConfig(method=Method.MF, iterations=30, test_samples=5)
+    first, again = run_splits(boston, [0], config), run_splits(boston, [0], config)
+    other = run_splits(
+        boston, [0], TrainConfig(method=Method.MF, iterations=30, test_samples=5, seed=1)
+    )
+    assert first.splits == tuple(
+        type(s)(**{**s.__dict__, "train_seconds": first.splits[i].train_seconds})
+        for i, s in enumerate(again.splits)
+    )
+    assert other.splits[0].test_log_likelihood != first.splits[0].test_log_likelihood
+
+
+def test_short_boston_run_beats_a_constant_predictor(data_dir: Path) -> None:
+    boston = load_uci("boston", data_dir)
+    splits = [0, 1, 2, 3]
+    result = run_splits(
+        boston, splits, TrainConfig(method=Method.MF, iterations=500, test_samples=20)
+    )
+    for split, outcome in zip(splits, result.splits, strict=True):
+        train, test = boston.split(split)
+        mean, std = boston.target[train].mean(), boston.target[train].std()
+        constant = np.mean(
+            -0.5 * ((boston.target[test] - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)
+        )
+        assert outcome.test_log_likelihood > constant + 0.3
+
+
+def test_early_stopping_keeps_the_best_validation_iteration(data_dir: Path) -> None:
+    boston = load_uci("boston", data_dir)
+    config = TrainConfig(method=Method.ES, iterations=400, eval_every=20, learning_rate=0.05)
+    result = run_splits(boston, [0, 1], config)
+    for outcome in result.splits:
+        assert outcome.stopped_iteration is not None
+        assert 20 <= outcome.stopped_iteration <= 400 and outcome.stopped_iteration % 20 == 0
+
+
+def test_unknown_split_fails_before_training(data_dir: Path) -> None:
+    boston = load_uci("boston", data_dir)
+    with pytest.raises(ValueError, match="split 20 does not exist"):
+        run_splits(boston, [0, 20], TrainConfig(iterations=1))
+
+
+def test_invalid_config_is_named() -> None:
+    with pytest.raises(ValueError, match="invalid prior_std"):
+        TrainConfig(prior_std=0.0)
+
+
+def test_stacked_inputs_are_per_split(data_dir: Path) -> None:
+    boston = load_uci("boston", data_dir)
+    data = stack_splits(boston, [3, 4])
+    model = MLP(FullCovarianceLinear, (13, 1), Activation.IDENTITY, ModelGenerators([1, 2]))
+    assert model(data.x_train, generators=ModelGenerators([1, 2])).shape == (2, 455, 1)
