@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-export VBNN_DATA_DIR ?= $(abspath ../shared/data)
+# ../shared/data when it exists; otherwise vbnn's own default (~/.cache/vbnn/data)
+export VBNN_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 
 .PHONY: install demo test lint clean
 
