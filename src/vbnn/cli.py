@@ -1,4 +1,4 @@
-"""Command line: ``vbnn uci``, ``vbnn demo``, ``vbnn data download|check``."""
+"""Command line: ``vbnn uci``, ``vbnn demo``, ``vbnn data download|check``, ``vbnn reproduce``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from vbnn.data.download import DEFAULT_BASE_URL, check, download
 from vbnn.data.embedded import load_diabetes_splits
 from vbnn.data.paths import resolve_data_dir
 from vbnn.engine import run_splits
+from vbnn.experiments import REPRODUCTIONS
+from vbnn.experiments import load as load_reproduction
 from vbnn.report import comparison_table, split_table, summary, to_json
 from vbnn.training import NonFiniteLossError
 from vbnn.types import Activation, Method, RunResult, TrainConfig
@@ -192,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
     status = data_commands.add_parser("check", help="which sets are present and verified")
     status.add_argument("--data-dir", default=None)
     status.set_defaults(handler=command_check)
+
+    reproduce = commands.add_parser("reproduce", help="regenerate a paper's tables and figures")
+    papers = reproduce.add_subparsers(dest="reproduction", required=True)
+    for name in REPRODUCTIONS:
+        module = load_reproduction(name)
+        paper = papers.add_parser(name, help=module.DESCRIPTION, description=module.DESCRIPTION)
+        module.add_arguments(paper)
+        paper.set_defaults(handler=module.run)
     return parser
 
 

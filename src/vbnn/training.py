@@ -21,6 +21,9 @@ from vbnn.random import ModelGenerators
 from vbnn.types import ForwardMode, Method, TrainConfig
 
 Objective = Callable[[], dict[str, torch.Tensor]]
+# Called after every optimiser step with the iteration (1-based) and that step's objective terms
+# (detached, per model, summed over the data); trajectory loggers decide themselves when to act.
+StepCallback = Callable[[int, dict[str, torch.Tensor]], None]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -97,6 +100,7 @@ def fit(
     labels: list[str] | None = None,
     progress: bool = False,
     description: str = "train",
+    callback: StepCallback | None = None,
 ) -> FitInfo:
     """Optimise every model of the stack for ``config.resolved_iterations`` full-batch steps.
 
@@ -132,6 +136,8 @@ def fit(
         optimizer.zero_grad(set_to_none=True)
         (-terms["objective"].sum() * scale).backward()
         optimizer.step()
+        if callback is not None:
+            callback(iteration, {k: v.detach() for k, v in terms.items()})
         if best is not None and (iteration % config.eval_every == 0 or iteration == iterations):
             best.update(iteration, model, likelihood)
         if iteration % 100 == 0 or iteration == iterations:

@@ -1,0 +1,27 @@
+"""Reproductions: one module per paper, each with one entry point and a quick mode.
+
+The library never imports an experiment (STYLE.md, principle 11). Each module listed in
+``REPRODUCTIONS`` defines, at the top level and without heavy imports:
+
+- ``DESCRIPTION: str`` - one line for ``vbnn reproduce --help``;
+- ``add_arguments(parser: argparse.ArgumentParser) -> None`` - its flags (``--quick``, ``--out``);
+- ``run(args: argparse.Namespace) -> None`` - the job; writes tables and figures to ``args.out``.
+
+The CLI imports every registered module to build its flags, so heavy imports (matplotlib, Pyro,
+Optuna) belong inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# name on the command line -> module under vbnn.experiments
+REPRODUCTIONS: dict[str, str] = {}
+
+
+def load(name: str) -> ModuleType:
+    """The experiment module registered as ``name``."""
+    if name not in REPRODUCTIONS:
+        raise ValueError(f"unknown reproduction {name!r}: choose from {', '.join(REPRODUCTIONS)}")
+    return importlib.import_module(f"vbnn.experiments.{REPRODUCTIONS[name]}")
