@@ -14,17 +14,12 @@ from vbnn.data.splits import stack_splits
 from vbnn.engine import build_stack, run_splits
 from vbnn.evaluation import predictive_log_likelihood
 from vbnn.layers import FullCovarianceLinear
-from vbnn.models import MLP, GaussianLikelihood, tanh
+from vbnn.models import MLP, GaussianLikelihood
 from vbnn.objectives import elbo, expected_log_likelihood
 from vbnn.priors import GaussianPrior
 from vbnn.random import ModelGenerators
 from vbnn.training import NonFiniteLossError, fit
 from vbnn.types import Activation, Method, TrainConfig
-
-
-def test_fast_tanh_matches_torch_tanh() -> None:
-    x = torch.linspace(-20, 20, 100_001)
-    assert float((tanh(x) - torch.tanh(x)).abs().max()) < 1e-6
 
 
 def test_kl_weight_scales_only_the_kl_term() -> None:
@@ -169,7 +164,7 @@ def test_short_boston_run_beats_a_constant_predictor(data_dir: Path) -> None:
     boston = load_uci("boston", data_dir)
     splits = [0, 1, 2, 3]
     result = run_splits(
-        boston, splits, TrainConfig(method=Method.MF, iterations=500, test_samples=20)
+        boston, splits, TrainConfig(method=Method.MF, iterations=1000, test_samples=20)
     )
     for split, outcome in zip(splits, result.splits, strict=True):
         train, test = boston.split(split)

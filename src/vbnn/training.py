@@ -128,20 +128,23 @@ def fit(
         mininterval=0.5,
     )
     terms: dict[str, torch.Tensor] = {}
-    for iteration in range(1, iterations + 1):
-        terms = objective()
-        if not bool(torch.isfinite(terms["objective"]).all()):
-            bar.close()
-            raise NonFiniteLossError(_describe_non_finite(iteration, terms, modules, labels or []))
-        optimizer.zero_grad(set_to_none=True)
-        (-terms["objective"].sum() * scale).backward()
-        optimizer.step()
-        if callback is not None:
-            callback(iteration, {k: v.detach() for k, v in terms.items()})
-        if best is not None and (iteration % config.eval_every == 0 or iteration == iterations):
-            best.update(iteration, model, likelihood)
-        if iteration % 100 == 0 or iteration == iterations:
-            bar.update(iteration - bar.n)
+    with generators.drawing_ahead():
+        for iteration in range(1, iterations + 1):
+            terms = objective()
+            if not bool(torch.isfinite(terms["objective"]).all()):
+                bar.close()
+                raise NonFiniteLossError(
+                    _describe_non_finite(iteration, terms, modules, labels or [])
+                )
+            optimizer.zero_grad(set_to_none=True)
+            (-terms["objective"].sum() * scale).backward()
+            optimizer.step()
+            if callback is not None:
+                callback(iteration, {k: v.detach() for k, v in terms.items()})
+            if best is not None and (iteration % config.eval_every == 0 or iteration == iterations):
+                best.update(iteration, model, likelihood)
+            if iteration % 100 == 0 or iteration == iterations:
+                bar.update(iteration - bar.n)
     bar.close()
     stopped = best.restore() if best is not None else None
     return FitInfo(iterations, terms["objective"].detach() * scale, stopped)

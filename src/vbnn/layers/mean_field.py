@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from vbnn.gaussian import local_reparameterization_moments
+from vbnn.kernels import local_reparameterization_sample
 from vbnn.layers.base import affine, initial_means, require_generators
 from vbnn.random import ModelGenerators
 from vbnn.types import ForwardMode, Prior
@@ -59,15 +59,10 @@ class MeanFieldLinear(nn.Module):
             weight = self.weight_mean + self.weight_log_std.exp() * eps_w[:, :-1]
             bias = self.bias_mean + self.bias_log_std.exp() * eps_w[:, -1]
             return affine(x, weight, bias)
-        mean, var = local_reparameterization_moments(
-            x,
-            self.weight_mean,
-            torch.exp(2.0 * self.weight_log_std),
-            self.bias_mean,
-            torch.exp(2.0 * self.bias_log_std),
+        noise = generators.randn(x.shape[1], self.out_features, dtype=x.dtype)
+        return local_reparameterization_sample(
+            x, self.weight_mean, self.weight_log_std, self.bias_mean, self.bias_log_std, noise
         )
-        eps = generators.randn(x.shape[1], self.out_features, dtype=x.dtype)
-        return torch.addcmul(mean, var.sqrt(), eps)
 
     def kl(self, prior: Prior) -> torch.Tensor:
         return prior.kl_diagonal(self.weight_mean, self.weight_log_std.exp()) + prior.kl_diagonal(
