@@ -75,6 +75,9 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
         test_samples=args.test_samples,
         seed=args.seed,
         chunk_size=args.chunk_size,
+        step_size=args.step_size,
+        burn_in=args.burn_in,
+        thinning=args.thinning,
     )
 
 
@@ -161,6 +164,11 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         "--activation", choices=[a.value for a in Activation], default=defaults.activation.value
     )
     parser.add_argument("--test-samples", type=int, default=defaults.test_samples)
+    parser.add_argument(
+        "--step-size", type=float, default=defaults.step_size, help="SGLD: eta (eps_0 = eta / N)"
+    )
+    parser.add_argument("--burn-in", type=int, default=None, help="SGLD (a fifth of the steps)")
+    parser.add_argument("--thinning", type=int, default=None, help="SGLD (100 samples kept)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--chunk-size", type=int, default=None, help="models per batch (auto)")
     parser.add_argument("--data-dir", default=None, help="overrides $VBNN_DATA_DIR")
@@ -175,12 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     uci = commands.add_parser("uci", help="train and evaluate on a UCI data set's splits")
     uci.add_argument("--dataset", required=True, choices=[*DATASETS, EMBEDDED])
     uci.add_argument(
-        "--method", type=parse_methods, default=[Method.MF], help="es,map,mf,gd,fc or all"
+        "--method", type=parse_methods, default=[Method.MF], help="es,map,mf,gd,fc,sgld or all"
     )
     _add_training_flags(uci)
     uci.set_defaults(handler=command_uci)
 
-    demo = commands.add_parser("demo", help="all five methods on boston's 20 splits")
+    demo = commands.add_parser("demo", help="all six methods on boston's 20 splits")
     _add_training_flags(demo)
     demo.set_defaults(handler=command_demo)
 

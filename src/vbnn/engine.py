@@ -16,9 +16,10 @@ from itertools import pairwise
 
 import torch
 
+from vbnn import sgld
 from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
 from vbnn.data.uci import RegressionDataset
-from vbnn.evaluation import evaluate
+from vbnn.evaluation import PredictiveMetrics, evaluate, metrics_from_predictions
 from vbnn.layers import FixedVarianceLinear, FullCovarianceLinear, MeanFieldLinear, PointLinear
 from vbnn.models import MLP, GaussianLikelihood
 from vbnn.random import ModelGenerators
@@ -32,6 +33,7 @@ FAMILY_OF_METHOD: dict[Method, type] = {
     Method.MF: MeanFieldLinear,
     Method.GD: FixedVarianceLinear,
     Method.FC: FullCovarianceLinear,
+    Method.SGLD: PointLinear,
 }
 
 # Floats of one hidden activation tensor (models x rows x width) that a chunk may hold.
@@ -55,16 +57,22 @@ def choose_chunk_size(config: TrainConfig, train_rows: int, in_features: int, co
 
 
 def build_stack(
-    config: TrainConfig, in_features: int, keys: Sequence[int]
+    config: TrainConfig,
+    in_features: int,
+    keys: Sequence[int],
+    posterior_std: torch.Tensor | None = None,
 ) -> tuple[MLP, GaussianLikelihood]:
-    """A model stack with one model per key (split id), initialised from its own stream."""
+    """A model stack with one model per key (split id), initialised from its own stream.
+
+    ``posterior_std`` (M,) overrides ``config.posterior_std`` model by model (tuning candidates).
+    """
     generators = ModelGenerators.for_keys(config.seed, keys, "init")
     model = MLP(
         FAMILY_OF_METHOD[config.method],
         (in_features, *config.hidden, 1),
         config.activation,
         generators,
-        posterior_std=config.posterior_std,
+        posterior_std=config.posterior_std if posterior_std is None else posterior_std,
         dtype=config.torch_dtype,
     )
     likelihood = GaussianLikelihood(
@@ -74,12 +82,12 @@ def build_stack(
 
 
 def _carve_validation(
-    config: TrainConfig, data: StackedSplits
+    config: TrainConfig, data: StackedSplits, keys: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor, Validation]:
     """ES: hold out ``validation_fraction`` of each split's training rows (seeded per split)."""
     rows = data.x_train.shape[1]
     held_out = max(1, round(config.validation_fraction * rows))
-    orders = ModelGenerators.for_keys(config.seed, data.split_ids, "validation").permutation(rows)
+    orders = ModelGenerators.for_keys(config.seed, keys, "validation").permutation(rows)
     order = torch.stack(orders)  # (M, rows)
     fit_rows, validation_rows = order[:, held_out:], order[:, :held_out]
 
@@ -94,27 +102,48 @@ def _carve_validation(
     return take(data.x_train, fit_rows), take(data.y_train, fit_rows), validation
 
 
-def run_stack(
-    config: TrainConfig, data: StackedSplits, progress: bool = False
-) -> list[SplitResult]:
-    """Train and evaluate one stack of equal-sized splits."""
-    start = time.perf_counter()
-    keys = list(data.split_ids)
-    model, likelihood = build_stack(config, data.x_train.shape[-1], keys)
+def fit_and_evaluate(
+    config: TrainConfig,
+    data: StackedSplits,
+    keys: Sequence[int],
+    progress: bool = False,
+    prior_std: torch.Tensor | None = None,
+    posterior_std: torch.Tensor | None = None,
+) -> tuple[PredictiveMetrics, torch.Tensor | None]:
+    """Train a stack on ``data``'s training part and evaluate it on its test part.
+
+    Args:
+        keys: one stream key per model (the split id; the tuner repeats a split's key so that its
+            candidates share initialisation and noise: common random numbers).
+        prior_std, posterior_std: (M,) per-model overrides of the config's values.
+
+    Returns:
+        The metrics and, for ES, each model's stopping iteration.
+    """
+    model, likelihood = build_stack(config, data.x_train.shape[-1], keys, posterior_std)
     x, y, validation = data.x_train, data.y_train, None
     if config.method is Method.ES:
-        x, y, validation = _carve_validation(config, data)
+        x, y, validation = _carve_validation(config, data, keys)
+    train_streams = ModelGenerators.for_keys(config.seed, keys, "train")
+    description = f"{config.method.value} {len(keys)} models"
+    if config.method is Method.SGLD:
+        states = sgld.sample(
+            config, model, likelihood, x, y, train_streams, prior_std, progress, description
+        )
+        outputs, noise_stds = sgld.predictions(model, likelihood, states, data.x_test)
+        return metrics_from_predictions(outputs, noise_stds, data.y_test, data.target_scale), None
     info = fit(
         config,
         model,
         likelihood,
         x,
         y,
-        ModelGenerators.for_keys(config.seed, keys, "train"),
+        train_streams,
         validation=validation,
         labels=[f"split {k}" for k in keys],
         progress=progress,
-        description=f"{config.method.value} splits {keys[0]}-{keys[-1]}",
+        description=description,
+        prior_std=prior_std,
     )
     metrics = evaluate(
         model,
@@ -126,8 +155,17 @@ def run_stack(
         samples=config.test_samples,
         stochastic=config.method not in (Method.ES, Method.MAP),
     )
+    return metrics, info.stopped_iteration
+
+
+def run_stack(
+    config: TrainConfig, data: StackedSplits, progress: bool = False
+) -> list[SplitResult]:
+    """Train and evaluate one stack of equal-sized splits."""
+    start = time.perf_counter()
+    keys = list(data.split_ids)
+    metrics, stopped = fit_and_evaluate(config, data, keys, progress)
     seconds = (time.perf_counter() - start) / len(keys)
-    stopped = info.stopped_iteration
     return [
         SplitResult(
             split=k,

@@ -29,7 +29,7 @@ def predictive_log_likelihood(
     Args:
         predictions: (K, M, N) sampled network outputs.
         target: (M, N).
-        noise_std: (M,).
+        noise_std: (M,), or (K, M) when every prediction has its own noise (SGLD samples).
 
     Returns:
         (M, N) log predictive densities.
@@ -64,7 +64,21 @@ def evaluate(
         )
     else:
         predictions = model(x, ForwardMode.MEAN).squeeze(-1).unsqueeze(0)
-    per_example = predictive_log_likelihood(predictions, y, likelihood.std())
+    return metrics_from_predictions(predictions, likelihood.std(), y, target_scale)
+
+
+def metrics_from_predictions(
+    predictions: torch.Tensor, noise_std: torch.Tensor, y: torch.Tensor, target_scale: torch.Tensor
+) -> PredictiveMetrics:
+    """Metrics in original units from K predictions (K, M, N) in standardised units.
+
+    Args:
+        predictions: (K, M, N) network outputs.
+        noise_std: (M,) or (K, M) standardised noise stds.
+        y: (M, N) standardised targets.
+        target_scale: (M,) the training targets' std.
+    """
+    per_example = predictive_log_likelihood(predictions, y, noise_std)
     log_likelihood = per_example.mean(-1) - torch.log(target_scale)
     rmse = ((predictions.mean(0) - y) ** 2).mean(-1).sqrt() * target_scale
     return PredictiveMetrics(log_likelihood=log_likelihood, rmse=rmse)

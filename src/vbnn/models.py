@@ -31,7 +31,8 @@ class MLP(nn.Module):
         sizes: widths (input, hidden..., output).
         activation: hidden non-linearity (none after the last layer).
         generators: one per model; draws the initial means.
-        posterior_std: passed to every layer (initial std, or GD's fixed std).
+        posterior_std: passed to every layer (initial std, or GD's fixed std); a (M,) tensor
+            gives each model its own.
     """
 
     def __init__(
@@ -40,7 +41,7 @@ class MLP(nn.Module):
         sizes: Sequence[int],
         activation: Activation,
         generators: ModelGenerators,
-        posterior_std: float = 1e-4,
+        posterior_std: float | torch.Tensor = 1e-4,
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()

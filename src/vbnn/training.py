@@ -52,12 +52,16 @@ def make_objective(
     x: torch.Tensor,
     y: torch.Tensor,
     generators: ModelGenerators,
+    prior_std: torch.Tensor | None = None,
 ) -> Objective:
-    """The closure computing this method's objective terms on (x, y)."""
-    prior = GaussianPrior(config.prior_std)
+    """The closure computing this method's objective terms on (x, y).
+
+    ``prior_std`` (M,) overrides ``config.prior_std`` model by model (tuning candidates).
+    """
+    prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
     if config.method is Method.ES:
         return lambda: log_likelihood(model, likelihood, x, y)
-    if config.method is Method.MAP:
+    if config.method in (Method.MAP, Method.SGLD):
         return lambda: log_joint(model, likelihood, prior, x, y)
     return lambda: elbo(
         model, likelihood, prior, x, y, generators, config.kl_weight, config.train_samples
@@ -101,6 +105,7 @@ def fit(
     progress: bool = False,
     description: str = "train",
     callback: StepCallback | None = None,
+    prior_std: torch.Tensor | None = None,
 ) -> FitInfo:
     """Optimise every model of the stack for ``config.resolved_iterations`` full-batch steps.
 
@@ -115,7 +120,7 @@ def fit(
     optimizer = torch.optim.Adam(
         parameters, lr=config.learning_rate, betas=config.betas, fused=True
     )
-    objective = make_objective(config, model, likelihood, x, y, generators)
+    objective = make_objective(config, model, likelihood, x, y, generators, prior_std)
     iterations = config.resolved_iterations
     scale = 1.0 / x.shape[1]
     best = _BestState(modules, validation) if validation is not None else None

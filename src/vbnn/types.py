@@ -54,6 +54,7 @@ class Method(str, Enum):
     MF = "mf"  # mean-field Gaussian, learned variances, LRT
     GD = "gd"  # mean-field Gaussian, fixed user-set std ("Gaussian dropout"), LRT
     FC = "fc"  # full-covariance Gaussian per layer, weight samples
+    SGLD = "sgld"  # stochastic gradient Langevin dynamics (Welling & Teh 2011), point weights
 
 
 class Activation(str, Enum):
@@ -116,6 +117,9 @@ class VariationalLayer(Protocol):
         ...
 
 
+SGLD_SAMPLES = 100  # samples SGLD keeps by default (the predictive averages over them)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Settings of one run. Defaults are the overpruning paper's (appendix A of 000_*.txt).
@@ -136,6 +140,13 @@ class TrainConfig:
         test_samples: K, predictive samples in the test log-likelihood.
         validation_fraction: ES only: share of the training rows held out to pick the stop.
         eval_every: ES only: iterations between validation checks.
+        burn_in: SGLD only: steps discarded before samples are kept (None: a fifth of them).
+        thinning: SGLD only: keep one sample every ``thinning`` steps after the burn-in (None:
+            spaced to keep ``SGLD_SAMPLES`` samples).
+        step_size: SGLD only: eta in the step size eps_t = (eta / N) (1 + t / decay_steps)^-gamma.
+        step_decay: SGLD only: gamma in (0.5, 1] keeps sum eps_t infinite and sum eps_t^2 finite.
+        decay_steps: SGLD only: tau, the steps over which the step size starts to fall.
+        batch_size: SGLD only: examples per gradient estimate (None: the full training set).
         seed: base seed; model m of split s uses streams derived from (seed, s).
         chunk_size: models trained together; None picks it from the problem size.
         dtype: "float32" or "float64".
@@ -156,6 +167,12 @@ class TrainConfig:
     test_samples: int = 100
     validation_fraction: float = 0.1
     eval_every: int = 10
+    burn_in: int | None = None
+    thinning: int | None = None
+    step_size: float = 0.05
+    step_decay: float = 0.55
+    decay_steps: int = 1000
+    batch_size: int | None = None
     seed: int = 0
     chunk_size: int | None = None
     dtype: str = "float32"
@@ -176,6 +193,12 @@ class TrainConfig:
             "test_samples": self.test_samples >= 1,
             "validation_fraction": 0 < self.validation_fraction < 1,
             "eval_every": self.eval_every >= 1,
+            "burn_in": self.burn_in is None or self.burn_in >= 0,
+            "thinning": self.thinning is None or self.thinning >= 1,
+            "step_size": self.step_size > 0,
+            "step_decay": 0.5 < self.step_decay <= 1,
+            "decay_steps": self.decay_steps >= 1,
+            "batch_size": self.batch_size is None or self.batch_size >= 1,
             "chunk_size": self.chunk_size is None or self.chunk_size >= 1,
             "hidden": all(h >= 1 for h in self.hidden),
             "dtype": self.dtype in ("float32", "float64"),
@@ -191,6 +214,16 @@ class TrainConfig:
         return 2000 if self.method is Method.ES else 5000
 
     @property
+    def resolved_burn_in(self) -> int:
+        return self.resolved_iterations // 5 if self.burn_in is None else self.burn_in
+
+    @property
+    def resolved_thinning(self) -> int:
+        if self.thinning is not None:
+            return self.thinning
+        return max(1, (self.resolved_iterations - self.resolved_burn_in) // SGLD_SAMPLES)
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 
@@ -199,6 +232,8 @@ class TrainConfig:
         out["method"] = self.method.value
         out["activation"] = self.activation.value
         out["iterations"] = self.resolved_iterations
+        if self.method is Method.SGLD:
+            out["burn_in"], out["thinning"] = self.resolved_burn_in, self.resolved_thinning
         return out
 
 

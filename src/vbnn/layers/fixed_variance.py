@@ -24,15 +24,16 @@ class FixedVarianceLinear(nn.Module):
         in_features: int,
         out_features: int,
         generators: ModelGenerators,
-        posterior_std: float = 1e-4,
+        posterior_std: float | torch.Tensor = 1e-4,
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        if not posterior_std > 0:
-            raise ValueError(f"FixedVarianceLinear: posterior_std must be > 0, got {posterior_std}")
         self.in_features, self.out_features = in_features, out_features
         self.num_models = len(generators)
-        self.std = float(posterior_std)
+        std = torch.as_tensor(posterior_std, dtype=dtype).expand(self.num_models).clone()
+        if not bool((std > 0).all()):
+            raise ValueError(f"FixedVarianceLinear: posterior_std must be > 0, got {posterior_std}")
+        self.register_buffer("std", std)  # (M,): one fixed std per model
         weight, bias = initial_means(generators, in_features, out_features, dtype)
         self.weight_mean = nn.Parameter(weight)
         self.bias_mean = nn.Parameter(bias)
@@ -49,8 +50,8 @@ class FixedVarianceLinear(nn.Module):
         generators = require_generators(generators, mode)
         if mode is ForwardMode.WEIGHTS:
             eps_w = generators.randn(self.in_features + 1, self.out_features, dtype=x.dtype)
-            return mean + self.std * affine(x, eps_w[:, :-1], eps_w[:, -1])
-        scale = self.std * torch.sqrt(1.0 + (x * x).sum(-1, keepdim=True))  # (M, N, 1)
+            return mean + self.std.view(-1, 1, 1) * affine(x, eps_w[:, :-1], eps_w[:, -1])
+        scale = self.std.view(-1, 1, 1) * torch.sqrt(1.0 + (x * x).sum(-1, keepdim=True))
         eps = generators.randn(x.shape[1], self.out_features, dtype=x.dtype)
         return torch.addcmul(mean, scale, eps)
 
@@ -65,6 +66,6 @@ class FixedVarianceLinear(nn.Module):
 
     def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         return (
-            torch.full_like(self.weight_mean, self.std),
-            torch.full_like(self.bias_mean, self.std),
+            self.std.view(-1, 1, 1).expand_as(self.weight_mean),
+            self.std.view(-1, 1).expand_as(self.bias_mean),
         )

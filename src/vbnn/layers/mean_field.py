@@ -7,8 +7,6 @@ logarithm, so the KL's log sigma term is exact and Adam moves it on a relative s
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
@@ -33,7 +31,7 @@ class MeanFieldLinear(nn.Module):
         in_features: int,
         out_features: int,
         generators: ModelGenerators,
-        posterior_std: float = 1e-4,
+        posterior_std: float | torch.Tensor = 1e-4,
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
@@ -42,8 +40,9 @@ class MeanFieldLinear(nn.Module):
         weight, bias = initial_means(generators, in_features, out_features, dtype)
         self.weight_mean = nn.Parameter(weight)
         self.bias_mean = nn.Parameter(bias)
-        self.weight_log_std = nn.Parameter(torch.full_like(weight, math.log(posterior_std)))
-        self.bias_log_std = nn.Parameter(torch.full_like(bias, math.log(posterior_std)))
+        log_std = torch.log(torch.as_tensor(posterior_std, dtype=dtype)).expand(self.num_models)
+        self.weight_log_std = nn.Parameter(log_std.view(-1, 1, 1).expand_as(weight).clone())
+        self.bias_log_std = nn.Parameter(log_std.view(-1, 1).expand_as(bias).clone())
 
     def forward(
         self,

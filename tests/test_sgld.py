@@ -1,0 +1,88 @@
+"""SGLD: step-size schedule, exact conjugate posterior, clear errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_training import conjugate_problem
+
+from vbnn import sgld
+from vbnn.engine import build_stack
+from vbnn.random import ModelGenerators
+from vbnn.training import NonFiniteLossError
+from vbnn.types import Activation, Method, TrainConfig
+
+
+def test_step_size_follows_the_polynomial_schedule() -> None:
+    config = TrainConfig(method=Method.SGLD, step_size=0.3, step_decay=0.75, decay_steps=10)
+    assert sgld.step_size(config, 1, 100) == pytest.approx(0.003)
+    assert sgld.step_size(config, 31, 100) == pytest.approx(0.003 * 4**-0.75)
+
+
+def test_samples_match_the_exact_conjugate_posterior() -> None:
+    """Bayesian linear regression with known noise: 40 chains pooled vs the exact Gaussian."""
+    x, y, mean, covariance = conjugate_problem()
+    chains = 40
+    config = TrainConfig(
+        method=Method.SGLD,
+        hidden=(),
+        activation=Activation.IDENTITY,
+        noise_std=0.5,
+        iterations=2000,
+        burn_in=500,
+        thinning=10,
+        step_size=0.02,
+        dtype="float64",
+    )
+    model, likelihood = build_stack(config, 2, list(range(chains)))
+    states = sgld.sample(
+        config,
+        model,
+        likelihood,
+        x.expand(chains, -1, -1),
+        y.expand(chains, -1),
+        ModelGenerators.for_keys(0, range(chains), "train"),
+    )
+    draws = torch.cat(
+        [
+            torch.cat([s["model.layers.0.weight"][:, :, 0], s["model.layers.0.bias"]], 1)
+            for s in states
+        ]
+    )  # (samples x chains, 3)
+    posterior_std = covariance.diagonal().sqrt()
+    # chains are independent: the error of the pooled mean is about posterior_std / sqrt(chains)
+    assert torch.all((draws.mean(0) - mean).abs() < 4 * posterior_std / math.sqrt(chains))
+    sample_covariance = torch.cov(draws.T)
+    assert torch.all(
+        (sample_covariance - covariance).abs() < 0.15 * posterior_std.outer(posterior_std)
+    )
+
+
+def test_too_large_a_step_is_named() -> None:
+    config = TrainConfig(method=Method.SGLD, hidden=(4,), iterations=50, step_size=1e6)
+    model, likelihood = build_stack(config, 2, [0])
+    with pytest.raises(NonFiniteLossError, match=r"lower TrainConfig\.step_size"):
+        sgld.sample(
+            config,
+            model,
+            likelihood,
+            torch.randn(1, 10, 2),
+            torch.randn(1, 10),
+            ModelGenerators([1]),
+        )
+
+
+def test_no_kept_sample_is_an_error() -> None:
+    config = TrainConfig(method=Method.SGLD, hidden=(4,), iterations=20, burn_in=20)
+    model, likelihood = build_stack(config, 2, [0])
+    with pytest.raises(ValueError, match="kept no samples"):
+        sgld.sample(
+            config,
+            model,
+            likelihood,
+            torch.randn(1, 10, 2),
+            torch.randn(1, 10),
+            ModelGenerators([1]),
+        )
