@@ -10,8 +10,9 @@ not depend on the chunking.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import pairwise
 
 import torch
@@ -158,13 +159,45 @@ def fit_and_evaluate(
     return metrics, info.stopped_iteration
 
 
+# Hyper-parameters that may differ between the models of one stack (per-model tensors).
+PER_MODEL_SETTINGS = ("prior_std", "posterior_std")
+
+Overrides = Mapping[int, Mapping[str, float]]  # split id -> hyper-parameter values for it
+
+
+def shared_settings(values: Mapping[str, float]) -> dict[str, float]:
+    """The values that must agree across a stack (all but ``PER_MODEL_SETTINGS``)."""
+    return {k: v for k, v in values.items() if k not in PER_MODEL_SETTINGS}
+
+
 def run_stack(
-    config: TrainConfig, data: StackedSplits, progress: bool = False
+    config: TrainConfig,
+    data: StackedSplits,
+    progress: bool = False,
+    per_split: Overrides | None = None,
 ) -> list[SplitResult]:
-    """Train and evaluate one stack of equal-sized splits."""
+    """Train and evaluate one stack of equal-sized splits.
+
+    ``per_split`` gives splits their own values (tuned per split); only ``PER_MODEL_SETTINGS``
+    may differ inside one stack, others must agree (``run_splits`` chunks accordingly).
+    """
     start = time.perf_counter()
     keys = list(data.split_ids)
-    metrics, stopped = fit_and_evaluate(config, data, keys, progress)
+    per_model: dict[str, torch.Tensor] = {}
+    if per_split:
+        values = [per_split[k] for k in keys]
+        shared = {k: v for k, v in values[0].items() if k not in PER_MODEL_SETTINGS}
+        if any(
+            {k: v for k, v in v.items() if k not in PER_MODEL_SETTINGS} != shared for v in values
+        ):
+            raise ValueError(f"run_stack: splits {keys} need different {sorted(shared)}")
+        config = dataclasses.replace(config, **shared)
+        per_model = {
+            name: torch.tensor([v[name] for v in values], dtype=config.torch_dtype)
+            for name in PER_MODEL_SETTINGS
+            if name in values[0]
+        }
+    metrics, stopped = fit_and_evaluate(config, data, keys, progress, **per_model)
     seconds = (time.perf_counter() - start) / len(keys)
     return [
         SplitResult(
@@ -183,18 +216,29 @@ def run_splits(
     split_ids: Sequence[int] | None,
     config: TrainConfig,
     progress: bool = False,
+    per_split: Overrides | None = None,
 ) -> RunResult:
-    """Run ``config.method`` on the given splits (all when None), chunked batches of models."""
+    """Run ``config.method`` on the given splits (all when None), chunked batches of models.
+
+    ``per_split`` maps each split id to its own hyper-parameter values (``--tune per-split``).
+    """
     keep_freed_memory()
     split_ids = list(range(dataset.num_splits)) if split_ids is None else list(split_ids)
     for k in split_ids:
         dataset.split(k)  # a clear error for a split that does not exist, before any training
+        if per_split is not None and k not in per_split:
+            raise ValueError(f"run_splits: no hyper-parameter values for split {k}")
+    separate = per_split is not None and any(
+        name not in PER_MODEL_SETTINGS for values in per_split.values() for name in values
+    )
     results: list[SplitResult] = []
     for group in group_by_size(dataset, split_ids):
         train_rows = len(dataset.split(group[0])[0])
         chunk = choose_chunk_size(config, train_rows, dataset.inputs.shape[1], len(group))
-        for begin in range(0, len(group), chunk):
-            data = stack_splits(dataset, group[begin : begin + chunk], config.torch_dtype)
-            results.extend(run_stack(config, data, progress))
+        for begin in range(0, len(group), 1 if separate else chunk):
+            keys = group[begin : begin + (1 if separate else chunk)]
+            data = stack_splits(dataset, keys, config.torch_dtype)
+            results.extend(run_stack(config, data, progress, per_split))
     results.sort(key=lambda r: r.split)
-    return RunResult(dataset=dataset.name, config=config, splits=tuple(results))
+    notes = () if per_split is None else (f"per-split values: {dict(per_split)}",)
+    return RunResult(dataset=dataset.name, config=config, splits=tuple(results), notes=notes)

@@ -27,7 +27,8 @@ class StackedSplits:
     target_scale: torch.Tensor
 
 
-def _standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Centre and scale both parts by the training part's mean and std (std 0 -> 1)."""
     mean = train.mean(0)
     std = train.std(0)
     std = np.where(std > 0, std, 1.0)  # constant inputs (naval has some) are only centred
@@ -45,8 +46,8 @@ def stack_splits(
     parts = []
     for k in split_ids:
         train, test = dataset.split(k)
-        x_train, x_test, _ = _standardise(dataset.inputs[train], dataset.inputs[test])
-        y_train, y_test, y_std = _standardise(dataset.target[train], dataset.target[test])
+        x_train, x_test, _ = standardise(dataset.inputs[train], dataset.inputs[test])
+        y_train, y_test, y_std = standardise(dataset.target[train], dataset.target[test])
         parts.append((x_train, y_train, x_test, y_test, float(y_std)))
     shapes = {(p[0].shape, p[2].shape) for p in parts}
     if len(shapes) != 1:

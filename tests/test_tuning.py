@@ -1,0 +1,82 @@
+"""Tuning: no test row is seen, stacked candidates equal candidates alone, studies resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from vbnn.data import load_uci
+from vbnn.engine import run_splits
+from vbnn.tuning import (
+    TuningConfig,
+    evaluate_candidates,
+    tune,
+    tuning_problem,
+    tuning_rows,
+)
+from vbnn.types import Method, TrainConfig
+
+
+def test_tuning_rows_come_from_the_training_rows_only(data_dir: Path) -> None:
+    boston = load_uci("boston", data_dir)
+    for split in (0, 7):
+        train, test = boston.split(split)
+        fit_rows, validation_rows = tuning_rows(boston, split, 0.2, seed=0)
+        assert set(fit_rows) | set(validation_rows) == set(train)
+        assert not set(fit_rows) & set(validation_rows)
+        assert not (set(fit_rows) | set(validation_rows)) & set(test)
+        assert len(validation_rows) == round(0.2 * len(train))
+
+
+@pytest.mark.parametrize(
+    ("method", "candidates"),
+    [
+        (Method.MF, [{"prior_std": 0.3}, {"prior_std": 1.0}, {"prior_std": 3.0}]),
+        (
+            Method.GD,
+            [{"prior_std": 0.5, "posterior_std": 0.01}, {"prior_std": 2.0, "posterior_std": 0.1}],
+        ),
+        (Method.FC, [{"prior_std": 0.3}, {"prior_std": 3.0}]),
+    ],
+)
+def test_candidates_in_one_stack_score_as_alone(
+    data_dir: Path, method: Method, candidates: list[dict[str, float]]
+) -> None:
+    boston = load_uci("boston", data_dir)
+    config = TrainConfig(method=method, iterations=40, test_samples=5, hidden=(10,))
+    data = tuning_problem(boston, 0, 0.2, 0, config.torch_dtype)
+    together = evaluate_candidates(config, data, candidates)
+    alone = [evaluate_candidates(config, data, [c])[0] for c in candidates]
+    assert together == pytest.approx(alone, rel=1e-4)
+    assert len(set(together)) == len(together)  # the values do reach the models
+
+
+def test_per_split_values_in_one_stack_equal_separate_runs(data_dir: Path) -> None:
+    boston = load_uci("boston", data_dir)
+    config = TrainConfig(method=Method.MAP, iterations=40, hidden=(10,))
+    values = {0: {"prior_std": 0.2}, 3: {"prior_std": 5.0}}
+    together = run_splits(boston, [0, 3], config, per_split=values)
+    for result in together.splits:
+        alone = run_splits(
+            boston, [result.split], TrainConfig(**{**config.__dict__, **values[result.split]})
+        )
+        assert result.test_log_likelihood == pytest.approx(
+            alone.splits[0].test_log_likelihood, rel=1e-5
+        )
+
+
+def test_a_study_resumes_from_its_storage(data_dir: Path, tmp_path: Path) -> None:
+    boston = load_uci("boston", data_dir)
+    storage = f"sqlite:///{tmp_path / 'study.sqlite'}"
+    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,))
+    tune(boston, 0, config, TuningConfig(trials=4, batch=2), storage)
+    best = tune(boston, 0, config, TuningConfig(trials=6, batch=2), storage)
+    (study,) = optuna.get_all_study_summaries(storage)
+    trials = optuna.load_study(study_name=study.study_name, storage=storage).trials
+    assert len(trials) == 6  # four kept, two new
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert 0.01 <= best["prior_std"] <= 10.0
+    assert np.isclose(max(t.value for t in trials), study.best_trial.value)
