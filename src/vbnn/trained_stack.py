@@ -8,15 +8,18 @@ streams, same validation carve for ES), so its metrics equal those of ``run_stac
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from vbnn.data.splits import StackedSplits
+from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
+from vbnn.data.uci import RegressionDataset
 from vbnn.engine import _carve_validation, build_stack
 from vbnn.evaluation import evaluate
 from vbnn.models import MLP, GaussianLikelihood
 from vbnn.random import ModelGenerators
 from vbnn.training import StepCallback, fit
-from vbnn.types import Method, SplitResult, TrainConfig
+from vbnn.types import Method, RunResult, SplitResult, TrainConfig
 
 
 @dataclass
@@ -82,3 +85,45 @@ def train_stack(
         for m, k in enumerate(keys)
     ]
     return TrainedStack(model, likelihood, config, data, results)
+
+
+def run_splits_saving_models(
+    dataset: RegressionDataset,
+    split_ids: Sequence[int] | None,
+    config: TrainConfig,
+    folder: str | Path,
+    progress: bool = False,
+) -> tuple[RunResult, list[Path]]:
+    """``engine.run_splits`` that also saves every trained chunk with ``io.save_model``.
+
+    Chunk c is written to ``folder / f"{method}-splits-{first}-{last}"`` as soon as it finishes.
+
+    Returns:
+        (the results, the model folders written).
+    """
+    from vbnn.engine import choose_chunk_size
+    from vbnn.io import save_model
+
+    split_ids = list(range(dataset.num_splits)) if split_ids is None else list(split_ids)
+    for k in split_ids:
+        dataset.split(k)
+    results: list[SplitResult] = []
+    folders: list[Path] = []
+    for group in group_by_size(dataset, split_ids):
+        train_rows = len(dataset.split(group[0])[0])
+        chunk = choose_chunk_size(config, train_rows, dataset.inputs.shape[1], len(group))
+        for begin in range(0, len(group), chunk):
+            keys = group[begin : begin + chunk]
+            trained = train_stack(config, stack_splits(dataset, keys, config.torch_dtype), progress)
+            results.extend(trained.results)
+            name = f"{config.method.value}-splits-{keys[0]}-{keys[-1]}"
+            metrics = {str(r.split): r.test_log_likelihood for r in trained.results}
+            folders.append(
+                save_model(
+                    Path(folder) / name, trained.model, trained.likelihood, config,
+                    dataset.inputs.shape[1], keys, dataset=dataset.name,
+                    metadata={"test_log_likelihood": metrics},
+                )
+            )  # fmt: skip
+    results.sort(key=lambda r: r.split)
+    return RunResult(dataset=dataset.name, config=config, splits=tuple(results)), folders

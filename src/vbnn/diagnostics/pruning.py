@@ -47,6 +47,7 @@ class UnitDiagnostics:
 
     Attributes:
         output_mean, output_std: E v_j and std v_j, (M, H, O).
+        incoming_mean, incoming_std: posterior of each incoming weight, bias last, (M, I + 1, H).
         incoming_kl: KL(q || prior) of each incoming weight, bias last, (M, I + 1, H).
         activation_spread: std over the data of h_j(x) under the mean weights, (M, H).
         sampled_activations: h_j(x) under ``samples`` weight draws from q, (S, M, N, H).
@@ -55,6 +56,8 @@ class UnitDiagnostics:
 
     output_mean: torch.Tensor
     output_std: torch.Tensor
+    incoming_mean: torch.Tensor
+    incoming_std: torch.Tensor
     incoming_kl: torch.Tensor
     activation_spread: torch.Tensor
     sampled_activations: torch.Tensor
@@ -123,8 +126,8 @@ def diagnose_units(
         )
     weight_mean, bias_mean = hidden.posterior_mean()
     weight_std, bias_std = hidden.posterior_std()
-    means = torch.cat([weight_mean, bias_mean.unsqueeze(1)], dim=1)
-    stds = torch.cat([weight_std, bias_std.unsqueeze(1)], dim=1)
+    means = torch.cat([weight_mean, bias_mean.unsqueeze(1)], dim=1).detach()
+    stds = torch.cat([weight_std, bias_std.unsqueeze(1)], dim=1).detach()
     output_mean, _ = output.posterior_mean()
     output_std, _ = output.posterior_std()
     mean_activation = model.activation(hidden(x, ForwardMode.MEAN))
@@ -137,7 +140,9 @@ def diagnose_units(
     return UnitDiagnostics(
         output_mean=output_mean.detach().clone(),
         output_std=output_std.detach().clone(),
-        incoming_kl=kl_per_weight(means.detach(), stds.detach(), prior_std),
+        incoming_mean=means,
+        incoming_std=stds,
+        incoming_kl=kl_per_weight(means, stds, prior_std),
         activation_spread=mean_activation.std(dim=1),
         sampled_activations=sampled,
         prior_std=float(prior_std),
