@@ -8,7 +8,7 @@ streams, same validation carve for ES), so its metrics equal those of ``run_stac
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,14 +38,21 @@ def train_stack(
     data: StackedSplits,
     progress: bool = False,
     callback: StepCallback | None = None,
+    make_callback: Callable[[MLP, GaussianLikelihood], StepCallback] | None = None,
 ) -> TrainedStack:
     """Build, fit and evaluate one stack exactly as ``engine.run_stack`` does, keeping the model.
 
-    ``callback(iteration, terms)`` is passed to ``training.fit`` (e.g. a trajectory logger).
+    ``callback(iteration, terms)`` is passed to ``training.fit``; ``make_callback(model,
+    likelihood)``, called once the stack is built, makes one that needs the model (a
+    ``diagnostics.trajectories.TrajectoryLogger``).
     """
     start = time.perf_counter()
     keys = list(data.split_ids)
     model, likelihood = build_stack(config, data.x_train.shape[-1], keys)
+    if make_callback is not None:
+        if callback is not None:
+            raise ValueError("train_stack: pass callback or make_callback, not both")
+        callback = make_callback(model, likelihood)
     x, y, validation = data.x_train, data.y_train, None
     if config.method is Method.ES:
         x, y, validation = _carve_validation(config, data)

@@ -46,6 +46,7 @@ def _draw_unit(axes: Sequence, diagnostics: UnitDiagnostics, model: int, unit: i
     bottom.hist(activations, bins=30, range=(-1, 1), color="C2")
     for axis in axes:
         axis.tick_params(labelsize=6)
+        axis.locator_params(axis="x", nbins=3)
         axis.set_yticks([])
 
 
@@ -87,7 +88,7 @@ def plot_units(
     axes[2, 0].set_ylabel("h_j(x)", fontsize=7)
     if title:
         figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.6 * blocks + 0.6)))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
