@@ -15,10 +15,11 @@ from vbnn.random import ModelGenerators
 from vbnn.types import Activation
 
 PRIOR_STD = 0.7
-PRUNED = [1, 3, 4]
+PRUNED = [1, 3, 4, 5]
 # Unit 0: output near 0 but incoming weights learned (not at the prior): NOT pruned.
-# Unit 5: incoming weights at the prior but an uncertain output weight: NOT pruned.
-NOT_PRUNED = [0, 2, 5, 6]
+# Unit 5: incoming weights at the prior, output mean 0 but uncertain (std 0.5): pruned, except
+#   under the strict "confidently near zero" option (output_tolerance).
+# Unit 6: incoming weights at the prior, output weight 0.05 with std 0.01 (SNR 5): NOT pruned.
 
 
 def hand_built_mean_field() -> MLP:
@@ -30,12 +31,12 @@ def hand_built_mean_field() -> MLP:
         hidden.weight_log_std.fill_(math.log(0.1))
         hidden.bias_log_std.fill_(math.log(0.1))
         hidden.bias_mean.fill_(0.2)
-        for j in [*PRUNED, 5]:  # incoming weights and bias exactly at the prior N(0, 0.7^2)
+        for j in [*PRUNED, 6]:  # incoming weights and bias exactly at the prior N(0, 0.7^2)
             hidden.weight_mean[0, :, j] = 0.0
             hidden.bias_mean[0, j] = 0.0
             hidden.weight_log_std[0, :, j] = math.log(PRIOR_STD)
             hidden.bias_log_std[0, j] = math.log(PRIOR_STD)
-        output.weight_mean[0, :, 0] = torch.tensor([0.003, 0.004, 1.2, -0.002, 0.0, 0.0, -0.9])
+        output.weight_mean[0, :, 0] = torch.tensor([0.003, 0.004, 1.2, -0.002, 0.0, 0.0, 0.05])
         output.weight_log_std.fill_(math.log(0.01))
         output.weight_log_std[0, 5, 0] = math.log(0.5)
     return model
@@ -60,18 +61,27 @@ def test_rule_finds_exactly_the_constructed_pruned_units() -> None:
     assert int(count_pruned(diagnostics)[0]) == len(PRUNED)
     # Units whose incoming weights sit at the prior have KL 0 and a constant mean activation
     # tanh(0) = 0, but activations spread out under weights drawn from the prior.
-    assert torch.allclose(diagnostics.max_incoming_kl[0, [*PRUNED, 5]], torch.zeros(4), atol=1e-6)
+    assert torch.allclose(diagnostics.max_incoming_kl[0, [*PRUNED, 6]], torch.zeros(5), atol=1e-6)
     assert torch.all(diagnostics.activation_spread[0, PRUNED] == 0)
-    assert torch.all(diagnostics.activation_spread[0, [0, 2, 6]] > 0.3)
+    assert torch.all(diagnostics.activation_spread[0, [0, 2]] > 0.3)
     assert diagnostics.sampled_activations.shape == (25, 1, 50, 7)
     assert torch.all(diagnostics.sampled_activations[:, 0, :, PRUNED].std() > 0.3)
     frame = diagnostics.frame()
     assert frame["pruned"].tolist() == [j in PRUNED for j in range(7)]
-    # The thresholds are real: a tighter tolerance un-prunes unit 1 (|v| + 2 sd: 0.024 > 0.023).
-    assert pruned_units(diagnostics, output_tolerance=0.023)[0].nonzero().flatten().tolist() == [
+    # The thresholds are real. Strict wording: |v| + 2 sd < 0.023 drops unit 5 (1.0) and unit 1
+    # (0.024); an SNR threshold of 0.25 drops unit 1 (SNR 0.4); a KL threshold
+    # above unit 0's largest incoming KL prunes it as well.
+    strict = pruned_units(diagnostics, output_tolerance=0.023)[0]
+    assert strict.nonzero().flatten().tolist() == [3, 4]
+    assert pruned_units(diagnostics, snr_threshold=0.25)[0].nonzero().flatten().tolist() == [
         3,
         4,
+        5,
     ]
+    loose = float(diagnostics.max_incoming_kl[0, 0]) + 0.01
+    assert pruned_units(diagnostics, kl_threshold=loose)[0].nonzero().flatten().tolist() == [
+        0, 1, 3, 4, 5
+    ]  # fmt: skip
 
 
 def test_full_covariance_restricted_to_a_diagonal_gives_the_mean_field_diagnostics() -> None:
