@@ -27,12 +27,17 @@ class PruningReport:
 
 
 def diagnose_saved(
-    saved: SavedModel, dataset: RegressionDataset, out: str | Path | None = None, seed: int = 0
+    saved: SavedModel,
+    dataset: RegressionDataset,
+    out: str | Path | None = None,
+    seed: int = 0,
+    figure5_units: int | None = None,
 ) -> PruningReport:
     """Diagnose every model of a saved stack on its own training inputs (standardised).
 
     With ``out``, writes ``pruning_counts.csv``, ``units_split_<k>.csv`` and the Figure 2 and
-    Figure 5 panels of the first model (``figure2.png``, ``figure5.png``).
+    Figure 5 panels of the first model (``figure2.png``, ``figure5.png``; Figure 5 shows the
+    first ``figure5_units`` units, all by default).
     """
     if saved.dataset is not None and saved.dataset != dataset.name:
         raise ValueError(
@@ -82,7 +87,7 @@ def diagnose_saved(
         written.append(
             plot_units(
                 diagnostics,
-                list(range(units)),
+                list(range(units if figure5_units is None else min(figure5_units, units))),
                 out / "figure5.png",
                 title=f"Figure 5: every hidden unit, {name}. {count}",
             )
