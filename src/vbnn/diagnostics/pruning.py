@@ -27,7 +27,7 @@ from vbnn.models import MLP
 from vbnn.random import ModelGenerators
 from vbnn.types import ForwardMode
 
-SNR_THRESHOLD = 1.0
+SNR_THRESHOLD = 3.0
 KL_THRESHOLD = 0.05
 
 
@@ -160,8 +160,8 @@ def pruned_units(
     A unit j is pruned when both hold (the paper's description of Figure 2B and section 4):
 
     1. its output weight is *indistinguishable from zero* under q: for every output o,
-       SNR = |E v_jo| / std(v_jo) < ``snr_threshold`` (default 1: the mean lies within one
-       posterior std of 0). The unit's mean contribution to the prediction is then zero.
+       SNR = |E v_jo| / std(v_jo) < ``snr_threshold`` (default 3: 0 lies within three posterior
+       stds of the mean). The unit's mean contribution to the prediction is then ~0.
     2. its incoming weights and bias *sit at the prior*: every per-weight
        KL(q(w_ji) || p(w_ji)) < ``kl_threshold`` nats (default 0.05; a mean shifted by 0.3 prior
        std, or a std at 0.8 prior std, each costs about 0.05 nats). This is the signature the
@@ -177,10 +177,16 @@ def pruned_units(
     simulation with N = 5 it is ~0.5, with N = 100 ~0.13, yet incoming weights sit at the prior
     (KL ~ 0.005) and the SNR is below 1, as for boston.
 
-    Active units on boston have SNR > 15 and incoming KLs of nats; pruned ones SNR < 0.7 and
-    incoming KLs of thousandths, so the count does not hinge on the exact thresholds. A point
-    estimate (ES, MAP) has std 0, hence an infinite KL: none of its units counts as pruned. GD's
-    fixed std keeps every incoming KL above 0 unless it equals the prior std.
+    On boston MF (20 splits, 5000 iterations, prior N(0, 1)) the 123 of 1000 units with an
+    incoming KL above 0.05 all have one above 0.9 and an output SNR of at least 3.96 (the KL
+    test alone separates them); units with incoming weights at the prior (max KL < 0.014) have
+    SNRs below 1, except 7 of 1000 between 1.0 and 1.3 (mean |E v| ~ 0.02: MC noise), which
+    is why the default is 3, not 1. Measured count sensitivity (mean over the 20 splits, 43.85
+    with the defaults): snr_threshold 1 -> 43.5, 0.5 -> 35.85; kl_threshold 0.5 or 0.01 ->
+    within 0.1 of it; output_tolerance 0.1 -> within 0.4 (pruned output weights have
+    |E v| + 2 std <= 0.055). A point estimate (ES, MAP) has std 0,
+    hence an infinite KL: none of its units counts as pruned. GD's fixed std keeps every
+    incoming KL above 0 unless it equals the prior std.
     """
     if not snr_threshold > 0 or not kl_threshold > 0:
         raise ValueError(

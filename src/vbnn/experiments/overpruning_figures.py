@@ -72,7 +72,7 @@ def figure2_5(
         "",
         f"Setting: {note}; prior N(0, 1), 50 tanh units, posterior std initialised to 1e-4.",
         "Rule: vbnn.diagnostics.pruning.pruned_units with its default thresholds",
-        "(output weight SNR < 1 and every incoming weight's KL to the prior < 0.05 nats).",
+        "(output weight SNR < 3 and every incoming weight's KL to the prior < 0.05 nats).",
         "",
         f"Paper: {PAPER_PRUNED} of {PAPER_UNITS} units pruned (one network).",
         f"Ours: {counts.mean():.1f} of {PAPER_UNITS} on average over {len(counts)} split(s) "
