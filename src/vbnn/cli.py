@@ -1,4 +1,5 @@
-"""Command line: ``vbnn uci``, ``vbnn demo``, ``vbnn data download|check``, ``vbnn reproduce``."""
+"""Command line: ``vbnn uci``, ``vbnn demo``, ``vbnn data download|check``, ``vbnn reproduce``,
+``vbnn diagnose pruning``."""
 
 from __future__ import annotations
 
@@ -116,7 +117,40 @@ def _print_results(results: list[RunResult], as_json: bool, note: str | None) ->
 
 def command_uci(args: argparse.Namespace) -> None:
     dataset = load_dataset(args.dataset, args.data_dir)
-    _print_results(run_methods(dataset, args, args.method), args.json, None)
+    if args.save_model is None:
+        _print_results(run_methods(dataset, args, args.method), args.json, None)
+        return
+    from vbnn.trained_stack import run_splits_saving_models
+
+    results = []
+    for method in args.method:
+        result, folders = run_splits_saving_models(
+            dataset, args.splits, _config_from(args, method), args.save_model,
+            progress=not args.no_progress,
+        )  # fmt: skip
+        results.append(result)
+        print("saved: " + ", ".join(str(f) for f in folders), file=sys.stderr)
+    _print_results(results, args.json, None)
+
+
+def command_diagnose_pruning(args: argparse.Namespace) -> None:
+    from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
+    from vbnn.io import load_model
+
+    saved = load_model(args.model)
+    if saved.dataset is None:
+        raise ValueError(f"{args.model}: the saved model does not name its data set")
+    report = diagnose_saved(saved, load_dataset(saved.dataset, args.data_dir), args.out)
+    with pd.option_context("display.float_format", "{:.4f}".format, "display.width", 160):
+        if args.units:
+            for split, table in report.units.items():
+                print(f"\nsplit {split}: per hidden unit")
+                print(table.to_string())
+        print(f"\n{saved.config.method.value.upper()} on {saved.dataset}: pruned hidden units")
+        print(report.counts.to_string(index=False))
+    print(f"(paper, MF on boston: {PAPER_PRUNED} of {PAPER_UNITS})")
+    for path in report.written:
+        print(f"wrote {path}")
 
 
 def command_demo(args: argparse.Namespace) -> None:
@@ -186,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--method", type=parse_methods, default=[Method.MF], help="es,map,mf,gd,fc,sgld or all"
     )
     _add_training_flags(uci)
+    uci.add_argument("--save-model", default=None, metavar="DIR", help="save the trained stacks")
     uci.set_defaults(handler=command_uci)
 
     demo = commands.add_parser("demo", help="all six methods on boston's 20 splits")
@@ -202,6 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
     status = data_commands.add_parser("check", help="which sets are present and verified")
     status.add_argument("--data-dir", default=None)
     status.set_defaults(handler=command_check)
+
+    diagnose = commands.add_parser("diagnose", help="diagnostics of a saved model")
+    diagnoses = diagnose.add_subparsers(dest="diagnosis", required=True)
+    pruning = diagnoses.add_parser("pruning", help="over-pruned hidden units (Figures 2, 5)")
+    pruning.add_argument("--model", required=True, metavar="DIR", help="from uci --save-model")
+    pruning.add_argument("--data-dir", default=None, help="overrides $VBNN_DATA_DIR")
+    pruning.add_argument("--out", default=None, metavar="DIR", help="write CSVs and figures")
+    pruning.add_argument("--units", action="store_true", help="print the per-unit tables")
+    pruning.set_defaults(handler=command_diagnose_pruning)
 
     reproduce = commands.add_parser("reproduce", help="regenerate a paper's tables and figures")
     papers = reproduce.add_subparsers(dest="reproduction", required=True)

@@ -1,0 +1,1 @@
+"""Diagnostics of trained models (over-pruning of hidden units, training trajectories)."""

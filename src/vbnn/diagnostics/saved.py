@@ -1,0 +1,95 @@
+"""Over-pruning diagnostics of a saved model folder (``vbnn diagnose pruning``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from vbnn.data.splits import stack_splits
+from vbnn.data.uci import RegressionDataset
+from vbnn.diagnostics.pruning import UnitDiagnostics, count_pruned, diagnose_units
+from vbnn.io import SavedModel
+from vbnn.random import ModelGenerators
+
+PAPER_PRUNED, PAPER_UNITS = 39, 50  # boston MF, 000_e87e55bc25ea4726.txt section 3
+
+
+@dataclass(frozen=True)
+class PruningReport:
+    """Per-model counts, per-unit tables, and the files written."""
+
+    counts: pd.DataFrame  # one row per model: split, pruned, units, test LL if stored
+    units: dict[int, pd.DataFrame]  # split -> per-unit table
+    diagnostics: UnitDiagnostics
+    written: list[Path]
+
+
+def diagnose_saved(
+    saved: SavedModel,
+    dataset: RegressionDataset,
+    out: str | Path | None = None,
+    seed: int = 0,
+    figure5_units: int | None = None,
+) -> PruningReport:
+    """Diagnose every model of a saved stack on its own training inputs (standardised).
+
+    With ``out``, writes ``pruning_counts.csv``, ``units_split_<k>.csv`` and the Figure 2 and
+    Figure 5 panels of the first model (``figure2.png``, ``figure5.png``; Figure 5 shows the
+    first ``figure5_units`` units, all by default).
+    """
+    if saved.dataset is not None and saved.dataset != dataset.name:
+        raise ValueError(
+            f"diagnose_saved: the model was trained on {saved.dataset!r}, data is {dataset.name!r}"
+        )
+    data = stack_splits(dataset, saved.keys, saved.config.torch_dtype)
+    diagnostics = diagnose_units(
+        saved.model,
+        data.x_train,
+        saved.config.prior_std,
+        ModelGenerators.for_keys(seed, saved.keys, "eval"),
+        samples=25,
+    )
+    pruned = count_pruned(diagnostics)
+    units = diagnostics.output_mean.shape[1]
+    stored = saved.metadata.get("test_log_likelihood", {})
+    counts = pd.DataFrame(
+        {
+            "split": list(saved.keys),
+            "pruned": pruned.tolist(),
+            "units": units,
+            "test_log_likelihood": [stored.get(str(k)) for k in saved.keys],
+        }
+    )
+    tables = {k: diagnostics.frame(m) for m, k in enumerate(saved.keys)}
+    written: list[Path] = []
+    if out is not None:
+        from vbnn.diagnostics.pruning_plots import plot_units, representative_units
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        counts.to_csv(out / "pruning_counts.csv", index=False)
+        written.append(out / "pruning_counts.csv")
+        for split, table in tables.items():
+            table.to_csv(out / f"units_split_{split}.csv")
+            written.append(out / f"units_split_{split}.csv")
+        name = f"{saved.config.method.value.upper()} on {dataset.name}, split {saved.keys[0]}"
+        count = f"{int(pruned[0])} of {units} units pruned (paper: {PAPER_PRUNED} of {PAPER_UNITS})"
+        written.append(
+            plot_units(
+                diagnostics,
+                representative_units(diagnostics),
+                out / "figure2.png",
+                title=f"Figure 2: {name}\nactive (left) and pruned unit; {count}",
+            )
+        )
+        written.append(
+            plot_units(
+                diagnostics,
+                list(range(units if figure5_units is None else min(figure5_units, units))),
+                out / "figure5.png",
+                title=f"Figure 5: every hidden unit, {name}. {count}",
+            )
+        )
+    return PruningReport(counts=counts, units=tables, diagnostics=diagnostics, written=written)

@@ -1,0 +1,94 @@
+"""Saved models: exact round trip for every method, clear errors for bad folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vbnn.data.splits import StackedSplits
+from vbnn.engine import build_stack, run_stack
+from vbnn.io import ModelFileError, load_model, save_model
+from vbnn.trained_stack import train_stack
+from vbnn.types import ForwardMode, Method, TrainConfig
+
+
+def _toy_splits(keys: tuple[int, ...] = (4, 7)) -> StackedSplits:
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(len(keys), 40, 3, generator=generator)
+    y = torch.sin(x.sum(-1)) + 0.1 * torch.randn(len(keys), 40, generator=generator)
+    return StackedSplits(keys, x[:, :30], y[:, :30], x[:, 30:], y[:, 30:], torch.ones(len(keys)))
+
+
+@pytest.mark.parametrize("method", list(Method))
+def test_round_trip_gives_identical_parameters_and_predictions(
+    method: Method, tmp_path: Path
+) -> None:
+    noise_std = 0.3 if method is Method.GD else None  # a fixed noise std is a buffer, not a param
+    config = TrainConfig(method=method, hidden=(6,), iterations=15, posterior_std=0.05,
+                         noise_std=noise_std, test_samples=3)  # fmt: skip
+    data = _toy_splits()
+    trained = train_stack(config, data)
+    folder = save_model(
+        tmp_path / "model", trained.model, trained.likelihood, config, 3, data.split_ids,
+        dataset="toy", metadata={"note": "test"},
+    )  # fmt: skip
+    loaded = load_model(folder)
+    assert loaded.config == config and loaded.keys == (4, 7) and loaded.dataset == "toy"
+    assert loaded.metadata == {"note": "test"}
+    before = {**trained.model.state_dict(), **trained.likelihood.state_dict()}
+    after = {**loaded.model.state_dict(), **loaded.likelihood.state_dict()}
+    assert before.keys() == after.keys()
+    for name, value in before.items():
+        assert torch.equal(value, after[name]), name
+    fresh, _ = build_stack(config, 3, data.split_ids)  # the load really replaced the init
+    assert not torch.equal(
+        fresh.layers[0].posterior_mean()[0], loaded.model.layers[0].posterior_mean()[0]
+    )
+    with torch.no_grad():
+        assert torch.equal(
+            trained.model(data.x_test, ForwardMode.MEAN),
+            loaded.model(data.x_test, ForwardMode.MEAN),
+        )
+
+
+def test_train_stack_reproduces_run_stack_metrics() -> None:
+    config = TrainConfig(method=Method.MF, hidden=(6,), iterations=20, test_samples=4)
+    data = _toy_splits()
+    assert train_stack(config, data).results[0].test_log_likelihood == pytest.approx(
+        run_stack(config, data)[0].test_log_likelihood, rel=1e-6
+    )
+
+
+def test_saving_again_replaces_the_model_atomically(tmp_path: Path) -> None:
+    config = TrainConfig(method=Method.MAP, hidden=(4,), iterations=5)
+    first, likelihood = build_stack(config, 3, [0])
+    save_model(tmp_path / "m", first, likelihood, config, 3, [0])
+    second_config = TrainConfig(method=Method.MAP, hidden=(4,), iterations=5, seed=1)
+    second, likelihood = build_stack(second_config, 3, [0])
+    save_model(tmp_path / "m", second, likelihood, second_config, 3, [0])
+    assert load_model(tmp_path / "m").config.seed == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no staging folders left
+
+
+def test_missing_and_mismatched_files_raise_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match=r"model\.json: not found"):
+        load_model(tmp_path / "nothing")
+    config = TrainConfig(method=Method.MF, hidden=(4,), iterations=5)
+    model, likelihood = build_stack(config, 3, [0])
+    folder = save_model(tmp_path / "m", model, likelihood, config, 3, [0])
+    description = json.loads((folder / "model.json").read_text())
+    description["config"]["hidden"] = [5]  # the config no longer matches the stored tensors
+    (folder / "model.json").write_text(json.dumps(description))
+    with pytest.raises(ModelFileError, match="do not fit"):
+        load_model(folder)
+    (folder / "model.json").write_text(json.dumps({**description, "format": "other"}))
+    with pytest.raises(ModelFileError, match="format"):
+        load_model(folder)
+    (folder / "state.pt").unlink()
+    with pytest.raises(ModelFileError, match=r"state\.pt: not found"):
+        load_model(folder)
+    with pytest.raises(ValueError, match="2 keys for a stack of 1"):
+        save_model(tmp_path / "x", model, likelihood, config, 3, [0, 1])
