@@ -9,11 +9,10 @@ import torch
 
 from vbnn.data.splits import StackedSplits
 from vbnn.diagnostics.trajectories import TrajectoryLogger, plot_trajectories, rebound
-from vbnn.engine import build_stack
+from vbnn.engine import build_stack, train_stack
 from vbnn.evaluation import evaluate
 from vbnn.priors import GaussianPrior
 from vbnn.random import ModelGenerators
-from vbnn.trained_stack import train_stack
 from vbnn.types import Method, TrainConfig
 
 CONFIG = TrainConfig(method=Method.MF, hidden=(5,), iterations=30, posterior_std=0.01)

@@ -120,7 +120,7 @@ def command_uci(args: argparse.Namespace) -> None:
     if args.save_model is None:
         _print_results(run_methods(dataset, args, args.method), args.json, None)
         return
-    from vbnn.trained_stack import run_splits_saving_models
+    from vbnn.io import run_splits_saving_models
 
     results = []
     for method in args.method:

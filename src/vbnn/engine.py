@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 
 import torch
@@ -25,7 +26,7 @@ from vbnn.layers import FixedVarianceLinear, FullCovarianceLinear, MeanFieldLine
 from vbnn.models import MLP, GaussianLikelihood
 from vbnn.random import ModelGenerators
 from vbnn.runtime import keep_freed_memory
-from vbnn.training import Validation, fit
+from vbnn.training import StepCallback, Validation, fit
 from vbnn.types import Method, RunResult, SplitResult, TrainConfig
 
 FAMILY_OF_METHOD: dict[Method, type] = {
@@ -103,60 +104,99 @@ def _carve_validation(
     return take(data.x_train, fit_rows), take(data.y_train, fit_rows), validation
 
 
-def fit_and_evaluate(
+@dataclass
+class TrainedStack:
+    """A trained stack, the data it saw, and its test metrics (one entry per model)."""
+
+    model: MLP
+    likelihood: GaussianLikelihood
+    config: TrainConfig
+    data: StackedSplits
+    metrics: PredictiveMetrics
+    stopped_iteration: torch.Tensor | None  # ES: (M,) iteration of the kept weights
+    seconds_per_model: float
+
+    @property
+    def results(self) -> list[SplitResult]:
+        """Per-split results in the data's order (split ids from ``data.split_ids``)."""
+        stopped = self.stopped_iteration
+        return [
+            SplitResult(
+                split=k,
+                test_log_likelihood=float(self.metrics.log_likelihood[m]),
+                test_rmse=float(self.metrics.rmse[m]),
+                train_seconds=self.seconds_per_model,
+                stopped_iteration=None if stopped is None else int(stopped[m]),
+            )
+            for m, k in enumerate(self.data.split_ids)
+        ]
+
+
+MakeCallback = Callable[[MLP, GaussianLikelihood], StepCallback]
+
+
+def train_stack(
     config: TrainConfig,
     data: StackedSplits,
-    keys: Sequence[int],
     progress: bool = False,
     prior_std: torch.Tensor | None = None,
     posterior_std: torch.Tensor | None = None,
-) -> tuple[PredictiveMetrics, torch.Tensor | None]:
+    make_callback: MakeCallback | None = None,
+) -> TrainedStack:
     """Train a stack on ``data``'s training part and evaluate it on its test part.
 
-    Args:
-        keys: one stream key per model (the split id; the tuner repeats a split's key so that its
-            candidates share initialisation and noise: common random numbers).
-        prior_std, posterior_std: (M,) per-model overrides of the config's values.
+    Model m draws from the streams of key ``data.split_ids[m]`` (the tuner repeats one split's id
+    so that its candidates share initialisation and noise: common random numbers).
 
-    Returns:
-        The metrics and, for ES, each model's stopping iteration.
+    Args:
+        prior_std, posterior_std: (M,) per-model overrides of the config's values.
+        make_callback: called with the built model and likelihood; returns the
+            ``training.fit`` step callback (e.g. a ``diagnostics.trajectories.TrajectoryLogger``).
     """
+    start = time.perf_counter()
+    keys = list(data.split_ids)
     model, likelihood = build_stack(config, data.x_train.shape[-1], keys, posterior_std)
+    callback = make_callback(model, likelihood) if make_callback is not None else None
     x, y, validation = data.x_train, data.y_train, None
     if config.method is Method.ES:
         x, y, validation = _carve_validation(config, data, keys)
     train_streams = ModelGenerators.for_keys(config.seed, keys, "train")
-    description = f"{config.method.value} {len(keys)} models"
+    description = f"{config.method.value} splits {keys[0]}-{keys[-1]}"
+    stopped = None
     if config.method is Method.SGLD:
         states = sgld.sample(
             config, model, likelihood, x, y, train_streams, prior_std, progress, description
         )
         outputs, noise_stds = sgld.predictions(model, likelihood, states, data.x_test)
-        return metrics_from_predictions(outputs, noise_stds, data.y_test, data.target_scale), None
-    info = fit(
-        config,
-        model,
-        likelihood,
-        x,
-        y,
-        train_streams,
-        validation=validation,
-        labels=[f"split {k}" for k in keys],
-        progress=progress,
-        description=description,
-        prior_std=prior_std,
-    )
-    metrics = evaluate(
-        model,
-        likelihood,
-        data.x_test,
-        data.y_test,
-        data.target_scale,
-        ModelGenerators.for_keys(config.seed, keys, "eval"),
-        samples=config.test_samples,
-        stochastic=config.method not in (Method.ES, Method.MAP),
-    )
-    return metrics, info.stopped_iteration
+        metrics = metrics_from_predictions(outputs, noise_stds, data.y_test, data.target_scale)
+    else:
+        info = fit(
+            config,
+            model,
+            likelihood,
+            x,
+            y,
+            train_streams,
+            validation=validation,
+            labels=[f"split {k}" for k in keys],
+            progress=progress,
+            description=description,
+            callback=callback,
+            prior_std=prior_std,
+        )
+        stopped = info.stopped_iteration
+        metrics = evaluate(
+            model,
+            likelihood,
+            data.x_test,
+            data.y_test,
+            data.target_scale,
+            ModelGenerators.for_keys(config.seed, keys, "eval"),
+            samples=config.test_samples,
+            stochastic=config.method not in (Method.ES, Method.MAP),
+        )
+    seconds = (time.perf_counter() - start) / len(keys)
+    return TrainedStack(model, likelihood, config, data, metrics, stopped, seconds)
 
 
 # Hyper-parameters that may differ between the models of one stack (per-model tensors).
@@ -175,40 +215,24 @@ def run_stack(
     data: StackedSplits,
     progress: bool = False,
     per_split: Overrides | None = None,
-) -> list[SplitResult]:
-    """Train and evaluate one stack of equal-sized splits.
+) -> TrainedStack:
+    """``train_stack`` with each split's own values from ``per_split`` (tuned per split).
 
-    ``per_split`` gives splits their own values (tuned per split); only ``PER_MODEL_SETTINGS``
-    may differ inside one stack, others must agree (``run_splits`` chunks accordingly).
+    Only ``PER_MODEL_SETTINGS`` may differ inside one stack; others must agree (``run_splits``
+    chunks accordingly).
     """
-    start = time.perf_counter()
-    keys = list(data.split_ids)
-    per_model: dict[str, torch.Tensor] = {}
-    if per_split:
-        values = [per_split[k] for k in keys]
-        shared = {k: v for k, v in values[0].items() if k not in PER_MODEL_SETTINGS}
-        if any(
-            {k: v for k, v in v.items() if k not in PER_MODEL_SETTINGS} != shared for v in values
-        ):
-            raise ValueError(f"run_stack: splits {keys} need different {sorted(shared)}")
-        config = dataclasses.replace(config, **shared)
-        per_model = {
-            name: torch.tensor([v[name] for v in values], dtype=config.torch_dtype)
-            for name in PER_MODEL_SETTINGS
-            if name in values[0]
-        }
-    metrics, stopped = fit_and_evaluate(config, data, keys, progress, **per_model)
-    seconds = (time.perf_counter() - start) / len(keys)
-    return [
-        SplitResult(
-            split=k,
-            test_log_likelihood=float(metrics.log_likelihood[m]),
-            test_rmse=float(metrics.rmse[m]),
-            train_seconds=seconds,
-            stopped_iteration=None if stopped is None else int(stopped[m]),
-        )
-        for m, k in enumerate(keys)
-    ]
+    if not per_split:
+        return train_stack(config, data, progress)
+    values = [per_split[k] for k in data.split_ids]
+    shared = shared_settings(values[0])
+    if any(shared_settings(v) != shared for v in values):
+        raise ValueError(f"run_stack: splits {list(data.split_ids)} need different {shared}")
+    per_model = {
+        name: torch.tensor([v[name] for v in values], dtype=config.torch_dtype)
+        for name in PER_MODEL_SETTINGS
+        if name in values[0]
+    }
+    return train_stack(dataclasses.replace(config, **shared), data, progress, **per_model)
 
 
 def run_splits(
@@ -217,10 +241,14 @@ def run_splits(
     config: TrainConfig,
     progress: bool = False,
     per_split: Overrides | None = None,
+    on_stack: Callable[[TrainedStack], None] | None = None,
 ) -> RunResult:
     """Run ``config.method`` on the given splits (all when None), chunked batches of models.
 
-    ``per_split`` maps each split id to its own hyper-parameter values (``--tune per-split``).
+    Args:
+        per_split: each split id's own hyper-parameter values (``--tune per-split``).
+        on_stack: called with every trained chunk as soon as it finishes (the results database
+            stores it, ``io`` saves the model), so a killed run loses at most one chunk.
     """
     keep_freed_memory()
     split_ids = list(range(dataset.num_splits)) if split_ids is None else list(split_ids)
@@ -229,16 +257,19 @@ def run_splits(
         if per_split is not None and k not in per_split:
             raise ValueError(f"run_splits: no hyper-parameter values for split {k}")
     separate = per_split is not None and any(
-        name not in PER_MODEL_SETTINGS for values in per_split.values() for name in values
+        shared_settings(values) for values in per_split.values()
     )
     results: list[SplitResult] = []
     for group in group_by_size(dataset, split_ids):
         train_rows = len(dataset.split(group[0])[0])
         chunk = choose_chunk_size(config, train_rows, dataset.inputs.shape[1], len(group))
-        for begin in range(0, len(group), 1 if separate else chunk):
-            keys = group[begin : begin + (1 if separate else chunk)]
-            data = stack_splits(dataset, keys, config.torch_dtype)
-            results.extend(run_stack(config, data, progress, per_split))
+        chunk = 1 if separate else chunk
+        for begin in range(0, len(group), chunk):
+            data = stack_splits(dataset, group[begin : begin + chunk], config.torch_dtype)
+            trained = run_stack(config, data, progress, per_split)
+            if on_stack is not None:
+                on_stack(trained)
+            results.extend(trained.results)
     results.sort(key=lambda r: r.split)
     notes = () if per_split is None else (f"per-split values: {dict(per_split)}",)
     return RunResult(dataset=dataset.name, config=config, splits=tuple(results), notes=notes)

@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
+from vbnn.data.uci import RegressionDataset
 from vbnn.models import MLP, GaussianLikelihood
-from vbnn.types import TrainConfig
+from vbnn.types import RunResult, TrainConfig
 
 FORMAT = "vbnn-model"
 FORMAT_VERSION = 1
@@ -162,3 +163,41 @@ def load_model(folder: str | Path) -> SavedModel:
         dataset=description.get("dataset"),
         metadata=description.get("metadata", {}),
     )
+
+
+def run_splits_saving_models(
+    dataset: RegressionDataset,
+    split_ids: Sequence[int] | None,
+    config: TrainConfig,
+    folder: str | Path,
+    progress: bool = False,
+) -> tuple[RunResult, list[Path]]:
+    """``engine.run_splits`` that also saves every trained chunk as soon as it finishes.
+
+    Chunk c is written to ``folder / f"{method}-splits-{first}-{last}"``.
+
+    Returns:
+        (the results, the model folders written).
+    """
+    from vbnn.engine import TrainedStack, run_splits
+
+    folders: list[Path] = []
+
+    def save(trained: TrainedStack) -> None:
+        keys = list(trained.data.split_ids)
+        metrics = {str(r.split): r.test_log_likelihood for r in trained.results}
+        folders.append(
+            save_model(
+                Path(folder) / f"{config.method.value}-splits-{keys[0]}-{keys[-1]}",
+                trained.model,
+                trained.likelihood,
+                trained.config,
+                dataset.inputs.shape[1],
+                keys,
+                dataset=dataset.name,
+                metadata={"test_log_likelihood": metrics},
+            )
+        )
+
+    result = run_splits(dataset, split_ids, config, progress, on_stack=save)
+    return result, folders

@@ -19,7 +19,7 @@ import hashlib
 import json
 import sqlite3
 import subprocess
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from functools import cache
@@ -28,12 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
 from vbnn.data.uci import RegressionDataset
 from vbnn.types import RunResult, SplitResult, TrainConfig
-
-# A stack runner: train and evaluate the splits of one StackedSplits (engine.run_stack's shape).
-StackRunner = Callable[[Any, StackedSplits, bool], list[SplitResult]]
 
 LEFT_OUT_OF_HASH = ("seed", "chunk_size")
 RUN_COLUMNS = (
@@ -297,37 +293,31 @@ def run_splits_resumable(
     config: TrainConfig,
     progress: bool = False,
     extra: Mapping[str, Any] | None = None,
-    run_stack: StackRunner | None = None,
+    per_split: Mapping[int, Mapping[str, float]] | None = None,
 ) -> tuple[RunResult, list[int]]:
     """Like ``engine.run_splits``, but trains only the splits not yet stored.
 
-    The missing splits are grouped and chunked exactly as ``engine.run_splits`` does; each chunk's
-    results are written in one transaction as soon as it finishes, so a kill loses at most the
-    chunk in flight. ``run_stack`` (default ``engine.run_stack``) lets another method (SGLD)
-    share the bookkeeping.
+    Each finished chunk is written in one transaction as soon as it finishes (``on_stack``), so a
+    kill loses at most the chunk in flight. ``extra`` (e.g. the tuning protocol and the values it
+    chose) is stored with the runs and is part of their key; ``per_split`` passes each split's
+    own hyper-parameter values to the engine.
 
     Returns:
         (all requested splits as read back from the database, the splits trained by this call).
     """
-    from vbnn import engine
+    from vbnn.engine import TrainedStack, run_splits
 
-    runner = run_stack or engine.run_stack
-    engine.keep_freed_memory()
     split_ids = list(range(dataset.num_splits)) if split_ids is None else list(split_ids)
     for k in split_ids:
         dataset.split(k)  # a clear error for a split that does not exist, before any training
     missing = database.missing_splits(dataset.name, split_ids, config, extra)
     trained: list[int] = []
-    for group in group_by_size(dataset, missing) if missing else []:
-        train_rows = len(dataset.split(group[0])[0])
-        chunk = engine.choose_chunk_size(config, train_rows, dataset.inputs.shape[1], len(group))
-        for begin in range(0, len(group), chunk):
-            keys = group[begin : begin + chunk]
-            data = stack_splits(dataset, keys, config.torch_dtype)
-            results = runner(config, data, progress)
-            if len(results) != len(keys):
-                raise RuntimeError(f"run_stack returned {len(results)} results for {keys}")
-            database.write_results(dataset.name, config, results, extra)
-            trained.extend(keys)
+
+    def store(stack: TrainedStack) -> None:
+        database.write_results(dataset.name, config, stack.results, extra)
+        trained.extend(stack.data.split_ids)
+
+    if missing:
+        run_splits(dataset, missing, config, progress, per_split, on_stack=store)
     stored = database.read_results(dataset.name, config, split_ids, extra)
     return RunResult(dataset=dataset.name, config=config, splits=tuple(stored)), trained

@@ -31,7 +31,7 @@ import torch
 
 from vbnn.data.splits import StackedSplits, standardise
 from vbnn.data.uci import RegressionDataset
-from vbnn.engine import PER_MODEL_SETTINGS, fit_and_evaluate
+from vbnn.engine import PER_MODEL_SETTINGS, shared_settings, train_stack
 from vbnn.random import derive_seed
 from vbnn.training import NonFiniteLossError
 from vbnn.types import Method, TrainConfig
@@ -128,11 +128,8 @@ def evaluate_candidates(
     config: TrainConfig, data: StackedSplits, candidates: list[dict[str, float]]
 ) -> list[float]:
     """Validation log-likelihood of each candidate (NaN where training diverged)."""
-    split = data.split_ids[0]
-    shared = {k: v for k, v in candidates[0].items() if k not in PER_MODEL_SETTINGS}
-    stackable = all(
-        {k: v for k, v in c.items() if k not in PER_MODEL_SETTINGS} == shared for c in candidates
-    )
+    shared = shared_settings(candidates[0])
+    stackable = all(shared_settings(c) == shared for c in candidates)
     if len(candidates) > 1 and stackable:
         base = TrainConfig(**{**config.__dict__, **shared})
         per_model = {
@@ -141,19 +138,15 @@ def evaluate_candidates(
             if name in candidates[0]
         }
         try:
-            metrics, _ = fit_and_evaluate(
-                base, _repeat(data, len(candidates)), [split] * len(candidates), **per_model
-            )
-            return [float(v) for v in metrics.log_likelihood]
+            trained = train_stack(base, _repeat(data, len(candidates)), **per_model)
+            return [float(v) for v in trained.metrics.log_likelihood]
         except NonFiniteLossError:
             pass  # find the divergent candidate(s) one at a time
     scores = []
     for candidate in candidates:
         try:
-            metrics, _ = fit_and_evaluate(
-                TrainConfig(**{**config.__dict__, **candidate}), data, [split]
-            )
-            scores.append(float(metrics.log_likelihood[0]))
+            trained = train_stack(TrainConfig(**{**config.__dict__, **candidate}), data)
+            scores.append(float(trained.metrics.log_likelihood[0]))
         except NonFiniteLossError:
             scores.append(math.nan)
     return scores

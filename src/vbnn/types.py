@@ -232,8 +232,6 @@ class TrainConfig:
         out["method"] = self.method.value
         out["activation"] = self.activation.value
         out["iterations"] = self.resolved_iterations
-        if self.method is Method.SGLD:
-            out["burn_in"], out["thinning"] = self.resolved_burn_in, self.resolved_thinning
         return out
 
 

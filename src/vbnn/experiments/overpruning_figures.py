@@ -52,9 +52,9 @@ def figure2_5(
     from vbnn.data import load_uci
     from vbnn.data.splits import stack_splits
     from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
+    from vbnn.engine import train_stack
     from vbnn.io import load_model, save_model
     from vbnn.markdown import markdown_table
-    from vbnn.trained_stack import train_stack
 
     out = Path(out)
     iterations, splits, note = _setting(quick, iterations, splits, range(20))
@@ -162,7 +162,7 @@ def figure4(
     from vbnn.data import load_uci
     from vbnn.data.splits import stack_splits
     from vbnn.diagnostics.trajectories import TrajectoryLogger, plot_trajectories, rebound
-    from vbnn.trained_stack import train_stack
+    from vbnn.engine import train_stack
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
