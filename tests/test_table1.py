@@ -15,6 +15,7 @@ from vbnn.experiments.table1 import (
     load_published,
     mark,
     summary_from_results,
+    summary_from_runs,
     write_table1,
 )
 from vbnn.types import Method, RunResult, SplitResult, TrainConfig
@@ -107,3 +108,23 @@ def test_the_shared_published_file_has_all_six_datasets() -> None:
     published = load_published()
     assert set(published) == {"boston", "concrete", "energy", "power", "wine", "yacht"}
     assert published["boston"]["MF"] == (-2.62, 0.06) and published["yacht"]["GD"] == (-0.7, 0.08)
+
+
+def test_summary_from_the_results_database(tmp_path: Path) -> None:
+    from vbnn.results_db import ResultsDatabase
+
+    with ResultsDatabase(tmp_path / "r.sqlite") as database:
+        for method, values in ((Method.MF, [-2.5, -2.7]), (Method.GD, [-2.4, -2.6, -2.5])):
+            config = TrainConfig(method=method)
+            database.write_results(
+                "boston", config, [SplitResult(k, v, 1.0, 0.1) for k, v in enumerate(values)]
+            )
+        database.write_results("boston", TrainConfig(method=Method.MF, seed=1),
+                               [SplitResult(0, -9.0, 1.0, 0.1)])  # fmt: skip
+        runs = database.runs_frame()
+    summary = summary_from_runs(runs[runs["seed"] == 0]).set_index("method")
+    assert summary.loc["MF", "mean"] == pytest.approx(-2.6)
+    assert summary.loc["MF", "sem"] == pytest.approx(0.1)  # std 0.1414 / sqrt 2
+    assert summary.loc["GD", "splits"] == 3
+    with pytest.raises(ValueError, match="more than once"):
+        summary_from_runs(runs)

@@ -100,6 +100,7 @@ def save_model(
     }
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private (0700); a model folder is an ordinary folder
     try:
         (staging / CONFIG_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))
         state = {"model": model.state_dict(), "likelihood": likelihood.state_dict()}

@@ -71,7 +71,10 @@ def plot_units(
     columns = min(columns, len(units))
     blocks = -(-len(units) // columns)
     figure, axes = plt.subplots(
-        3 * blocks, columns, figsize=(1.7 * columns + 0.5, 3.6 * blocks + 0.6), squeeze=False
+        3 * blocks,
+        columns,
+        figsize=(max(6.5, 1.7 * columns + 0.5), 3.6 * blocks + 0.9),
+        squeeze=False,
     )
     for index, unit in enumerate(units):
         block, column = divmod(index, columns)
@@ -88,9 +91,9 @@ def plot_units(
     axes[2, 0].set_ylabel("h_j(x)", fontsize=7)
     if title:
         figure.suptitle(title, fontsize=9)
-    height = 3.6 * blocks + 0.6
+    height = 3.6 * blocks + 0.9
     # subplots_adjust, not tight_layout: measuring 150 axes' text costs seconds.
-    figure.subplots_adjust(left=0.04, right=0.99, bottom=0.3 / height, top=1 - 0.6 / height,
+    figure.subplots_adjust(left=0.04, right=0.99, bottom=0.3 / height, top=1 - 0.9 / height,
                            hspace=0.45, wspace=0.15)  # fmt: skip
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -65,6 +65,32 @@ def summary_from_results(results: Iterable[RunResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def summary_from_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Columns dataset, method, mean, sem, splits from rows of the results database's ``runs``.
+
+    ``runs`` is ``ResultsDatabase.runs_frame()``, filtered by the caller to the runs of the
+    table (e.g. one seed, the tuned configurations). Per-split tuning gives one configuration
+    per split, so rows are grouped by (dataset, method) only.
+
+    Raises:
+        ValueError: a (dataset, method) holds the same split twice (two configurations or seeds
+            mixed: filter first).
+    """
+    duplicated = runs.duplicated(["dataset", "method", "split"], keep=False)
+    if duplicated.any():
+        clash = runs[duplicated][["dataset", "method", "split"]].drop_duplicates()
+        raise ValueError(
+            "summary_from_runs: splits stored more than once (filter to one configuration and "
+            f"seed per split): {clash.head(5).to_dict('records')}"
+        )
+    rows = []
+    for (dataset, method), part in runs.groupby(["dataset", "method"], sort=False):
+        mean, sem = mean_and_standard_error(part["test_log_likelihood"].tolist())
+        rows.append({"dataset": dataset, "method": str(method).upper(), "mean": mean, "sem": sem,
+                     "splits": len(part)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def mark(ours: float, ours_sem: float, published: float, published_sem: float) -> str:
     """'agree', 'better' or 'worse' at 2 combined standard errors (higher is better)."""
     values = (ours, ours_sem, published, published_sem)
