@@ -19,8 +19,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 install: $(VENV)/.installed
 
+# the quick reproduction of the overpruning paper (about 5 minutes on 2 cores)
 demo: install
-	$(BIN)/vbnn demo
+	$(BIN)/vbnn reproduce overpruning --quick --out results/overpruning-quick
 
 test: install
 	$(BIN)/ruff check src tests benchmarks

@@ -17,7 +17,7 @@ import importlib
 from types import ModuleType
 
 # name on the command line -> module under vbnn.experiments
-REPRODUCTIONS: dict[str, str] = {}
+REPRODUCTIONS: dict[str, str] = {"overpruning": "overpruning"}
 
 
 def load(name: str) -> ModuleType:

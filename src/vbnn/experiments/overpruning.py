@@ -91,7 +91,9 @@ def _plan(args: argparse.Namespace) -> Plan:
         plan = replace(plan, trials=args.trials, batch=min(plan.batch, args.trials))
     unknown = sorted(set(plan.datasets) - set(DATASETS)) + sorted(set(plan.methods) - set(METHODS))
     if unknown:
-        raise ValueError(f"--datasets/--methods: unknown {unknown}; choose from {DATASETS}, {METHODS}")
+        raise ValueError(
+            f"--datasets/--methods: unknown {unknown}; choose from {DATASETS}, {METHODS}"
+        )
     return plan
 
 
