@@ -200,3 +200,20 @@ def test_stacked_inputs_are_per_split(data_dir: Path) -> None:
     data = stack_splits(boston, [3, 4])
     model = MLP(FullCovarianceLinear, (13, 1), Activation.IDENTITY, ModelGenerators([1, 2]))
     assert model(data.x_train, generators=ModelGenerators([1, 2])).shape == (2, 455, 1)
+
+
+def test_cholesky_learning_rate_applies_to_the_off_diagonal_factor_only() -> None:
+    config = TrainConfig(
+        method=Method.FC, hidden=(3,), iterations=3, posterior_std=0.1, cholesky_learning_rate=1e-9
+    )
+    model, likelihood = build_stack(config, 2, [0])
+    with torch.no_grad():
+        model.layers[0].scale_lower.copy_(0.1 * torch.randn(1, 9, 9).tril(-1))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    fit(config, model, likelihood, torch.randn(1, 10, 2), torch.randn(1, 10), ModelGenerators([1]))
+    for name, parameter in model.named_parameters():
+        change = float((parameter.detach() - before[name]).abs().max())
+        if name.endswith("scale_lower"):
+            assert change < 1e-7, name
+        else:
+            assert change > 1e-4, name

@@ -68,6 +68,27 @@ def make_objective(
     )
 
 
+def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
+    """Adam parameter groups: FC's off-diagonal Cholesky entries may get their own rate.
+
+    Adam moves every coordinate by about the learning rate whatever the size of its gradient.
+    The D (D - 1) / 2 off-diagonal entries of an FC layer's Cholesky factor receive almost pure
+    Monte-Carlo noise, so at the paper's rate they random-walk: on boston, after 250 steps the
+    off-diagonal part alone gives each weight a variance near 1 (the prior's), and FC never
+    recovers (benchmarks/README.md, "FC and Adam"). ``config.cholesky_learning_rate`` sets their
+    rate apart; None keeps the paper's single rate.
+    """
+    trainable = [(n, p) for n, p in modules.named_parameters() if p.requires_grad]
+    if config.cholesky_learning_rate is None:
+        return [{"params": [p for _, p in trainable]}]
+    factor = [p for n, p in trainable if n.endswith("scale_lower")]
+    others = [p for n, p in trainable if not n.endswith("scale_lower")]
+    groups = [{"params": others}]
+    if factor:
+        groups.append({"params": factor, "lr": config.cholesky_learning_rate})
+    return groups
+
+
 def _describe_non_finite(
     iteration: int, terms: dict[str, torch.Tensor], modules: nn.Module, labels: list[str]
 ) -> str:
@@ -116,9 +137,8 @@ def fit(
         NonFiniteLossError: at the first step whose loss is NaN or inf.
     """
     modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
-    parameters = [p for p in modules.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(
-        parameters, lr=config.learning_rate, betas=config.betas, fused=True
+        parameter_groups(config, modules), lr=config.learning_rate, betas=config.betas, fused=True
     )
     objective = make_objective(config, model, likelihood, x, y, generators, prior_std)
     iterations = config.resolved_iterations

@@ -130,6 +130,8 @@ class TrainConfig:
         activation: hidden non-linearity.
         iterations: full-batch optimisation steps (None: 5000, ES 2000 as in the paper).
         learning_rate, betas: Adam settings.
+        cholesky_learning_rate: FC only: Adam rate of the off-diagonal Cholesky entries (None:
+            ``learning_rate``, the paper's setting; see ``training.parameter_groups``).
         prior_std: std s of the factorised N(0, s^2) prior (MAP, MF, GD, FC).
         posterior_std: initial posterior std (MF, FC); the fixed std of GD.
         noise_std: None learns the Gaussian noise std as a point parameter; a number fixes it
@@ -157,6 +159,7 @@ class TrainConfig:
     activation: Activation = Activation.TANH
     iterations: int | None = None
     learning_rate: float = 0.005
+    cholesky_learning_rate: float | None = None
     betas: tuple[float, float] = (0.9, 0.99)
     prior_std: float = 1.0
     posterior_std: float = 1e-4
@@ -184,6 +187,8 @@ class TrainConfig:
         checks = {
             "iterations": self.iterations is None or self.iterations > 0,
             "learning_rate": self.learning_rate > 0,
+            "cholesky_learning_rate": self.cholesky_learning_rate is None
+            or self.cholesky_learning_rate > 0,
             "prior_std": self.prior_std > 0,
             "posterior_std": self.posterior_std > 0,
             "noise_std": self.noise_std is None or self.noise_std > 0,
