@@ -77,6 +77,7 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
         seed=args.seed,
         chunk_size=args.chunk_size,
         step_size=args.step_size,
+        cholesky_learning_rate=args.cholesky_learning_rate,
         burn_in=args.burn_in,
         thinning=args.thinning,
     )
@@ -200,6 +201,12 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test-samples", type=int, default=defaults.test_samples)
     parser.add_argument(
         "--step-size", type=float, default=defaults.step_size, help="SGLD: eta (eps_0 = eta / N)"
+    )
+    parser.add_argument(
+        "--cholesky-learning-rate",
+        type=float,
+        default=None,
+        help="FC: Adam rate of the off-diagonal Cholesky entries (default: the learning rate)",
     )
     parser.add_argument("--burn-in", type=int, default=None, help="SGLD (a fifth of the steps)")
     parser.add_argument("--thinning", type=int, default=None, help="SGLD (100 samples kept)")
