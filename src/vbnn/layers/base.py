@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from vbnn.kernels import batched_affine
 from vbnn.random import ModelGenerators
 
 
@@ -31,7 +32,7 @@ def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
             f"input of shape {tuple(x.shape)} does not fit a layer of {weight.shape[0]} models "
             f"with {weight.shape[1]} inputs: expected (M={weight.shape[0]}, N, {weight.shape[1]})"
         )
-    return torch.baddbmm(bias.unsqueeze(1), x, weight)
+    return batched_affine(x, weight, bias)
 
 
 def require_generators(generators: ModelGenerators | None, mode: object) -> ModelGenerators:
