@@ -52,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jitter", type=float, default=1e-4, help="added to the covariance")
     parser.add_argument("--workers", type=int, default=1, help="units run in parallel processes")
     parser.add_argument("--no-fashion", action="store_true", help="skip the Fashion-MNIST part")
+    parser.add_argument("--fashion-images", type=int, default=None, help="training images used")
+    parser.add_argument("--fashion-samples", type=int, default=None, help="weight samples drawn")
     parser.add_argument(
         "--heatmap-samples", type=int, default=10_000, help="Monte Carlo draws for Figure 1"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -165,6 +166,12 @@ def run_fashion(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         if args.quick
         else FashionProductConfig(seed=args.seed)
     )
+    if args.fashion_images is not None or args.fashion_samples is not None:
+        config = dataclasses.replace(
+            config,
+            train_size=args.fashion_images or config.train_size,
+            samples=args.fashion_samples or config.samples,
+        )
     result = run_fashion_product(config, args.data_dir)
     figure, axis = pyplot.subplots(figsize=(5.5, 4.8))
     image = _diverging_heatmap(
