@@ -241,6 +241,7 @@ def run_nuts(
     diagnostics.update(
         seconds=seconds,
         samples_per_second=config.samples / seconds,
+        leapfrog_steps_total=float(sum(steps)),  # warm-up included
         ess_per_second=diagnostics["ess_median"] / seconds,
         accept_probability=adapted["accept_probability"],
         moved_fraction=float(chain_diagnostics["acceptance rate"]["chain 0"]),

@@ -139,6 +139,7 @@ def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
             sem = np.nan_to_num(rows[f"{gap}_sem"].to_numpy())
             axis.plot(rows["depth"], mean, marker="o", label=activation)
             axis.fill_between(rows["depth"], mean - sem, mean + sem, alpha=0.25)
+        axis.set_xticks(sorted(table["depth"].unique()))
         axis.set_xlabel("hidden layers")
         axis.set_ylabel(label)
         axis.set_yscale("log")
