@@ -48,7 +48,7 @@ def export(args, x, y, potential, layout, start) -> None:
         y=y.numpy(),
         start=start.numpy(),
         shapes=shapes,
-        potential=float(value),
+        potential=float(value.detach()),
         gradient=gradient.numpy(),
         settings=np.array([args.warmup, args.samples, args.max_tree_depth]),
     )
@@ -88,9 +88,14 @@ def main() -> None:
             seed=1,
         )
         began = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch.compile's own deprecation notices
-            result = run_nuts(potential, start, config)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch.compile's own deprecation notices
+                result = run_nuts(potential, start, config)
+        except RuntimeError as error:  # e.g. tracing through functional_call is refused
+            rows.append({"candidate": f"pyro-nuts/{name}", "error": str(error).splitlines()[0]})
+            print(rows[-1], flush=True)
+            continue
         wall = time.perf_counter() - began
         d = result.diagnostics
         rows.append(

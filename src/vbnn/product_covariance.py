@@ -159,7 +159,8 @@ def three_layer_covariance(
     diagonal_inner = torch.einsum("aici->aci", inner) + torch.einsum(
         "ai,ci->aci", inner_mean, inner_mean
     )
-    column_term = torch.einsum("ib,aci,bd->abcd", var_c, diagonal_inner, torch.eye(cols))
+    eye = torch.eye(cols, dtype=var_c.dtype)
+    column_term = torch.einsum("ib,aci,bd->abcd", var_c, diagonal_inner, eye)
     return column_term + torch.einsum("ib,jd,aicj->abcd", mean_c, mean_c, inner)
 
 
