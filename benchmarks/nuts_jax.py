@@ -97,7 +97,8 @@ def run_blackjax(potential, start, warmup: int, samples: int, depth: int) -> dic
         blackjax.nuts, logdensity, target_acceptance_rate=0.8, max_num_doublings=depth
     )
     (state, parameters), _ = adaptation.run(jax.random.PRNGKey(2), start, num_steps=warmup)
-    kernel = blackjax.nuts(logdensity, **parameters, max_num_doublings=depth).step
+    parameters = {**parameters, "max_num_doublings": depth}  # adaptation may return it already
+    kernel = blackjax.nuts(logdensity, **parameters).step
 
     def one_step(state, key):
         state, info = kernel(key, state)

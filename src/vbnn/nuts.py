@@ -6,8 +6,8 @@ The potential U(theta) = -log p(y | x, theta) - log p(theta) is built from a vbn
 matrix adapted in warm-up) draws from exp(-U). Paper: 004_6556d25c53efeeec.txt, section 4 and
 appendix B (100 burn-in, 1000 samples, target acceptance 0.8, prior precision 1).
 
-Pyro's own ``jit_compile`` flag only traces *model*-based potentials; for a ``potential_fn`` the
-equivalent is :class:`Compilation.TRACE`, which ``torch.jit.trace``s the potential here.
+Pyro's own ``jit_compile`` flag only traces *model*-based potentials and is ignored for a
+``potential_fn``; :class:`Compilation` offers the equivalents here (see benchmarks/README.md).
 
 Diagnostics (Pyro's ``pyro.ops.stats``; ArviZ 0.23 warns on import, which the test suite treats
 as an error): split R-hat and effective sample size of every coordinate and of the log density,
@@ -39,7 +39,10 @@ class Compilation(str, Enum):
 
     NONE: eager PyTorch. TRACE: a ``torch.jit.trace`` graph (what Pyro's ``jit_compile=True``
     does for model-based potentials; torch 2.13 marks it deprecated, the warning is silenced here).
-    COMPILE: ``torch.compile`` (Inductor; needs a C++ compiler, compiles on the first calls).
+    torch refuses to trace through ``functional_call`` ("The stateless API can't be used with
+    Jitted modules"), so TRACE works only for potentials written without it, not for
+    :func:`module_potential`. COMPILE: ``torch.compile`` (Inductor; needs a C++ compiler, compiles
+    on the first calls; emits deprecation warnings from torch's own imports).
     """
 
     NONE = "none"
