@@ -41,7 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="results/depth", help="output directory")
     parser.add_argument("--data-dir", default=None, help="data directory (Fashion-MNIST)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=None, help="repeats per configuration")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="repeats per configuration (default 1; SEM needs >= 2)",
+    )
     parser.add_argument("--depths", default=None, help="e.g. 1-5 or 1,3,5")
     parser.add_argument("--activations", default=None, help="comma list: relu,leaky_relu,identity")
     parser.add_argument("--points", type=int, default=None, help="two-moons training points")
@@ -93,7 +98,8 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
         samples=args.samples if args.samples is not None else (100 if quick else 1000),
         max_tree_depth=args.max_tree_depth or (6 if quick else 7),
     )
-    repeats = args.repeats or (1 if quick else 2)
+    # one repeat by default: the full protocol costs ~2.4 h a repeat with 2 workers (README)
+    repeats = args.repeats or 1
     shared = {
         "points": args.points or (1000 if quick else 10_000),
         "jitter": args.jitter,
