@@ -140,5 +140,21 @@ def run(args: argparse.Namespace) -> None:
     plot_depth_gap(table, out / "depth_gap.png", args.quick)
     fashion = None if args.no_fashion else run_fashion(out, args)
     write_summary(out, args, note, shared, product, table, fashion)
-    print(table.to_string(index=False))
+    shown = {
+        "activation": "activation",
+        "depth": "depth",
+        "width": "width",
+        "kl_diag_full_mean": "KL(diag||full)",
+        "kl_diag_full_sem": "sem",
+        "wasserstein2_mean": "W2",
+        "wasserstein2_sem": "sem ",
+        "kl_full_diag_mean": "KL(full||diag)",
+        "nuts_ess_median_mean": "ESS med",
+        "nuts_rhat_max_mean": "R-hat max",
+        "nuts_divergences_mean": "diverg.",
+        "nuts_seconds_mean": "NUTS s",
+        "mean_field_test_accuracy_mean": "MF test acc",
+    }
+    compact = table[list(shown)].rename(columns=shown)
+    print(compact.to_string(index=False, float_format=lambda value: f"{value:.4g}"))
     print(f"written to {out}")
