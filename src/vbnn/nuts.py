@@ -186,7 +186,11 @@ def _compiled(potential: Potential, compilation: Compilation, example: torch.Ten
 def run_nuts(
     potential: Potential, initial: torch.Tensor, config: NUTSConfig, progress: bool = False
 ) -> NUTSResult:
-    """One NUTS chain from ``initial`` (D,) with Pyro; see the module docstring for diagnostics."""
+    """One NUTS chain from ``initial`` (D,) with Pyro; see the module docstring for diagnostics.
+
+    ``pyro.set_rng_seed(config.seed)`` seeds Pyro's (global torch, NumPy, random) generators, so
+    the same config and start give the same chain. ``progress`` shows Pyro's tqdm bar (stderr).
+    """
     import pyro
     from pyro.infer import MCMC, NUTS
 

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> None:
     note = run_note(units, shared, args.quick)
     print(note)
     product = run_product_figure(out, args.heatmap_samples, args.seed)
-    records = run_units(units, out, args.workers)
+    records = run_units(units, out, args.workers, progress=not args.quick)
     table = aggregate(records)
     table.to_csv(out / "depth_gap.csv", index=False)
     plot_depth_gap(table, out / "depth_gap.png", args.quick)

@@ -100,15 +100,19 @@ def _unit_in_process(settings: UnitSettings, out: Path) -> dict[str, Any]:
     return run_unit(settings, out)
 
 
-def run_units(units: list[UnitSettings], out: Path, workers: int) -> list[dict[str, Any]]:
-    """Every unit (cached ones are read back), with a progress bar on stderr."""
+def run_units(
+    units: list[UnitSettings], out: Path, workers: int, progress: bool = False
+) -> list[dict[str, Any]]:
+    """Every unit (cached ones are read back), with a progress bar on stderr.
+
+    ``progress`` adds Pyro's per-iteration bar inside each unit (one worker only)."""
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     records = []
     bar = tqdm(total=len(units), desc="depth units", file=sys.stderr)
     if workers == 1:
         for settings in units:
-            records.append(run_unit(settings, out))
+            records.append(run_unit(settings, out, progress))
             bar.update()
     else:
         with ProcessPoolExecutor(workers) as pool:

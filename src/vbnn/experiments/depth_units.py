@@ -77,7 +77,7 @@ def _write_json(path: Path, record: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
+def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[str, Any]:
     """Run (or load) one unit; returns its flat record of settings, diagnostics and gaps."""
     key = sample_cache.settings_key(settings.to_dict())
     path = out / "units" / f"{key}.json"
@@ -96,7 +96,7 @@ def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
     nuts = dataclasses.replace(settings.nuts, seed=seed)
     cached = sample_cache.load(out / "samples", settings.to_dict())
     if cached is None:
-        result = run_nuts(potential, layout.flatten(network), nuts)
+        result = run_nuts(potential, layout.flatten(network), nuts, progress)
         samples, diagnostics = result.samples, result.diagnostics
         sample_cache.save(
             out / "samples",
