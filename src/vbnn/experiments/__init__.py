@@ -17,7 +17,10 @@ import importlib
 from types import ModuleType
 
 # name on the command line -> module under vbnn.experiments
-REPRODUCTIONS: dict[str, str] = {"overpruning": "overpruning"}
+REPRODUCTIONS: dict[str, str] = {
+    "overpruning": "overpruning",  # 000: tuned Table 1 with SGLD, Figures 1-5
+    "depth": "depth",  # 004 + blog: product covariance, NUTS, diagonal gap vs depth
+}
 
 
 def load(name: str) -> ModuleType:

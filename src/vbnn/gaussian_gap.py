@@ -1,0 +1,167 @@
+"""The gap between a full-covariance Gaussian and its closest diagonal Gaussian.
+
+Paper: Farquhar, Smith & Gal (``../shared/papers/004_6556d25c53efeeec.txt``, section 4, eqs. 5-6,
+appendix B) and the blog post (``001_193bc50ee0b0b31a.txt``, "Wasserstein error").
+
+q_full = N(mu, Sigma) is fitted to posterior samples; q_diag = N(mu', Sigma') minimises
+KL(q_diag || q_full) over diagonal Sigma', which gives (eqs. 5-6)
+
+    mu' = mu,      Sigma' = diag(Sigma^-1)^-1      (the precision's diagonal, inverted).
+
+Then tr(Sigma^-1 Sigma') = D and the divergence reduces to
+
+    KL(q_diag || q_full) = 1/2 [ log det Sigma - log det Sigma' ]
+                         = 1/2 [ log det Sigma + sum_i log (Sigma^-1)_ii ].
+
+All functions work in float64 NumPy/SciPy (dimension D up to a few thousand; one Cholesky and
+one symmetric eigendecomposition each).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+
+def _check_square(name: str, covariance: np.ndarray) -> np.ndarray:
+    covariance = np.asarray(covariance, dtype=np.float64)
+    if covariance.ndim != 2 or covariance.shape[0] != covariance.shape[1]:
+        raise ValueError(f"{name}: covariance must be square (D, D), got {covariance.shape}")
+    if not np.all(np.isfinite(covariance)):
+        raise ValueError(f"{name}: covariance has non-finite entries")
+    return covariance
+
+
+def _cholesky(name: str, covariance: np.ndarray) -> np.ndarray:
+    try:
+        return scipy.linalg.cholesky(covariance, lower=True)
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            f"{name}: covariance is not positive definite; add jitter to its diagonal"
+        ) from None
+
+
+def empirical_covariance(
+    samples: np.ndarray, jitter: float = 1e-4
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and empirical covariance (1/(N-1)) of samples, plus ``jitter`` on the diagonal.
+
+    With N samples in D dimensions the empirical covariance has rank <= N - 1; the jitter (004,
+    appendix B adds one "to improve the stability") makes it positive definite.
+
+    Args:
+        samples: (N, D).
+
+    Returns:
+        mean (D,), covariance (D, D).
+    """
+    samples = np.asarray(samples, dtype=np.float64)
+    if samples.ndim != 2 or samples.shape[0] < 2:
+        raise ValueError(f"empirical_covariance: samples must be (N >= 2, D), got {samples.shape}")
+    if jitter < 0:
+        raise ValueError(f"empirical_covariance: jitter must be >= 0, got {jitter}")
+    covariance = np.cov(samples, rowvar=False).reshape(samples.shape[1], samples.shape[1])
+    return samples.mean(0), covariance + jitter * np.eye(samples.shape[1])
+
+
+def closest_diagonal_variance(covariance: np.ndarray) -> np.ndarray:
+    """Sigma' = diag(Sigma^-1)^-1 (eq. 6 of 004), as a vector of variances (D,).
+
+    diag(Sigma^-1)_i = sum_k (L^-1)_ki^2 with Sigma = L L^T, so no explicit inverse is formed.
+    """
+    covariance = _check_square("closest_diagonal_variance", covariance)
+    factor = _cholesky("closest_diagonal_variance", covariance)
+    inverse_factor = scipy.linalg.solve_triangular(factor, np.eye(len(factor)), lower=True)
+    return 1.0 / (inverse_factor**2).sum(0)
+
+
+def gaussian_kl(
+    mean_p: np.ndarray, covariance_p: np.ndarray, mean_q: np.ndarray, covariance_q: np.ndarray
+) -> float:
+    """KL(N(mean_p, covariance_p) || N(mean_q, covariance_q)) for full covariances.
+
+    KL = 1/2 [ tr(S_q^-1 S_p) + (m_q - m_p)^T S_q^-1 (m_q - m_p) - D + log det S_q - log det S_p ].
+    """
+    covariance_p = _check_square("gaussian_kl p", covariance_p)
+    covariance_q = _check_square("gaussian_kl q", covariance_q)
+    factor_p = _cholesky("gaussian_kl p", covariance_p)
+    factor_q = _cholesky("gaussian_kl q", covariance_q)
+    whitened = scipy.linalg.solve_triangular(factor_q, factor_p, lower=True)
+    difference = scipy.linalg.solve_triangular(
+        factor_q, np.asarray(mean_q, dtype=np.float64) - mean_p, lower=True
+    )
+    log_det_q = 2 * np.log(np.diag(factor_q)).sum()
+    log_det_p = 2 * np.log(np.diag(factor_p)).sum()
+    dim = len(covariance_p)
+    return float(0.5 * ((whitened**2).sum() + (difference**2).sum() - dim + log_det_q - log_det_p))
+
+
+def kl_closest_diagonal(covariance: np.ndarray) -> float:
+    """KL(q_diag || q_full) with q_diag the closest diagonal Gaussian (same mean), closed form.
+
+    = 1/2 [ log det Sigma + sum_i log (Sigma^-1)_ii ]  (>= 0, zero iff Sigma is diagonal).
+    """
+    covariance = _check_square("kl_closest_diagonal", covariance)
+    factor = _cholesky("kl_closest_diagonal", covariance)
+    log_det = 2 * np.log(np.diag(factor)).sum()
+    return float(0.5 * (log_det - np.log(closest_diagonal_variance(covariance)).sum()))
+
+
+def kl_full_to_moment_matched_diagonal(covariance: np.ndarray) -> float:
+    """KL(q_full || N(mu, diag(Sigma))): the blog's direction; its best diagonal is diag(Sigma).
+
+    = 1/2 [ sum_i log Sigma_ii - log det Sigma ].
+    """
+    covariance = _check_square("kl_full_to_moment_matched_diagonal", covariance)
+    factor = _cholesky("kl_full_to_moment_matched_diagonal", covariance)
+    return float(0.5 * (np.log(np.diag(covariance)).sum() - 2 * np.log(np.diag(factor)).sum()))
+
+
+def psd_square_root(matrix: np.ndarray) -> np.ndarray:
+    """Symmetric square root of a symmetric positive semi-definite matrix (eigendecomposition).
+
+    Eigenvalues below zero (round-off) are clipped to zero. scipy.linalg.sqrtm gives the same
+    matrix for PSD input but is slower and may return complex round-off; the tests compare both.
+    """
+    matrix = _check_square("psd_square_root", matrix)
+    values, vectors = scipy.linalg.eigh(0.5 * (matrix + matrix.T))
+    return (vectors * np.sqrt(np.clip(values, 0.0, None))) @ vectors.T
+
+
+def wasserstein2_gaussian(
+    mean_p: np.ndarray, covariance_p: np.ndarray, mean_q: np.ndarray, covariance_q: np.ndarray
+) -> float:
+    """2-Wasserstein distance between N(m_p, S_p) and N(m_q, S_q) (Dowson & Landau 1982).
+
+    W2^2 = |m_p - m_q|^2 + tr S_p + tr S_q - 2 tr (S_p^1/2 S_q S_p^1/2)^1/2.
+
+    The trace of the inner square root is the sum of square roots of the (clipped) eigenvalues of
+    the symmetric matrix S_p^1/2 S_q S_p^1/2. Returns W2 (not squared).
+    """
+    covariance_p = _check_square("wasserstein2_gaussian p", covariance_p)
+    covariance_q = _check_square("wasserstein2_gaussian q", covariance_q)
+    root_p = psd_square_root(covariance_p)
+    middle = root_p @ covariance_q @ root_p
+    values = scipy.linalg.eigvalsh(0.5 * (middle + middle.T))
+    cross = np.sqrt(np.clip(values, 0.0, None)).sum()
+    squared_mean = float(((np.asarray(mean_p) - np.asarray(mean_q)) ** 2).sum())
+    squared = squared_mean + np.trace(covariance_p) + np.trace(covariance_q) - 2 * cross
+    return float(np.sqrt(max(squared, 0.0)))
+
+
+def diagonal_gap(covariance: np.ndarray) -> dict[str, float]:
+    """All gap measures for one full covariance (mean kept, so the means do not enter).
+
+    Returns:
+        kl_diag_full: KL(q_diag || q_full) (004, Fig. 2);
+        wasserstein2: W2(q_diag, q_full) (the blog's Wasserstein figure, between the Gaussians);
+        kl_full_diag: KL(q_full || N(mu, diag Sigma)) (the blog's KL direction).
+    """
+    covariance = _check_square("diagonal_gap", covariance)
+    variance = closest_diagonal_variance(covariance)
+    zero = np.zeros(len(covariance))
+    return {
+        "kl_diag_full": kl_closest_diagonal(covariance),
+        "wasserstein2": wasserstein2_gaussian(zero, np.diag(variance), zero, covariance),
+        "kl_full_diag": kl_full_to_moment_matched_diagonal(covariance),
+    }

@@ -1,0 +1,85 @@
+"""The depth reproduction: model pieces, and a tiny end-to-end run writing every output."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from vbnn.experiments import depth
+from vbnn.experiments.depth_models import (
+    SoftplusMeanFieldLinear,
+    depth_widths,
+    parameter_count,
+    softplus_inverse,
+)
+from vbnn.random import ModelGenerators
+from vbnn.types import ForwardMode
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture
+def data_dir_or_none() -> Path | None:
+    """The data directory holding Fashion-MNIST, or None (that part of the run is skipped)."""
+    candidate = Path(os.environ.get("VBNN_DATA_DIR", SHARED_DATA))
+    found = (candidate / "fashion-mnist" / "t10k-labels-idx1-ubyte.gz").is_file()
+    return candidate if found else None
+
+
+@pytest.mark.parametrize(("layers", "width"), [(1, 249), (2, 29), (3, 20), (5, 14)])
+def test_widths_are_the_largest_under_the_budget(layers: int, width: int) -> None:
+    sizes = depth_widths(layers)
+    assert sizes == [2, *[width] * layers, 1]
+    assert parameter_count(sizes) <= 1000 < parameter_count([2, *[width + 1] * layers, 1])
+
+
+def test_softplus_layer_starts_at_the_requested_std_and_samples_its_marginals() -> None:
+    assert math.log1p(math.exp(softplus_inverse(1e-6))) == pytest.approx(1e-6, rel=1e-9)
+    layer = SoftplusMeanFieldLinear(3, 2, ModelGenerators([0]), posterior_std=0.7)
+    weight_std, bias_std = layer.posterior_std()
+    torch.testing.assert_close(bias_std, torch.full((1, 2), 0.7))
+    torch.testing.assert_close(weight_std, torch.full((1, 3, 2), 0.7))
+    # LRT output: mean x mu + b, variance sum_i x_i^2 s^2 + s^2 = (5.25 + 1) 0.49
+    x = torch.tensor([[[1.0, -2.0, 0.5]]]).expand(1, 40_000, 3).contiguous()
+    out = layer(x, ForwardMode.SAMPLE, ModelGenerators([1]))
+    expected_mean = layer(x[:, :1], ForwardMode.MEAN)[0, 0]
+    standard_error = math.sqrt(6.25 * 0.49 / 40_000)
+    assert (out.mean(1)[0] - expected_mean).abs().max() < 5 * standard_error
+    torch.testing.assert_close(out.var(1)[0], torch.full((2,), 6.25 * 0.49), rtol=0.05, atol=0)
+
+
+def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none) -> None:
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    flags = [
+        "--quick", "--out", str(tmp_path), "--depths", "1,3", "--activations", "relu,identity",
+        "--points", "200", "--warmup", "5", "--samples", "12", "--epochs", "1",
+        "--max-tree-depth", "3", "--heatmap-samples", "500",
+    ]  # fmt: skip
+    if data_dir_or_none is None:
+        flags.append("--no-fashion")
+    else:
+        flags += ["--data-dir", str(data_dir_or_none), "--fashion-images", "1000"]
+        flags += ["--fashion-samples", "300"]
+    depth.run(parser.parse_args(flags))
+    expected = [
+        "product_covariance.png", "product_support.csv", "depth_units.csv", "depth_gap.csv",
+        "depth_gap.png", "summary.json",
+    ]  # fmt: skip
+    if data_dir_or_none is not None:
+        expected += ["fashion_product_covariance.png", "fashion_product.json"]
+    for name in expected:
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert len(list((tmp_path / "units").glob("*.json"))) == 4
+    assert len(list((tmp_path / "samples").glob("*.npz"))) == 4
+    assert "QUICK MODE" in (tmp_path / "summary.json").read_text()
+    # a second run re-plots from the cache without sampling again
+    units_before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "units").glob("*.json")}
+    depth.run(parser.parse_args([*flags, "--no-fashion"]))
+    units_after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "units").glob("*.json")}
+    assert units_before == units_after
