@@ -33,9 +33,9 @@ estimated with one Monte Carlo sample of eps per weight (the papers use nu = 1e-
 from __future__ import annotations
 
 import math
-from itertools import pairwise
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import pairwise
 
 import torch
 from torch.nn import functional
@@ -194,8 +194,8 @@ def log_uniform_kl_by_quadrature(log_alpha: float) -> float:
     """True KL(N(mu, alpha mu^2) || LogU) under the normalisation above, by numerical integration.
 
     E_eps log|a + eps| with a = alpha^(-1/2), integrated with scipy.quad split at the log
-    singularity eps = -a (the
-    normal density outside [-12, 12] is below 1e-31 and is left out). Used by the tests and the report; needs scipy.
+    singularity eps = -a (the normal density outside [-12, 12] is below 1e-31 and is left out).
+    Used by the tests and the report; needs scipy.
     """
     from scipy import integrate, stats
 
