@@ -87,7 +87,7 @@ def train_classifier(
             data = -functional.cross_entropy(logits[0], labels[index], reduction="mean")
             kl = model.kl(prior).sum()
             loss = -data + config.kl_weight * kl / count
-            if not math.isfinite(float(loss)):
+            if not math.isfinite(float(loss.detach())):
                 raise FloatingPointError(f"non-finite loss at epoch {epoch}, step {step}")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

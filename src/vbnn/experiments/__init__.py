@@ -17,7 +17,9 @@ import importlib
 from types import ModuleType
 
 # name on the command line -> module under vbnn.experiments
-REPRODUCTIONS: dict[str, str] = {}
+REPRODUCTIONS: dict[str, str] = {
+    "variance-networks": "variance_networks",
+}
 
 
 def load(name: str) -> ModuleType:
