@@ -72,7 +72,7 @@ def train_classifier(
         FloatingPointError: the loss becomes NaN or inf (names the epoch and step).
     """
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
-    generators = ModelGenerators([config.seed])
+    generators = ModelGenerators.for_keys(config.seed, [0], "train")
     shuffle = torch.Generator().manual_seed(config.seed)
     count = len(labels)
     seconds = []
@@ -106,7 +106,7 @@ def evaluate_elbo(
 ) -> dict[str, float]:
     """ELBO terms over the whole set: data term sum_n log p(t_n | x_n, W) (one LRT sample),
     KL, ELBO = data - KL (nats, totals)."""
-    generators = ModelGenerators([seed])
+    generators = ModelGenerators.for_keys(seed, [0], "eval")
     data = 0.0
     for first in range(0, len(labels), 1000):
         logits = model(images[first : first + 1000].unsqueeze(0), ForwardMode.SAMPLE, generators)
@@ -127,7 +127,7 @@ def accuracies(
     """Accuracy (%) of model 0 in each inference mode on (images, labels)."""
     out = {}
     for mode in modes:
-        generators = ModelGenerators([seed])
+        generators = ModelGenerators.for_keys(seed, [0], "eval")
         probabilities = predict_probabilities(
             model, images.unsqueeze(0), mode, generators, samples=samples
         )

@@ -92,9 +92,9 @@ def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd
     centre, scale = x.mean(0), x.std(0)
     x, test_x = (x - centre) / scale, (test_x - centre) / scale
     models = len(seeds)
-    network = ToyNetwork(ModelGenerators(list(seeds)))
+    network = ToyNetwork(ModelGenerators.for_keys(seeds[0], range(models), "init"))
     optimizer = torch.optim.Adam(network.parameters(), lr=3e-3)
-    generators = ModelGenerators([s + 1000 for s in seeds])
+    generators = ModelGenerators.for_keys(seeds[0], range(models), "train")
     batch = x.unsqueeze(0).expand(models, -1, -1)
     prior = LogUniformPrior()
     for _ in range(steps):
@@ -108,7 +108,11 @@ def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd
     rows = []
     for mode in InferenceMode:
         probabilities = predict_probabilities(
-            network, test_batch, mode, ModelGenerators(list(seeds)), samples=20
+            network,
+            test_batch,
+            mode,
+            ModelGenerators.for_keys(seeds[0], range(models), "eval"),
+            samples=20,
         )
         for m, seed in enumerate(seeds):
             value = 100 * float(accuracy(probabilities, test_y)[m])

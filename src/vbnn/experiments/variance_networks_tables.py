@@ -62,7 +62,7 @@ def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, 
     """Train (or reload the stored result of) one LeNet-5 run; returns (model, result dict)."""
     train_x, train_y, test_x, test_y = data
     folder = out / "runs"
-    model = LeNet5(config, ModelGenerators([seed]))
+    model = LeNet5(config, ModelGenerators.for_keys(seed, [0], "init"))
     record_path, state_path = folder / f"{name}.json", folder / f"{name}.pt"
     key = {"budget": asdict(budget), "config": repr(config), "seed": seed}
     if record_path.is_file() and state_path.is_file():
