@@ -79,7 +79,9 @@ def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, 
         tracker = PhaseTransitionTracker(test_x[: budget.track_size], test_y[: budget.track_size],
                                          budget.samples, seed, extra)  # fmt: skip
     prior = LogUniformPrior()
-    settings = ClassifierConfig(epochs=budget.epochs, seed=seed)
+    settings = ClassifierConfig(
+        epochs=budget.epochs, seed=seed, log_alpha_learning_rate=budget.log_alpha_learning_rate
+    )
     seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name)
     model.eval()
     record = {

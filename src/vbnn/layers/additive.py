@@ -18,6 +18,7 @@ from vbnn.layers.stochastic import StochasticLayer, clip_log_alpha, dropout_kl
 from vbnn.random import ModelGenerators
 from vbnn.types import DropoutPrior
 
+MEAN_SQUARED_FLOOR = 1e-8
 DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when posterior_std is None
 
 
@@ -58,8 +59,13 @@ class AdditiveLayer(StochasticLayer):
         return mean + self.weight_log_std.exp() * noise
 
     def clipped_log_alpha(self) -> torch.Tensor:
-        """log alpha = 2 log sigma - log mu^2, clipped."""
-        return clip_log_alpha(2.0 * self.weight_log_std - torch.log(self.weight_mean**2))
+        """log alpha = 2 log sigma - log(mu^2 + 1e-8), clipped.
+
+        The 1e-8 (as in Molchanov et al.'s sparse variational dropout code) keeps the log finite
+        when the KL drives mu to 0 and mu^2 underflows in float32.
+        """
+        log_mean_squared = torch.log(self.weight_mean**2 + MEAN_SQUARED_FLOOR)
+        return clip_log_alpha(2.0 * self.weight_log_std - log_mean_squared)
 
     def kl(self, prior: object) -> torch.Tensor:
         """Dropout priors: through alpha; other priors (Gaussian): their diagonal KL. (M,)."""
