@@ -44,15 +44,16 @@ class Budget:
     kappa_size: int  # training examples summed over in kappa
     toy_steps: int
     toy_per_class: int
+    study_size: int  # test examples of the sparse-ensemble and pruning curves
     log_alpha_learning_rate: float | None = None
 
 
 BUDGETS = {
-    "tiny": Budget("tiny", 64, 32, 1, 2, 32, 16, 5, 10),
-    "quick": Budget("quick", 5000, 1000, 4, 10, 500, 500, 1500, 100),
+    "tiny": Budget("tiny", 64, 32, 1, 2, 32, 16, 5, 10, 32),
+    "quick": Budget("quick", 5000, 1000, 4, 10, 500, 500, 1500, 100, 1000),
     # full: all 60000 training images, 8 epochs (the papers train ~200): measured 41-78 s per
     # epoch per run at OMP_NUM_THREADS=1 (``--time-epoch``), 11 runs, ~1 h 45 min in all (README)
-    "full": Budget("full", 60000, 10000, 8, 20, 2000, 1000, 3000, 250),
+    "full": Budget("full", 60000, 10000, 8, 20, 2000, 1000, 3000, 250, 2000),
 }
 
 

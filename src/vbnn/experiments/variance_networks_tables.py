@@ -35,8 +35,10 @@ from vbnn.experiments.variance_networks_parts import (
 )
 from vbnn.lenet import LeNet5, LeNetConfig
 from vbnn.random import ModelGenerators
+from vbnn.types import InferenceMode
 
 DENSE1 = 2  # index of the first dense layer in LeNet5.layers
+TABLE1_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.ENSEMBLE)
 
 
 def published() -> dict:
@@ -58,8 +60,10 @@ def markdown(frame: pd.DataFrame) -> str:
 
 
 def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, progress,
-              track: bool = False, kappa: dict | None = None):  # fmt: skip
-    """Train (or reload the stored result of) one LeNet-5 run; returns (model, result dict)."""
+              track: bool = False, kappa: dict | None = None,
+              modes: tuple[InferenceMode, ...] = tuple(InferenceMode)):  # fmt: skip
+    """Train (or reload the stored result of) one LeNet-5 run; returns (model, result dict) with
+    the test accuracy in ``modes`` (each costs passes over the test set)."""
     train_x, train_y, test_x, test_y = data
     folder = out / "runs"
     model = LeNet5(config, ModelGenerators.for_keys(seed, [0], "init"))
@@ -77,7 +81,7 @@ def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, 
             extra = kappa_callback(DENSE1, train_x[: budget.kappa_size],
                                    train_y[: budget.kappa_size], kappa)  # fmt: skip
         tracker = PhaseTransitionTracker(test_x[: budget.track_size], test_y[: budget.track_size],
-                                         budget.samples, seed, extra)  # fmt: skip
+                                         min(budget.samples, 10), seed, extra)  # fmt: skip
     prior = LogUniformPrior()
     settings = ClassifierConfig(
         epochs=budget.epochs, seed=seed, log_alpha_learning_rate=budget.log_alpha_learning_rate
@@ -86,7 +90,7 @@ def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, 
     model.eval()
     record = {
         "key": key,
-        "accuracy": accuracies(model, test_x, test_y, budget.samples, seed),
+        "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, modes),
         "elbo": evaluate_elbo(model, prior, train_x, train_y, seed),
         "epoch_seconds": seconds,
         "mean_log_alpha": model.mean_log_alpha(),
@@ -112,7 +116,8 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
         config = LeNetConfig(families=families, activation="softplus")
         is_layer = label == "layer"
         model, record = train_run(f"table1-{label}", config, *args, track=is_layer,
-                                  kappa=kappa_store if is_layer else None)  # fmt: skip
+                                  kappa=kappa_store if is_layer else None,
+                                  modes=TABLE1_MODES)  # fmt: skip
         paper = reference.get("variance_networks_parameterizations", {}).get(label, [None] * 5)
         elbo = record["elbo"]
         rows[label] = {
@@ -133,15 +138,16 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
                 plot_kappa_histograms(kappa_store, out / "kappa_histograms.png")
             kappa = lenet_kappa(model, DENSE1, train_x[: budget.kappa_size],
                                 train_y[: budget.kappa_size])  # fmt: skip
-            sparse = sparse_ensemble_study(model, DENSE1, kappa, test_x, test_y,
-                                           budget.samples, seed)  # fmt: skip
+            study = (test_x[: budget.study_size], test_y[: budget.study_size])
+            sparse = sparse_ensemble_study(model, DENSE1, kappa, *study, budget.samples, seed)
             write_atomic(out / "sparse_ensemble.csv", sparse.to_csv(index=False))
             plot_curves(sparse, "log10_threshold",
                         ["ensemble_acc_mean", "ensemble_acc_zero"], out / "sparse_ensemble.png",
                         "sparse ensemble (002 Fig. 5)")  # fmt: skip
             sections.append("## Sparse ensemble (002 Fig. 5)\n\n" + markdown(sparse))
         if label == "zero-mean":
-            pruning = variance_pruning_study(model, DENSE1, test_x, test_y, budget.samples, seed)
+            study = (test_x[: budget.study_size], test_y[: budget.study_size])
+            pruning = variance_pruning_study(model, DENSE1, *study, budget.samples, seed)
             write_atomic(out / "variance_pruning.csv", pruning.to_csv(index=False))
             plot_curves(pruning, "sparsity", ["ensemble"], out / "variance_pruning.png",
                         "pruning the variance layer by sigma (003 Fig. 5)")  # fmt: skip
@@ -181,7 +187,8 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     rows = {}
     for label, families in TANH.items():
         config = LeNetConfig(families=families, activation="tanh", bias=False)
-        _, record = train_run(f"tanh-{label}", config, *args)
+        _, record = train_run(f"tanh-{label}", config, *args, modes=(
+            InferenceMode.DETERMINISTIC, InferenceMode.SAMPLE, InferenceMode.ENSEMBLE))  # fmt: skip
         paper = published_c.get(label, [None, None])
         rows[label] = {"stochastic": record["accuracy"]["sample"],
                        "ensemble": record["accuracy"]["ensemble"],
