@@ -132,3 +132,11 @@ def test_mnist_test_labels_have_the_official_counts(data_dir) -> None:
     assert images.shape == (10_000, 1, 28, 28) and float(images.max()) == 1.0
     counts = torch.bincount(labels).tolist()
     assert counts == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+
+def test_fashion_mnist_is_balanced(data_dir) -> None:
+    if not (data_dir / "fashion-mnist" / "t10k-labels-idx1-ubyte.gz").is_file():
+        pytest.skip("Fashion-MNIST not in the data directory")
+    images, labels = load_images("fashion-mnist", "test", data_dir)
+    assert images.shape == (10_000, 1, 28, 28)
+    assert torch.bincount(labels).tolist() == [1000] * 10

@@ -199,3 +199,20 @@ def test_wrong_conv_input_is_named() -> None:
     layer = make("vd-layer", conv=True)
     with pytest.raises(ValueError, match=r"expected \(M=2, N, 2, H, W\)"):
         layer(torch.randn(2, 3, 5, 4, 4, dtype=torch.float64), ForwardMode.MEAN)
+
+
+def test_zero_mean_approximation_is_harmless_for_large_alpha_only() -> None:
+    """003 Theorem 1: N(mu, alpha mu^2) -> N(0, alpha mu^2) changes the output mean by x mu, which
+    is negligible against the output std sqrt(alpha) |x| |mu| only when alpha is large."""
+    layer = make("vd-layer", conv=False, bias=False)
+    x = inputs(conv=False, rows=50)
+    for log_alpha, small in ((15.0, True), (-4.0, False)):
+        with torch.no_grad():
+            layer.log_alpha.fill_(log_alpha)
+        mean, var = layer.effective_moments()
+        with zero_mean_approximation(layer):
+            zero_mean, zero_var = layer.effective_moments()
+        torch.testing.assert_close(var, zero_var)
+        shift = (x @ (mean - zero_mean)).abs()
+        std = (x**2 @ var).sqrt()
+        assert bool((shift < 1e-3 * std).all()) is small
