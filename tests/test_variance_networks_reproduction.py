@@ -48,3 +48,17 @@ def test_tiny_reproduction_writes_every_file(tmp_path: Path, capsys) -> None:
     before = (out / "runs" / "table1-layer.json").stat().st_mtime_ns
     assert main([*argv, "--data-dir", str(data), "--no-progress"]) == 0
     assert (out / "runs" / "table1-layer.json").stat().st_mtime_ns == before
+
+
+def test_tiny_phase_only_run_writes_its_tracking(tmp_path: Path) -> None:
+    data = Path(os.environ.get("VBNN_DATA_DIR", SHARED_DATA))
+    if not (data / "mnist" / "train-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"MNIST not found under {data}")
+    out = tmp_path / "phase"
+    argv = ["reproduce", "variance-networks", "--size", "tiny", "--phase-only", "--epochs", "2"]
+    argv += ["--log-alpha-lr", "0.1", "--out", str(out), "--data-dir", str(data), "--no-progress"]
+    assert main(argv) == 0
+    tracking = (out / "phase_only_tracking.csv").read_text().splitlines()
+    assert tracking[0].startswith("epoch,deterministic,sample,ensemble,zero-mean,log_alpha_dense1")
+    assert len(tracking) == 3  # header + 2 epochs
+    assert (out / "phase_only_phase_transition.png").stat().st_size > 0

@@ -70,6 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
+        "--phase-only",
+        action="store_true",
+        help="only track the Table 1 layer-wise run per epoch (phase transition, kappa counts)",
+    )
+    parser.add_argument(
         "--log-alpha-lr",
         type=float,
         default=None,
@@ -102,8 +107,14 @@ def run(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     data = (train_x[: budget.train_size], train_y[: budget.train_size],
             test_x[: budget.test_size], test_y[: budget.test_size])  # fmt: skip
-    from vbnn.experiments.variance_networks_tables import make_tables
+    from vbnn.experiments.variance_networks_tables import make_tables, phase_transition_only
 
+    if args.phase_only:
+        frame = phase_transition_only(out, budget, data, args.seed, not args.no_progress)
+        rate = budget.log_alpha_learning_rate or 1e-3
+        print(f"budget {budget.name}, {budget.epochs} epochs, log alpha learning rate {rate}:")
+        print(frame.round(2).to_string(index=False))
+        return
     make_tables(out, budget, data, args.seed, progress=not args.no_progress)
     seconds = time.perf_counter() - started
     note = (

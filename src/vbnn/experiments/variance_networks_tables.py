@@ -204,3 +204,20 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     sections.insert(3, "## Toy 4-class problem, 2-neuron variance bottleneck (003 Fig. 1), "
                     "test accuracy %\n\n" + markdown(toy))  # fmt: skip
     write_atomic(out / "summary.md", "\n\n".join(sections) + "\n")
+
+
+def phase_transition_only(out: Path, budget: Budget, data, seed: int, progress: bool):
+    """The Table 1 layer-wise run alone, tracked every epoch (accuracy in four modes, mean log
+    alpha, count of log10 kappa > 1.5); writes phase_only_tracking.csv and its plot."""
+    config = LeNetConfig(families=("deterministic", "deterministic", "vd-layer", "deterministic"),
+                         activation="softplus")  # fmt: skip
+    store: dict = {}
+    _, record = train_run("phase-only-layer", config, budget, data, seed, out, progress,
+                          track=True, kappa=store, modes=TABLE1_MODES)  # fmt: skip
+    tracking = pd.DataFrame(record["tracking"])
+    write_atomic(out / "phase_only_tracking.csv", tracking.to_csv(index=False))
+    plot_phase_transition(tracking, out / "phase_only_phase_transition.png",
+                          "dense1 layer-wise, softplus")  # fmt: skip
+    if store:
+        plot_kappa_histograms(store, out / "phase_only_kappa_histograms.png")
+    return tracking
