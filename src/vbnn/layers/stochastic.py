@@ -83,7 +83,9 @@ class Operator:
                 f"input of shape {tuple(x.shape)} does not fit this layer: expected {expected}"
             )
 
-    def apply(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    def apply(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
         """x @ weight (+ bias) or the grouped convolution; see the module docstring for shapes."""
         if self.kernel_size is None:
             if bias is None:
