@@ -259,3 +259,35 @@ class RunResult:
     config: TrainConfig
     splits: tuple[SplitResult, ...]
     notes: tuple[str, ...] = field(default=())
+
+
+# --- Variance networks (issue 4; 002_05369ebb4f396b47.txt, 003_6d46223d87d84c68.txt) ---------
+
+
+class InferenceMode(str, Enum):
+    """How a trained stochastic network predicts (003, eqs. 2-3 and Theorem 1).
+
+    DETERMINISTIC: mean propagation, weights replaced by their expectations (eq. 3).
+    SAMPLE: one weight sample per model, shared by the examples ("1 samp." of Table 2).
+    ENSEMBLE: test-time averaging of the predictive probabilities over K weight samples (eq. 2).
+    ZERO_MEAN: ENSEMBLE with each Gaussian posterior N(mu, alpha mu^2) replaced by N(0, alpha mu^2).
+    """
+
+    DETERMINISTIC = "deterministic"
+    SAMPLE = "sample"
+    ENSEMBLE = "ensemble"
+    ZERO_MEAN = "zero-mean"
+
+
+@runtime_checkable
+class DropoutPrior(Protocol):
+    """A prior whose KL to the variational-dropout posterior N(mu, alpha mu^2) is known per alpha.
+
+    ``kl_dropout`` takes the means and log alpha (broadcastable to the means) and returns the KL
+    summed over all but the leading model dim, (M,). ``kl_zero_mean`` is the KL of the zero-mean
+    posterior N(0, std^2) (appendix F of 003), (M,).
+    """
+
+    def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor: ...
+
+    def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor: ...

@@ -20,6 +20,7 @@ from types import ModuleType
 REPRODUCTIONS: dict[str, str] = {
     "overpruning": "overpruning",  # 000: tuned Table 1 with SGLD, Figures 1-5
     "depth": "depth",  # 004 + blog: product covariance, NUTS, diagonal gap vs depth
+    "variance-networks": "variance_networks",  # 002 + 003: variance layers, kappa, LeNet-5
 }
 
 

@@ -1,0 +1,210 @@
+"""Priors of the variance-networks papers and their KL to Gaussian-dropout posteriors.
+
+Posterior q(w) = N(mu, alpha mu^2) (variational dropout), or N(0, sigma^2) (zero-mean layer).
+Sources: 002_05369ebb4f396b47.txt eqs. 9-10 and appendices B-C; 003_6d46223d87d84c68.txt eqs. 6-11
+and appendix F.
+
+Normalisation of the improper log-uniform prior p(w) ~ 1/|w|. Up to an additive constant,
+
+    KL(N(mu, alpha mu^2) || LogU) = -1/2 log alpha + E_eps log|1 + sqrt(alpha) eps| + C  (003 eq 8)
+                                  = E_eps log|alpha^(-1/2) + eps| + C,
+
+and we fix C = -E log|eps| = (euler_gamma + log 2) / 2 so that KL -> 0 as alpha -> infinity, the
+convention of Molchanov et al. (2017) whose approximation (002 eq. 10, sign garbled in the text) is
+
+    KL ~= k1 - k1 sigmoid(k2 + k3 log alpha) + 1/2 log(1 + 1/alpha),
+    k1 = 0.63576, k2 = 1.87320, k3 = 1.48695.
+
+With this convention the zero-mean layer's KL (the alpha -> infinity limit, 003 appendix F) is
+exactly 0 for every sigma.
+
+ARD (003 eq. 11): with the optimal prior variance lambda^2 = (alpha + 1) mu^2,
+KL(N(mu, alpha mu^2) || N(0, lambda^2)) = 1/2 log(1 + 1/alpha). The paper prints log(1 + 1/alpha)
+without the 1/2; the Gaussian KL formula gives 1/2 (tested against torch.distributions).
+
+Student-t with nu degrees of freedom (002 eq. 25, 003 eq. 10), w = mu + sigma eps:
+
+    KL = -1/2 log(2e) - log sigma - lgamma((nu+1)/2) + 1/2 log nu + lgamma(nu/2)
+         + (nu+1)/2 E log(nu + w^2) - (nu+1)/2 log nu,
+
+estimated with one Monte Carlo sample of eps per weight (the papers use nu = 1e-16).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from itertools import pairwise
+
+import torch
+from torch.nn import functional
+
+K1, K2, K3 = 0.63576, 1.87320, 1.48695
+# C = -E log|eps| for eps ~ N(0, 1): E log|eps| = -(euler_gamma + log 2) / 2.
+EULER_GAMMA = 0.5772156649015329
+LOG_UNIFORM_CONSTANT = 0.5 * (EULER_GAMMA + math.log(2.0))
+
+
+def _sum_per_model(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(t.shape[0], -1).sum(dim=1)
+
+
+def kl_log_uniform_approximation(log_alpha: torch.Tensor) -> torch.Tensor:
+    """Elementwise Molchanov et al. approximation of KL(N(mu, alpha mu^2) || LogU) (002 eq. 10)."""
+    return K1 - K1 * torch.sigmoid(K2 + K3 * log_alpha) + 0.5 * functional.softplus(-log_alpha)
+
+
+def kl_log_uniform_one_sample(log_alpha: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """Elementwise unbiased one-sample estimate (002 eq. 9): log|alpha^(-1/2) + eps| + C.
+
+    -1/2 log alpha + log|1 + sqrt(alpha) eps| is rewritten as log|alpha^(-1/2) + eps| so that it
+    stays finite for large alpha. ``eps`` ~ N(0, 1) has the shape of the broadcast result.
+    """
+    return torch.log(torch.abs(torch.exp(-0.5 * log_alpha) + eps)) + LOG_UNIFORM_CONSTANT
+
+
+def kl_ard(log_alpha: torch.Tensor) -> torch.Tensor:
+    """Elementwise KL(N(mu, alpha mu^2) || N(0, (alpha + 1) mu^2)) = 1/2 log(1 + 1/alpha)."""
+    return 0.5 * functional.softplus(-log_alpha)
+
+
+def kl_student_t_one_sample(
+    mean: torch.Tensor, std: torch.Tensor, nu: float, eps: torch.Tensor
+) -> torch.Tensor:
+    """Elementwise one-sample estimate of KL(N(mean, std^2) || Student-t(nu)) (002 eq. 25)."""
+    log_nu = math.log(nu)
+    constant = (
+        -0.5 * math.log(2.0 * math.e)
+        - math.lgamma(0.5 * (nu + 1.0))
+        + 0.5 * log_nu
+        + math.lgamma(0.5 * nu)
+        - 0.5 * (nu + 1.0) * log_nu
+    )
+    weight = mean + std * eps
+    return constant - torch.log(std) + 0.5 * (nu + 1.0) * torch.log(nu + weight * weight)
+
+
+class KLEstimator(str, Enum):
+    """How the log-uniform KL is computed."""
+
+    APPROXIMATION = "approximation"  # Molchanov et al. sigmoid fit (002 eq. 10)
+    ONE_SAMPLE = "one-sample"  # unbiased Monte Carlo (002 eq. 9)
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(int(seed))
+
+
+@dataclass(frozen=True)
+class LogUniformPrior:
+    """Symmetric log-uniform p(w) ~ 1/|w| (improper), KL normalised to 0 at alpha = infinity.
+
+    Args:
+        estimator: the sigmoid approximation or the one-sample estimate.
+        seed: seeds the generator of the one-sample estimate.
+    """
+
+    estimator: KLEstimator = KLEstimator.APPROXIMATION
+    seed: int = 0
+    generator: torch.Generator = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "estimator", KLEstimator(self.estimator))
+        object.__setattr__(self, "generator", _generator(self.seed))
+
+    def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
+        log_alpha = torch.broadcast_to(log_alpha, mean.shape)
+        if self.estimator is KLEstimator.APPROXIMATION:
+            return _sum_per_model(kl_log_uniform_approximation(log_alpha))
+        eps = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype)
+        return _sum_per_model(kl_log_uniform_one_sample(log_alpha, eps))
+
+    def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
+        """Constant in sigma (003 appendix F); 0 under this normalisation."""
+        return torch.zeros(std.shape[0], dtype=std.dtype)
+
+    def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """For N(mean, std^2): alpha = std^2 / mean^2."""
+        return self.kl_dropout(mean, 2.0 * (torch.log(std) - torch.log(torch.abs(mean))))
+
+    def kl_full(self, mean, strictly_lower, log_diagonal) -> torch.Tensor:
+        raise TypeError("LogUniformPrior has no KL for correlated Gaussians")
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """Unnormalised log density -log|w|, summed per model."""
+        return _sum_per_model(-torch.log(torch.abs(value)))
+
+
+@dataclass(frozen=True)
+class StudentTPrior:
+    """Student-t prior with ``nu`` degrees of freedom; KL by one-sample Monte Carlo (003 eq. 10)."""
+
+    nu: float = 1e-16
+    seed: int = 0
+    generator: torch.Generator = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.nu > 0:
+            raise ValueError(f"StudentTPrior: nu must be > 0, got {self.nu!r}")
+        object.__setattr__(self, "generator", _generator(self.seed))
+
+    def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        mean, std = torch.broadcast_tensors(mean, std)
+        eps = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype)
+        return _sum_per_model(kl_student_t_one_sample(mean, std, self.nu, eps))
+
+    def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
+        return self.kl_diagonal(mean, torch.exp(0.5 * log_alpha) * torch.abs(mean))
+
+    def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
+        return self.kl_diagonal(torch.zeros_like(std), std)
+
+    def kl_full(self, mean, strictly_lower, log_diagonal) -> torch.Tensor:
+        raise TypeError("StudentTPrior has no KL for correlated Gaussians")
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        dist = torch.distributions.StudentT(torch.tensor(self.nu, dtype=value.dtype))
+        return _sum_per_model(dist.log_prob(value))
+
+
+@dataclass(frozen=True)
+class ARDPrior:
+    """Automatic relevance determination N(0, lambda^2), lambda^2 at its optimum (003 eq. 11)."""
+
+    def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
+        return _sum_per_model(kl_ard(torch.broadcast_to(log_alpha, mean.shape)))
+
+    def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
+        """The optimal prior equals q: KL = 0."""
+        return torch.zeros(std.shape[0], dtype=std.dtype)
+
+    def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """Optimal lambda^2 = mean^2 + std^2: KL = 1/2 log(1 + mean^2 / std^2)."""
+        return _sum_per_model(0.5 * torch.log1p((mean / std) ** 2))
+
+    def kl_full(self, mean, strictly_lower, log_diagonal) -> torch.Tensor:
+        raise TypeError("ARDPrior has no KL for correlated Gaussians")
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        raise TypeError("ARDPrior's variance is set by the posterior: it has no fixed density")
+
+
+def log_uniform_kl_by_quadrature(log_alpha: float) -> float:
+    """True KL(N(mu, alpha mu^2) || LogU) under the normalisation above, by numerical integration.
+
+    E_eps log|a + eps| with a = alpha^(-1/2), integrated with scipy.quad split at the log
+    singularity eps = -a (the normal density outside [-12, 12] is below 1e-31 and is left out).
+    Used by the tests and the report; needs scipy.
+    """
+    from scipy import integrate, stats
+
+    a = math.exp(-0.5 * log_alpha)
+
+    def integrand(eps: float) -> float:
+        return math.log(abs(a + eps)) * stats.norm.pdf(eps)
+
+    # the normal density beyond |eps| = 12 is below 1e-31: integrate on [-12, 12], split at -a
+    cuts = [-12.0, *([-a] if a < 12.0 else []), 12.0]
+    total = sum(integrate.quad(integrand, lo, hi, limit=200)[0] for lo, hi in pairwise(cuts))
+    return total + LOG_UNIFORM_CONSTANT

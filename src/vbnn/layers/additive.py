@@ -1,0 +1,77 @@
+"""Additive parameterization: q(w) = N(mu, sigma^2) with the dropout priors (003 eq. 14).
+
+Same distribution as mean-field Gaussian, but its KL to the log-uniform / Student-t / ARD priors is
+taken through alpha = sigma^2 / mu^2 (log alpha clipped to ``LOG_ALPHA_RANGE``), as in sparse
+variational dropout (Molchanov et al. 2017). The additive and the weight-wise parameterizations
+describe the same set of posteriors; they differ only in the optimisation variables (mu, log sigma)
+vs (mu, log alpha). LRT as in appendix E of 003. Biases are point parameters (optional).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from vbnn.layers.stochastic import StochasticLayer, clip_log_alpha, dropout_kl
+from vbnn.random import ModelGenerators
+from vbnn.types import DropoutPrior
+
+MEAN_SQUARED_FLOOR = 1e-8
+DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when posterior_std is None
+
+
+class AdditiveLayer(StochasticLayer):
+    """N(mu, sigma^2) weights; dense, or conv2d when ``kernel_size`` is set.
+
+    Args:
+        posterior_std: initial sigma of every weight (None: 0.1 / sqrt(fan_in)).
+        Other arguments as ``VariationalDropoutLayer``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        generators: ModelGenerators,
+        posterior_std: float | None = None,
+        dtype: torch.dtype = torch.float32,
+        *,
+        kernel_size: int | None = None,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self._setup(in_features, out_features, generators, kernel_size, bias, dtype)
+        self.weight_mean = nn.Parameter(self.initial_mean(generators, dtype))
+        if posterior_std is None:
+            posterior_std = DEFAULT_RELATIVE_STD / math.sqrt(self.operator.fan_in())
+        self.weight_log_std = nn.Parameter(
+            torch.full_like(self.weight_mean, math.log(posterior_std))
+        )
+
+    def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.weight_mean, torch.exp(2.0 * self.weight_log_std)
+
+    def sample_weight(self, generators: ModelGenerators) -> torch.Tensor:
+        mean = self.weight_mean
+        noise = generators.randn(*mean.shape[1:], dtype=mean.dtype)
+        return mean + self.weight_log_std.exp() * noise
+
+    def clipped_log_alpha(self) -> torch.Tensor:
+        """log alpha = 2 log sigma - log(mu^2 + 1e-8), clipped.
+
+        The 1e-8 (as in Molchanov et al.'s sparse variational dropout code) keeps the log finite
+        when the KL drives mu to 0 and mu^2 underflows in float32.
+        """
+        log_mean_squared = torch.log(self.weight_mean**2 + MEAN_SQUARED_FLOOR)
+        return clip_log_alpha(2.0 * self.weight_log_std - log_mean_squared)
+
+    def kl(self, prior: object) -> torch.Tensor:
+        """Dropout priors: through alpha; other priors (Gaussian): their diagonal KL. (M,)."""
+        if isinstance(prior, DropoutPrior):
+            return dropout_kl(prior, self.weight_mean, self.clipped_log_alpha())
+        return prior.kl_diagonal(self.weight_mean, self.weight_log_std.exp())
+
+    def mean_log_alpha(self) -> torch.Tensor:
+        return self.clipped_log_alpha().detach().reshape(self.num_models, -1).mean(1)

@@ -1,0 +1,124 @@
+"""Variational dropout: q(w) = N(mu, alpha mu^2), alpha shared per layer, output neuron or weight.
+
+Sources: 003_6d46223d87d84c68.txt eq. 14 (layer-wise, neuron-wise, weight-wise parameterizations),
+appendix E eqs. 39 and 41 (local reparameterization, dense and convolutional):
+
+    dense:  b_j = sum_i mu_ij a_i + eps_j sqrt( sum_i a_i^2 alpha_ij mu_ij^2 ),
+    conv:   b_j = A * mu_j + eps_j (.) sqrt( A^2 * (alpha_j (.) mu_j^2) ),
+
+eps independent per example (and per output position). Parameters: mu and log alpha (clipped to
+``LOG_ALPHA_RANGE``); biases are point parameters (optional). Shapes of log alpha:
+
+    sharing  dense (weight M, I, O)   conv (weight M, O, C, k, k)
+    layer    (M, 1, 1)                (M, 1, 1, 1, 1)
+    neuron   (M, 1, O)                (M, O, 1, 1, 1)
+    weight   (M, I, O)                (M, O, C, k, k)
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+
+import torch
+from torch import nn
+
+from vbnn.layers.stochastic import StochasticLayer, clip_log_alpha, dropout_kl
+from vbnn.random import ModelGenerators
+
+DEFAULT_LOG_ALPHA = -4.0  # initial log alpha when posterior_std is not given (sqrt(alpha) ~ 0.14)
+
+
+class AlphaSharing(str, Enum):
+    LAYER = "layer"
+    NEURON = "neuron"
+    WEIGHT = "weight"
+
+
+def log_alpha_shape(weight_shape: tuple[int, ...], sharing: AlphaSharing, conv: bool):
+    """Shape of log alpha for a weight of ``weight_shape`` (see the module docstring)."""
+    models = weight_shape[0]
+    if sharing is AlphaSharing.WEIGHT:
+        return weight_shape
+    if sharing is AlphaSharing.LAYER:
+        return (models,) + (1,) * (len(weight_shape) - 1)
+    if conv:
+        return (models, weight_shape[1], 1, 1, 1)
+    return (models, 1, weight_shape[2])
+
+
+class VariationalDropoutLayer(StochasticLayer):
+    """Gaussian dropout posterior N(mu, alpha mu^2); dense, or conv2d when ``kernel_size`` is set.
+
+    Args:
+        in_features, out_features: I and O (input and output channels for conv).
+        generators: one per model; draw the LeCun-normal initial means.
+        posterior_std: initial sqrt(alpha), the std as a fraction of |mu| (None: log alpha = -4).
+        dtype: parameter dtype.
+        sharing: one alpha per layer, per output neuron (channel) or per weight.
+        kernel_size: None for a dense layer, k for a k x k convolution (stride 1, no padding).
+        bias: whether the layer has a (point) bias.
+    """
+
+    sharing = AlphaSharing.LAYER
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        generators: ModelGenerators,
+        posterior_std: float | None = None,
+        dtype: torch.dtype = torch.float32,
+        *,
+        sharing: AlphaSharing | str | None = None,
+        kernel_size: int | None = None,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self._setup(in_features, out_features, generators, kernel_size, bias, dtype)
+        if sharing is not None:
+            self.sharing = AlphaSharing(sharing)
+        self.weight_mean = nn.Parameter(self.initial_mean(generators, dtype))
+        start = DEFAULT_LOG_ALPHA if posterior_std is None else 2.0 * math.log(posterior_std)
+        shape = log_alpha_shape(
+            tuple(self.weight_mean.shape), self.sharing, kernel_size is not None
+        )
+        self.log_alpha = nn.Parameter(torch.full(shape, start, dtype=dtype))
+
+    def clipped_log_alpha(self) -> torch.Tensor:
+        return clip_log_alpha(self.log_alpha)
+
+    def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = self.weight_mean
+        return mean, torch.exp(self.clipped_log_alpha()) * mean * mean
+
+    def sample_weight(self, generators: ModelGenerators) -> torch.Tensor:
+        mean, var = self.weight_moments()
+        return mean + var.sqrt() * generators.randn(*mean.shape[1:], dtype=mean.dtype)
+
+    def kl(self, prior: object) -> torch.Tensor:
+        """KL(q || prior) of the weights, (M,); biases are point parameters (no KL)."""
+        return dropout_kl(prior, self.weight_mean, self.clipped_log_alpha())
+
+    def mean_log_alpha(self) -> torch.Tensor:
+        """Mean of log alpha over the layer's weights, per model (M,)."""
+        log_alpha = torch.broadcast_to(self.clipped_log_alpha(), self.weight_mean.shape)
+        return log_alpha.detach().reshape(self.num_models, -1).mean(1)
+
+
+class LayerDropoutLinear(VariationalDropoutLayer):
+    """Variational dropout with one alpha per layer."""
+
+    sharing = AlphaSharing.LAYER
+
+
+class NeuronDropoutLinear(VariationalDropoutLayer):
+    """Variational dropout with one alpha per output neuron (channel)."""
+
+    sharing = AlphaSharing.NEURON
+
+
+class WeightDropoutLinear(VariationalDropoutLayer):
+    """Variational dropout with one alpha per weight."""
+
+    sharing = AlphaSharing.WEIGHT

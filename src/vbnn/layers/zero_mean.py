@@ -1,0 +1,68 @@
+"""Gaussian variance layer: q(w) = N(0, sigma^2), information stored in the variances only.
+
+Source: 003_6d46223d87d84c68.txt section 3 and appendix E:
+
+    dense (eq. 40): b_j = eps_j sqrt( sum_i a_i^2 sigma_ij^2 ),
+    conv  (eq. 42): b_j = eps_j (.) sqrt( A^2 * sigma_j^2 ),
+
+eps independent per example and output position, so E[b] = 0 exactly (plus the bias, if any), and
+mean propagation (eq. 3) gives an output independent of the input. The KL to the log-uniform or ARD
+prior does not depend on sigma (appendix F); it is 0 under the normalisation of
+``vbnn.dropout_priors``. Parameter: log sigma.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from vbnn.layers.stochastic import StochasticLayer, zero_mean_kl
+from vbnn.random import ModelGenerators
+
+
+class ZeroMeanLayer(StochasticLayer):
+    """N(0, sigma^2) weights; dense, or conv2d when ``kernel_size`` is set.
+
+    Args:
+        posterior_std: initial sigma (None: 1 / sqrt(fan_in), the LeCun scale).
+        Other arguments as ``VariationalDropoutLayer``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        generators: ModelGenerators,
+        posterior_std: float | None = None,
+        dtype: torch.dtype = torch.float32,
+        *,
+        kernel_size: int | None = None,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self._setup(in_features, out_features, generators, kernel_size, bias, dtype)
+        shape = self.operator.weight_shape(self.num_models)
+        if posterior_std is None:
+            posterior_std = 1.0 / math.sqrt(self.operator.fan_in())
+        # a small random spread of log sigma breaks the symmetry between output neurons
+        spread = 0.1 * generators.randn(*shape[1:], dtype=dtype)
+        self.weight_log_std = nn.Parameter(math.log(posterior_std) + spread)
+
+    def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        var = torch.exp(2.0 * self.weight_log_std)
+        return torch.zeros_like(var), var
+
+    def sample_weight(self, generators: ModelGenerators) -> torch.Tensor:
+        std = self.weight_log_std.exp()
+        return std * generators.randn(*std.shape[1:], dtype=std.dtype)
+
+    def kl(self, prior: object) -> torch.Tensor:
+        return zero_mean_kl(prior, self.weight_log_std.exp())
+
+    def prune_by_std(self, threshold: float) -> float:
+        """Zero every weight with sigma < threshold (003 Fig. 5); returns the fraction pruned."""
+        mask = self.weight_log_std.detach().exp() < threshold
+        self.to_zero = mask
+        return float(mask.float().mean())

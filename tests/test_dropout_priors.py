@@ -1,0 +1,139 @@
+"""KL terms of the variance-networks priors against numerical integration and closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import integrate, stats
+from torch.distributions import Normal, kl_divergence
+
+from vbnn.dropout_priors import (
+    ARDPrior,
+    KLEstimator,
+    LogUniformPrior,
+    StudentTPrior,
+    kl_ard,
+    kl_log_uniform_approximation,
+    kl_log_uniform_one_sample,
+    kl_student_t_one_sample,
+    log_uniform_kl_by_quadrature,
+)
+
+GRID = np.linspace(-8.0, 10.0, 37)  # log alpha
+
+
+@pytest.fixture(scope="module")
+def true_kl() -> np.ndarray:
+    return np.array([log_uniform_kl_by_quadrature(a) for a in GRID])
+
+
+def test_quadrature_has_the_analytic_limits(true_kl: np.ndarray) -> None:
+    # alpha -> infinity: 0 by the normalisation; alpha -> 0: -1/2 log alpha + C
+    assert abs(log_uniform_kl_by_quadrature(30.0)) < 1e-9
+    assert abs(true_kl[0] - (4.0 + 0.5 * (0.5772156649015329 + math.log(2)))) < 1e-3
+
+
+def test_molchanov_approximation_matches_integration_within_0_01(true_kl: np.ndarray) -> None:
+    """Molchanov et al. report their fit good to ~0.01 nats; we find max error 0.0094."""
+    approx = kl_log_uniform_approximation(torch.tensor(GRID, dtype=torch.float64)).numpy()
+    assert np.abs(approx - true_kl).max() < 0.01
+
+
+def test_one_sample_estimate_is_unbiased(true_kl: np.ndarray) -> None:
+    generator = torch.Generator().manual_seed(0)
+    log_alpha = torch.tensor(GRID[::4], dtype=torch.float64).unsqueeze(1)
+    eps = torch.randn(len(log_alpha), 200_000, generator=generator, dtype=torch.float64)
+    draws = kl_log_uniform_one_sample(log_alpha, eps)
+    mean, error = draws.mean(1).numpy(), (draws.std(1) / math.sqrt(eps.shape[1])).numpy()
+    assert np.all(np.abs(mean - true_kl[::4]) < 5 * error)
+
+
+def test_kl_terms_decrease_in_alpha(true_kl: np.ndarray) -> None:
+    log_alpha = torch.tensor(GRID, dtype=torch.float64)
+    assert np.all(np.diff(true_kl) < 0)
+    assert torch.all(torch.diff(kl_log_uniform_approximation(log_alpha)) < 0)
+    assert torch.all(torch.diff(kl_ard(log_alpha)) < 0)
+
+
+def test_ard_kl_is_the_gaussian_kl_at_the_optimal_prior_variance() -> None:
+    """KL(N(mu, alpha mu^2) || N(0, (alpha + 1) mu^2)) = 1/2 log(1 + 1/alpha) (003 eq. 11 / 2)."""
+    mean = torch.tensor([-2.0, 0.3, 1.7], dtype=torch.float64)
+    for log_alpha in (-3.0, 0.0, 4.0):
+        alpha = math.exp(log_alpha)
+        exact = kl_divergence(
+            Normal(mean, math.sqrt(alpha) * mean.abs()),
+            Normal(0.0, math.sqrt(alpha + 1) * mean.abs()),
+        )
+        got = ARDPrior().kl_dropout(mean.unsqueeze(0), torch.tensor(log_alpha, dtype=mean.dtype))
+        torch.testing.assert_close(got, exact.sum().unsqueeze(0))
+        # the same value through the additive form KL(N(mu, sigma^2) || N(0, mu^2 + sigma^2))
+        std = math.sqrt(alpha) * mean.abs()
+        torch.testing.assert_close(ARDPrior().kl_diagonal(mean.unsqueeze(0), std.unsqueeze(0)), got)
+
+
+def _student_t_kl_by_quadrature(mean: float, std: float, nu: float) -> float:
+    def integrand(w: float) -> float:
+        return stats.norm.pdf(w, mean, std) * stats.t.logpdf(w, nu)
+
+    cross = integrate.quad(integrand, mean - 12 * std, mean + 12 * std, points=[0.0], limit=200)[0]
+    return -stats.norm.entropy(mean, std) - cross
+
+
+CASES = [(0.5, 0.3, 1.0), (-1.0, 2.0, 3.0), (0.2, 1.0, 1.0)]
+
+
+@pytest.mark.parametrize(("mean", "std", "nu"), CASES)
+def test_student_t_one_sample_estimate_is_unbiased(mean: float, std: float, nu: float) -> None:
+    eps = torch.randn(400_000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    draws = kl_student_t_one_sample(
+        torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64), nu, eps
+    )
+    error = float(draws.std()) / math.sqrt(len(eps))
+    assert abs(float(draws.mean()) - _student_t_kl_by_quadrature(mean, std, nu)) < 5 * error
+
+
+def test_student_t_with_vanishing_nu_is_log_uniform_plus_a_constant() -> None:
+    """002 eq. 27: as nu -> 0 the Student-t KL equals the log-uniform KL up to a constant."""
+    eps = torch.randn(50, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    differences = []
+    for mean in (3.0, 0.01, 0.7):  # w = mean (1 + sqrt(alpha) eps): mean > 0 keeps eps aligned
+        for log_alpha in (-4.0, 0.0, 6.0):
+            mean_t = torch.tensor(mean, dtype=torch.float64)
+            std = math.exp(0.5 * log_alpha) * abs(mean)
+            std_t = torch.tensor(std, dtype=eps.dtype)
+            student = kl_student_t_one_sample(mean_t, std_t, 1e-16, eps)
+            log_uniform = kl_log_uniform_one_sample(torch.tensor(log_alpha, dtype=eps.dtype), eps)
+            differences.append(student - log_uniform)
+    differences = torch.cat(differences)
+    assert float(differences.max() - differences.min()) < 1e-8
+
+
+def test_zero_mean_kl_is_constant_in_sigma() -> None:
+    """003 appendix F: KL(N(0, sigma^2) || LogU) does not depend on sigma (0 here); the same for
+    the Student-t estimate with nu = 1e-16 (identical noise gives identical values)."""
+    small, large = torch.full((1, 4), 0.01), torch.full((1, 4), 30.0)
+    assert float(LogUniformPrior().kl_zero_mean(small)) == 0.0
+    assert float(ARDPrior().kl_zero_mean(large)) == 0.0
+    values = [StudentTPrior(seed=3).kl_zero_mean(std.double()) for std in (small, large)]
+    torch.testing.assert_close(values[0], values[1], atol=1e-8, rtol=0)
+    # the zero-mean layer is the alpha -> infinity limit of the dropout posterior
+    assert abs(log_uniform_kl_by_quadrature(40.0)) < 1e-9
+
+
+def test_log_uniform_prior_estimators_agree_on_average() -> None:
+    mean = torch.randn(1, 20_000, dtype=torch.float64)
+    log_alpha = torch.tensor(0.5, dtype=torch.float64)
+    approx = LogUniformPrior().kl_dropout(mean, log_alpha)
+    sampled = LogUniformPrior(KLEstimator.ONE_SAMPLE, seed=4).kl_dropout(mean, log_alpha)
+    assert abs(float(approx - sampled)) / 20_000 < 0.02
+    # kl_diagonal goes through alpha = std^2 / mean^2
+    std = math.exp(0.25) * mean.abs()
+    torch.testing.assert_close(LogUniformPrior().kl_diagonal(mean, std), approx)
+
+
+def test_invalid_student_t_nu_is_named() -> None:
+    with pytest.raises(ValueError, match="nu must be > 0"):
+        StudentTPrior(nu=0.0)
