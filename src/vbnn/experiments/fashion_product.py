@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.nn import functional
 
-from vbnn.data.fashion import load_fashion_mnist
+from vbnn.data.mnist import ImageDataset, load_images
 from vbnn.layers.mean_field import MeanFieldLinear
 from vbnn.models import MLP
 from vbnn.priors import GaussianPrior
@@ -42,10 +42,16 @@ class FashionProductConfig:
     seed: int = 0
 
 
+def _flat(dataset: ImageDataset, split: str, data_dir) -> tuple[np.ndarray, np.ndarray]:
+    """Images as (N, 784) float32 in [0, 1] and labels (N,) int64 (md5-checked IDX files)."""
+    images, labels = load_images(dataset, split, data_dir)
+    return images.reshape(len(images), -1).numpy(), labels.numpy()
+
+
 def train_deep_linear(config: FashionProductConfig, data_dir: str | None) -> tuple[MLP, float]:
     """The trained mean-field deep linear network and its test accuracy (mean weights)."""
-    images, labels = load_fashion_mnist("train", data_dir)
-    test_images, test_labels = load_fashion_mnist("test", data_dir)
+    images, labels = _flat(ImageDataset.FASHION_MNIST, "train", data_dir)
+    test_images, test_labels = _flat(ImageDataset.FASHION_MNIST, "test", data_dir)
     x = torch.from_numpy(images[: config.train_size])
     y = torch.from_numpy(labels[: config.train_size])
     sizes = [784] + [config.width] * (config.layers - 1) + [10]
@@ -93,7 +99,7 @@ def product_block_covariance(
 
 def run_fashion_product(config: FashionProductConfig, data_dir: str | None) -> dict:
     """Train, sample and return the block covariance with what made it."""
-    images, _ = load_fashion_mnist("train", data_dir)
+    images, _ = _flat(ImageDataset.FASHION_MNIST, "train", data_dir)
     rows = np.sort(np.argsort(images[: config.train_size].var(0))[-config.pixels :])
     model, accuracy = train_deep_linear(config, data_dir)
     covariance = product_block_covariance(model, rows, config.samples, config.seed + 1)
