@@ -68,10 +68,11 @@ class _LocalReparameterizationSample(torch.autograd.Function):
 def batched_affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """x (M, N, I) @ weight (M, I, O) + bias (M, O) -> (M, N, O).
 
-    With O = 1 (the output layer of a regression network) a broadcast product and a sum: CPU
-    batched matrix-vector products run about 3x slower than that (benchmarks/README.md).
+    With O = 1 (the output layer of a regression network) and several models, a broadcast product
+    and a sum: CPU batched matrix-vector products run about 3x slower than that for M = 20, but
+    faster for M = 1 (benchmarks/README.md).
     """
-    if weight.shape[-1] == 1:
+    if weight.shape[-1] == 1 and weight.shape[0] > 1:
         return (x * weight.transpose(1, 2)).sum(-1, keepdim=True).add_(bias.unsqueeze(1))
     return torch.baddbmm(bias.unsqueeze(1), x, weight)
 

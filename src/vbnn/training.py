@@ -18,6 +18,7 @@ from vbnn.models import MLP, GaussianLikelihood
 from vbnn.objectives import elbo, log_joint, log_likelihood
 from vbnn.priors import GaussianPrior
 from vbnn.random import ModelGenerators
+from vbnn.runtime import one_core_for_noise
 from vbnn.types import ForwardMode, Method, TrainConfig
 
 Objective = Callable[[], dict[str, torch.Tensor]]
@@ -153,7 +154,7 @@ def fit(
         mininterval=0.5,
     )
     terms: dict[str, torch.Tensor] = {}
-    with generators.drawing_ahead():
+    with generators.drawing_ahead(), one_core_for_noise():
         for iteration in range(1, iterations + 1):
             terms = objective()
             if not bool(torch.isfinite(terms["objective"]).all()):
