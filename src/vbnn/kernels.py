@@ -130,8 +130,8 @@ class _Tanh(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         (out,) = ctx.saved_tensors
-        damped = torch.mul(grad, out).mul_(out)
-        return torch.sub(grad, damped, out=damped)
+        damped = torch.mul(grad, out)
+        return torch.addcmul(grad, damped, out, value=-1.0, out=damped)  # grad (1 - out^2)
 
 
 def tanh(x: torch.Tensor) -> torch.Tensor:
