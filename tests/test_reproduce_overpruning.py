@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -29,3 +30,20 @@ def test_tiny_reproduction_writes_every_file_and_resumes(data_dir: Path, tmp_pat
     with sqlite3.connect(out / "results.sqlite") as connection:
         assert connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 6
     assert (out / "table1.md").read_text().split("Marks")[0] == table.split("Marks")[0]
+
+
+def test_per_split_tuning_stores_each_splits_own_values(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["reproduce", "overpruning", "--out", str(out), "--tune", "per-split", "--no-figures",
+            "--datasets", "yacht", "--methods", "gd", "--splits", "0-1", "--iterations", "20",
+            "--trials", "3", "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    with sqlite3.connect(out / "results.sqlite") as connection:
+        rows = connection.execute("SELECT split, hyperparameters FROM runs").fetchall()
+        studies = {r[0] for r in connection.execute("SELECT study_name FROM studies")}
+    assert studies == {"yacht/split0/gd/seed0", "yacht/split1/gd/seed0"}
+    values = [json.loads(h)["extra"]["values"] for _, h in rows]
+    assert len(rows) == 2 and values[0] == values[1]  # the whole mapping is stored with each run
+    chosen = values[0]
+    assert set(chosen) == {"0", "1"} and chosen["0"] != chosen["1"]
+    assert set(chosen["0"]) == {"prior_std", "posterior_std"}

@@ -185,7 +185,10 @@ def tune(
         storage=storage,
         direction="maximize",
         load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=tuning.seed, constant_liar=True),
+        # each split's study proposes its own candidates (a seed of its own)
+        sampler=optuna.samplers.TPESampler(
+            seed=derive_seed(tuning.seed, split, "tuning") % 2**32, constant_liar=True
+        ),
     )
     data = tuning_problem(
         dataset, split, tuning.validation_fraction, tuning.seed, config.torch_dtype
