@@ -137,7 +137,9 @@ class Row:
 # ----------------------------------------------------------------------------------------- vbnn
 
 
-def vbnn_config(iterations: int, chunk_size: int | None, seed: int) -> TrainConfig:
+def vbnn_config(
+    iterations: int, chunk_size: int | None, seed: int, compile: bool = False
+) -> TrainConfig:
     """The MF configuration of the benchmark (the paper's defaults otherwise)."""
     return TrainConfig(
         method="mf",
@@ -150,6 +152,7 @@ def vbnn_config(iterations: int, chunk_size: int | None, seed: int) -> TrainConf
         noise_std_init=NOISE_STD_INIT,
         test_samples=TEST_SAMPLES,
         seed=seed,
+        compile=compile,
         chunk_size=chunk_size,
     )
 
@@ -412,6 +415,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-bayesian-torch", action="store_true")
     parser.add_argument(
+        "--compile", action="store_true", help="vbnn with TrainConfig(compile=True)"
+    )
+    parser.add_argument(
         "--bt-kl",
         choices=("sum", "mean"),
         default="sum",
@@ -437,13 +443,13 @@ def run_dataset(
         raise SystemExit(f"{name}: --splits {args.splits} > its {dataset.num_splits} splits")
     split_ids = list(range(args.splits))
     if args.warmup:
-        run_splits(dataset, [0], vbnn_config(args.warmup, None, args.seed))
+        run_splits(dataset, [0], vbnn_config(args.warmup, None, args.seed, args.compile))
         if layer_class is not None:
             train_bayesian_torch_split(layer_class, dataset, 0, args.warmup, args.seed, args.bt_kl)
     rows: list[Row] = []
     measured: set[int] = set()
     for chunk in args.vbnn_chunks:
-        config = vbnn_config(args.iterations, chunk, args.seed)
+        config = vbnn_config(args.iterations, chunk, args.seed, args.compile)
         size = resolved_chunk(dataset, split_ids, config)
         if size in measured:
             continue  # e.g. 'auto' resolving to a size already in the list

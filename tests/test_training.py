@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +218,28 @@ def test_cholesky_learning_rate_applies_to_the_off_diagonal_factor_only() -> Non
             assert change < 1e-7, name
         else:
             assert change > 1e-4, name
+
+
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("clang++") is None,
+    reason="torch.compile needs a C++ compiler",
+)
+# torch.compile's internals raise DeprecationWarnings of their own (torch 2.13: torch.jit
+# script_method, instantiating autograd Functions while tracing); none comes from vbnn
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("method", [Method.MF, Method.MAP])
+def test_compiled_step_matches_the_eager_step(method: Method) -> None:
+    generator = torch.Generator().manual_seed(11)
+    x, y = torch.randn(2, 30, 3, generator=generator), torch.randn(2, 30, generator=generator)
+    states = []
+    for compiled in (False, True):
+        config = TrainConfig(
+            method=method, hidden=(8,), iterations=15, posterior_std=0.05, compile=compiled
+        )
+        model, likelihood = build_stack(config, 3, [0, 1])
+        fit(config, model, likelihood, x, y, ModelGenerators([5, 6]))
+        states.append({**model.state_dict(), **likelihood.state_dict()})
+    eager, compiled_state = states
+    assert eager.keys() == compiled_state.keys()
+    for name, value in eager.items():
+        torch.testing.assert_close(compiled_state[name], value, rtol=1e-4, atol=1e-5)

@@ -78,6 +78,7 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
         chunk_size=args.chunk_size,
         step_size=args.step_size,
         cholesky_learning_rate=args.cholesky_learning_rate,
+        compile=args.compile,
         burn_in=args.burn_in,
         thinning=args.thinning,
     )
@@ -207,6 +208,9 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="FC: Adam rate of the off-diagonal Cholesky entries (default: the learning rate)",
+    )
+    parser.add_argument(
+        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
     )
     parser.add_argument("--burn-in", type=int, default=None, help="SGLD (a fifth of the steps)")
     parser.add_argument("--thinning", type=int, default=None, help="SGLD (100 samples kept)")

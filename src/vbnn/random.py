@@ -121,3 +121,33 @@ class ModelGenerators:
         view.generators = [self.generators[i] for i in index]
         view._ahead, view._pending = None, defaultdict(deque)
         return view
+
+
+class NoiseTape:
+    """Pre-drawn noise blocks handed out in order, in place of ``ModelGenerators``.
+
+    A compiled training step (``TrainConfig.compile``) cannot call the generators' Python code;
+    it receives the step's noise as tensor inputs and the layers read them from this tape in the
+    order they would have drawn them.
+    """
+
+    def __init__(self, blocks: Sequence[torch.Tensor]) -> None:
+        self.blocks = list(blocks)
+        self.index = 0
+
+    def randn(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        block = self.blocks[self.index]
+        self.index += 1
+        return block
+
+
+class RecordingGenerators:
+    """``ModelGenerators`` that also records the (shape, dtype) of every ``randn`` call."""
+
+    def __init__(self, generators: ModelGenerators) -> None:
+        self.generators = generators
+        self.calls: list[tuple[tuple[int, ...], torch.dtype]] = []
+
+    def randn(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        self.calls.append((shape, dtype))
+        return self.generators.randn(*shape, dtype=dtype)

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from vbnn.models import MLP, GaussianLikelihood
 from vbnn.objectives import elbo, log_joint, log_likelihood
 from vbnn.priors import GaussianPrior
-from vbnn.random import ModelGenerators
+from vbnn.random import ModelGenerators, NoiseTape, RecordingGenerators
 from vbnn.runtime import one_core_for_noise
 from vbnn.types import ForwardMode, Method, TrainConfig
 
@@ -60,13 +60,61 @@ def make_objective(
     ``prior_std`` (M,) overrides ``config.prior_std`` model by model (tuning candidates).
     """
     prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
+    return lambda: objective_terms(config, model, likelihood, prior, x, y, generators)
+
+
+def objective_terms(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    prior: GaussianPrior,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generators: ModelGenerators | NoiseTape,
+) -> dict[str, torch.Tensor]:
+    """This method's objective terms on (x, y): ES log-likelihood, MAP log joint, or ELBO."""
     if config.method is Method.ES:
-        return lambda: log_likelihood(model, likelihood, x, y)
+        return log_likelihood(model, likelihood, x, y)
     if config.method in (Method.MAP, Method.SGLD):
-        return lambda: log_joint(model, likelihood, prior, x, y)
-    return lambda: elbo(
-        model, likelihood, prior, x, y, generators, config.kl_weight, config.train_samples
-    )
+        return log_joint(model, likelihood, prior, x, y)
+    return elbo(model, likelihood, prior, x, y, generators, config.kl_weight, config.train_samples)
+
+
+def compiled_objective(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generators: ModelGenerators,
+    prior_std: torch.Tensor | None = None,
+) -> Objective:
+    """The objective with its tensor maths in one ``torch.compile`` graph (forward and backward).
+
+    The first call runs eagerly and records the shapes of the noise blocks the step draws; later
+    calls draw the same blocks from ``generators`` (in the same order, so the same numbers) and
+    pass them into the compiled graph through a ``NoiseTape``. Compilation fuses the step's
+    elementwise passes into a few loops (benchmarks/README.md); results agree with the eager
+    objective to float rounding.
+    """
+    recorder = RecordingGenerators(generators)
+    prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
+
+    def eager() -> dict[str, torch.Tensor]:
+        return objective_terms(config, model, likelihood, prior, x, y, recorder)  # type: ignore[arg-type]
+
+    def with_noise(*blocks: torch.Tensor) -> dict[str, torch.Tensor]:
+        return objective_terms(config, model, likelihood, prior, x, y, NoiseTape(blocks))
+
+    graph = torch.compile(with_noise, dynamic=False)
+
+    def objective() -> dict[str, torch.Tensor]:
+        if not recorder.calls and not getattr(objective, "recorded", False):
+            objective.recorded = True  # type: ignore[attr-defined]
+            return eager()
+        return graph(*(generators.randn(*shape, dtype=dtype) for shape, dtype in recorder.calls))
+
+    return objective
 
 
 def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
@@ -141,7 +189,8 @@ def fit(
     optimizer = torch.optim.Adam(
         parameter_groups(config, modules), lr=config.learning_rate, betas=config.betas, fused=True
     )
-    objective = make_objective(config, model, likelihood, x, y, generators, prior_std)
+    make = compiled_objective if config.compile else make_objective
+    objective = make(config, model, likelihood, x, y, generators, prior_std)
     iterations = config.resolved_iterations
     scale = 1.0 / x.shape[1]
     best = _BestState(modules, validation) if validation is not None else None

@@ -71,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=None, help="tuning candidates per study")
     parser.add_argument("--no-figures", action="store_true", help="Table 1 and Figure 1 only")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
+    )
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-progress", action="store_true")
 
@@ -128,7 +131,9 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
         for dataset_name, method in tqdm(jobs, desc="table 1", disable=args.no_progress):
             dataset = load_uci(dataset_name, args.data_dir)
             splits = list(plan.splits or range(dataset.num_splits))
-            config = TrainConfig(method=method, iterations=plan.iterations, seed=args.seed)
+            config = TrainConfig(
+                method=method, iterations=plan.iterations, seed=args.seed, compile=args.compile
+            )
             values = tuned_values(dataset, config, plan, args.tune, splits, storage, args.seed)
             extra = {"tune": args.tune, "trials": plan.trials, "values": values}
             result, _ = run_splits_resumable(
