@@ -5,8 +5,9 @@ and, through :func:`optuna_storage`, Optuna's own tables (``studies``, ``trials`
 named ``runs``), so the tuning of a method and the results it produced travel together.
 
 A run's configuration is identified by :func:`config_hash`: a SHA-256 of its hyper-parameters as
-sorted JSON, leaving out ``seed`` (a key column of its own) and ``chunk_size`` (every model draws
-from its own random streams, so chunking never changes a number). The UNIQUE key
+sorted JSON, leaving out ``seed`` (a key column of its own), ``chunk_size`` (every model draws
+from its own random streams, so chunking never changes a number) and ``compile`` (float rounding
+only). The UNIQUE key
 (dataset, split, method, config_hash, seed) makes a second write of the same run an error
 instead of a duplicate; :func:`run_splits_resumable` asks :meth:`ResultsDatabase.missing_splits`
 first and trains only those, writing every finished chunk in one transaction.
@@ -31,7 +32,9 @@ import pandas as pd
 from vbnn.data.uci import RegressionDataset
 from vbnn.types import RunResult, SplitResult, TrainConfig
 
-LEFT_OUT_OF_HASH = ("seed", "chunk_size")
+# Execution settings, not part of what a run is: chunking never changes a number; compiling
+# changes the last digits only, like the thread count (which is not recorded either).
+LEFT_OUT_OF_HASH = ("seed", "chunk_size", "compile")
 RUN_COLUMNS = (
     "id", "dataset", "split", "method", "config_hash", "seed", "hyperparameters",
     "code_version", "metrics", "test_log_likelihood", "test_rmse", "wall_seconds", "created_at",
