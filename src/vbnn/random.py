@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import cache
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -121,6 +122,12 @@ class ModelGenerators:
         view.generators = [self.generators[i] for i in index]
         view._ahead, view._pending = None, defaultdict(deque)
         return view
+
+
+class NoiseSource(Protocol):
+    """Anything that hands out standard normal blocks of shape (M, *shape) like ModelGenerators."""
+
+    def randn(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor: ...
 
 
 class NoiseTape:

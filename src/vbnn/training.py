@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from vbnn.models import MLP, GaussianLikelihood
 from vbnn.objectives import elbo, log_joint, log_likelihood
 from vbnn.priors import GaussianPrior
-from vbnn.random import ModelGenerators, NoiseTape, RecordingGenerators
+from vbnn.random import ModelGenerators, NoiseSource, NoiseTape, RecordingGenerators
 from vbnn.runtime import one_core_for_noise
 from vbnn.types import ForwardMode, Method, TrainConfig
 
@@ -70,7 +70,7 @@ def objective_terms(
     prior: GaussianPrior,
     x: torch.Tensor,
     y: torch.Tensor,
-    generators: ModelGenerators | NoiseTape,
+    generators: NoiseSource,
 ) -> dict[str, torch.Tensor]:
     """This method's objective terms on (x, y): ES log-likelihood, MAP log joint, or ELBO."""
     if config.method is Method.ES:
@@ -100,18 +100,17 @@ def compiled_objective(
     recorder = RecordingGenerators(generators)
     prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
 
-    def eager() -> dict[str, torch.Tensor]:
-        return objective_terms(config, model, likelihood, prior, x, y, recorder)  # type: ignore[arg-type]
-
     def with_noise(*blocks: torch.Tensor) -> dict[str, torch.Tensor]:
         return objective_terms(config, model, likelihood, prior, x, y, NoiseTape(blocks))
 
     graph = torch.compile(with_noise, dynamic=False)
+    recorded = False
 
     def objective() -> dict[str, torch.Tensor]:
-        if not recorder.calls and not getattr(objective, "recorded", False):
-            objective.recorded = True  # type: ignore[attr-defined]
-            return eager()
+        nonlocal recorded
+        if not recorded:  # the first step, eager, learns which blocks a step draws
+            recorded = True
+            return objective_terms(config, model, likelihood, prior, x, y, recorder)
         return graph(*(generators.randn(*shape, dtype=dtype) for shape, dtype in recorder.calls))
 
     return objective
