@@ -80,3 +80,16 @@ def test_a_study_resumes_from_its_storage(data_dir: Path, tmp_path: Path) -> Non
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert 0.01 <= best["prior_std"] <= 10.0
     assert np.isclose(max(t.value for t in trials), study.best_trial.value)
+
+
+def test_splits_sharing_a_learning_rate_still_train_as_one_stack(data_dir: Path) -> None:
+    boston = load_uci("boston", data_dir)
+    config = TrainConfig(method=Method.ES, iterations=30, hidden=(5,))
+    stacks = []
+    shared = {k: {"learning_rate": 0.01} for k in (0, 1, 2)}
+    run_splits(boston, [0, 1, 2], config, per_split=shared, on_stack=stacks.append)
+    assert [s.data.split_ids for s in stacks] == [(0, 1, 2)]
+    own = {0: {"learning_rate": 0.01}, 1: {"learning_rate": 0.02}, 2: {"learning_rate": 0.01}}
+    stacks.clear()
+    run_splits(boston, [0, 1, 2], config, per_split=own, on_stack=stacks.append)
+    assert [s.data.split_ids for s in stacks] == [(0,), (1,), (2,)]

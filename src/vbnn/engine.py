@@ -256,8 +256,9 @@ def run_splits(
         dataset.split(k)  # a clear error for a split that does not exist, before any training
         if per_split is not None and k not in per_split:
             raise ValueError(f"run_splits: no hyper-parameter values for split {k}")
-    separate = per_split is not None and any(
-        shared_settings(values) for values in per_split.values()
+    # splits that disagree on a setting one Adam cannot vary per model train one at a time
+    separate = per_split is not None and (
+        len({tuple(sorted(shared_settings(v).items())) for v in per_split.values()}) > 1
     )
     results: list[SplitResult] = []
     for group in group_by_size(dataset, split_ids):
