@@ -41,7 +41,8 @@ def one_core_for_noise() -> Iterator[int]:
     ``ModelGenerators.drawing_ahead`` draws the next step's noise on its own thread; with torch
     also using every core, the two compete. Measured on 2 cores (benchmarks/README.md): one
     compute thread plus the noise thread beats two compute threads plus the noise thread (power,
-    one split: 2.6 vs 3.5 ms a step; boston, 20 splits: 3.5 vs 4.0). Yields the thread count used.
+    one split: 2.91 vs 3.51 ms a step; boston, 20 splits: 3.65 vs 4.03). Yields the thread
+    count used.
     """
     before = torch.get_num_threads()
     threads = max(1, before - 1)
