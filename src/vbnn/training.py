@@ -103,6 +103,10 @@ def compiled_objective(
     def with_noise(*blocks: torch.Tensor) -> dict[str, torch.Tensor]:
         return objective_terms(config, model, likelihood, prior, x, y, NoiseTape(blocks))
 
+    # Dynamo caches graphs on the code object of ``with_noise``, which every call here shares:
+    # after ``recompile_limit`` (8) stacks, a long sweep would silently fall back to eager.
+    # One compiled objective is live at a time, so the old graphs are dropped.
+    torch._dynamo.reset()
     graph = torch.compile(with_noise, dynamic=False)
     recorded = False
 
