@@ -22,7 +22,7 @@ from vbnn.classification import (
     train_classifier,
 )
 from vbnn.dropout_priors import LogUniformPrior
-from vbnn.experiments.variance_networks import TABLE1, TANH, Budget
+from vbnn.experiments.variance_networks import TABLE1, TABLE1_ACTIVATION, TANH, Budget
 from vbnn.experiments.variance_networks_parts import (
     kappa_callback,
     lenet_kappa,
@@ -109,11 +109,12 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     args = (budget, data, seed, out, progress)
     train_x, train_y, test_x, test_y = data
 
-    # Table 1 of 003 (softplus, as 002's kappa study; other layers deterministic)
+    # Table 1 of 003 (other layers deterministic; non-linearity per row: TABLE1_ACTIVATION)
     rows, kappa_store = {}, {}
     for label, family in TABLE1.items():
         families = ("deterministic", "deterministic", family, "deterministic")
-        config = LeNetConfig(families=families, activation="softplus")
+        activation = TABLE1_ACTIVATION.get(label, "softplus")
+        config = LeNetConfig(families=families, activation=activation)
         is_layer = label == "layer"
         model, record = train_run(f"table1-{label}", config, *args, track=is_layer,
                                   kappa=kappa_store if is_layer else None,
@@ -121,6 +122,7 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
         paper = reference.get("variance_networks_parameterizations", {}).get(label, [None] * 5)
         elbo = record["elbo"]
         rows[label] = {
+            "activation": activation,
             "ELBO/1000": elbo["ELBO"] / 1000, "data/1000": elbo["data_term"] / 1000,
             "KL/1000": elbo["KL"] / 1000,
             "mean-prop acc": record["accuracy"]["deterministic"],
