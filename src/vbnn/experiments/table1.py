@@ -183,8 +183,11 @@ def plot_figure1(table: pd.DataFrame, path: str | Path) -> Path:
         ours_sem = [part.ours_sem.get(m, np.nan) for m in methods]
         paper = [part.published_mean.get(m, np.nan) for m in methods]
         paper_sem = [part.published_sem.get(m, np.nan) for m in methods]
-        bottom = np.nanmin(np.concatenate([np.asarray(ours) - 3 * np.nan_to_num(ours_sem),
-                                           np.asarray(paper) - 0.3]))  # fmt: skip
+        # bars rise from a floor below the lowest value, so the lowest bar still shows
+        values = np.concatenate([np.asarray(ours) - np.nan_to_num(ours_sem),
+                                 np.asarray(paper) - np.nan_to_num(paper_sem)])  # fmt: skip
+        low, high = np.nanmin(values), np.nanmax(values)
+        bottom = low - max(0.15 * (high - low), 0.05)
         heights = np.asarray(ours) - bottom
         axis.bar(where - 0.18, heights, 0.36, bottom=bottom, yerr=ours_sem, color="C0",
                  capsize=2, label="ours")  # fmt: skip

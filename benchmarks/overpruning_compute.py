@@ -1,0 +1,73 @@
+"""Process time a resumed overpruning run spent, from its results database.
+
+A reproduction made in pieces has no single wall time; the database keeps enough to add it up:
+
+* tuning: per Optuna study, the time during which at least one of its trials was running
+  (candidates of a round train together, so their intervals overlap; the union is counted once);
+* training: the ``wall_seconds`` of every stored run of the configuration the table uses (the
+  newest config hash of each data set and method; older hashes are runs of superseded code).
+
+    python benchmarks/overpruning_compute.py results/overpruning/results.sqlite
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+
+
+def busy_seconds(intervals: pd.DataFrame) -> float:
+    """Length of the union of the [start, end] intervals."""
+    total, reach = 0.0, None
+    for start, end in intervals.sort_values("start")[["start", "end"]].itertuples(index=False):
+        if reach is None or start > reach:
+            total += (end - start).total_seconds()
+            reach = end
+        elif end > reach:
+            total += (end - reach).total_seconds()
+            reach = end
+    return total
+
+
+def compute_minutes(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no results database here")
+    with sqlite3.connect(path) as connection:
+        runs = pd.read_sql(
+            "SELECT dataset, method, config_hash, wall_seconds, created_at FROM runs", connection
+        )
+        trials = pd.read_sql(
+            "SELECT s.study_name, t.datetime_start AS start, t.datetime_complete AS end"
+            " FROM trials t JOIN studies s USING (study_id) WHERE t.state = 'COMPLETE'",
+            connection,
+        )
+    newest = runs.sort_values("created_at").groupby(["dataset", "method"])["config_hash"].last()
+    current = runs.join(newest.rename("newest"), on=["dataset", "method"])
+    current = current[current["config_hash"] == current["newest"]]
+    trials["start"], trials["end"] = pd.to_datetime(trials["start"]), pd.to_datetime(trials["end"])
+    trials["dataset"] = trials["study_name"].str.split("/").str[0]
+    tuning = trials.groupby(["dataset", "study_name"])[["start", "end"]].apply(busy_seconds)
+    table = pd.DataFrame({
+        "tuning_min": tuning.groupby("dataset").sum() / 60,
+        "training_min": current.groupby("dataset")["wall_seconds"].sum() / 60,
+        "runs": current.groupby("dataset").size(),
+    }).fillna(0)  # fmt: skip
+    table["total_min"] = table["tuning_min"] + table["training_min"]
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("database", type=Path)
+    table = compute_minutes(parser.parse_args().database)
+    print(table.round(1).to_string())
+    total = table[["tuning_min", "training_min", "total_min"]].sum()
+    print(f"all: tuning {total['tuning_min']:.0f} min, training {total['training_min']:.0f} min,"
+          f" total {total['total_min']:.0f} min, {int(table['runs'].sum())} runs")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
