@@ -13,7 +13,7 @@ from vbnn.inference import predict_probabilities, zero_mean_approximation
 from vbnn.layers import NETWORK_FAMILIES
 from vbnn.layers.stochastic import LOG_ALPHA_RANGE
 from vbnn.lenet import LeNet5, LeNetConfig
-from vbnn.random import ModelGenerators
+from vbnn.random import ModelGenerators, NoiseTape, RecordingGenerators
 from vbnn.types import ForwardMode, InferenceMode
 
 MODELS = 2
@@ -149,6 +149,27 @@ def test_zero_mean_network_mean_propagation_is_constant_in_the_input() -> None:
         model, images, InferenceMode.ENSEMBLE, ModelGenerators([1]), samples=3
     )
     assert float((ensemble - ensemble[:, :1]).abs().max()) > 1e-6
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_tanh_network_without_biases_is_odd_in_the_zero_mean_layer_noise(bias: bool) -> None:
+    """After a zero-mean dense1, tanh and a bias-free dense2 the logits are odd in dense1's noise:
+    eps and -eps are equally likely and give opposite logits, so a single sample predicts any
+    class with probability at most 1/2 (README, appendix C). Biases break the symmetry."""
+    families = ("deterministic", "deterministic", "zero-mean", "deterministic")
+    model = LeNet5(LeNetConfig(families, "tanh", bias=bias), ModelGenerators([0]), torch.float64)
+    if bias:
+        with torch.no_grad():
+            model.layers[3].bias.normal_()
+    images = torch.rand(1, 4, 1, 28, 28, dtype=torch.float64)
+    recorder = RecordingGenerators(ModelGenerators([1]))
+    model(images, ForwardMode.SAMPLE, recorder)
+    assert len(recorder.calls) == 1  # dense1's LRT noise is the only draw
+    noise = [torch.randn(*shape, dtype=dtype) for shape, dtype in recorder.calls]
+    logits = model(images, ForwardMode.SAMPLE, NoiseTape(noise))
+    flipped = model(images, ForwardMode.SAMPLE, NoiseTape([-block for block in noise]))
+    odd = torch.allclose(flipped, -logits)
+    assert odd is not bias
 
 
 def test_zero_mean_approximation_drops_the_means_and_restores_them() -> None:
