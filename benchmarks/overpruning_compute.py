@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from vbnn.results_db import ResultsDatabase
+
 
 def busy_seconds(intervals: pd.DataFrame) -> float:
     """Length of the union of the [start, end] intervals."""
@@ -35,10 +37,8 @@ def busy_seconds(intervals: pd.DataFrame) -> float:
 def compute_minutes(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no results database here")
-    with sqlite3.connect(path) as connection:
-        runs = pd.read_sql(
-            "SELECT dataset, method, config_hash, wall_seconds, created_at FROM runs", connection
-        )
+    runs = ResultsDatabase(path).runs_frame()
+    with sqlite3.connect(path) as connection:  # Optuna's own tables, in the same file
         trials = pd.read_sql(
             "SELECT s.study_name, t.datetime_start AS start, t.datetime_complete AS end"
             " FROM trials t JOIN studies s USING (study_id) WHERE t.state = 'COMPLETE'",
