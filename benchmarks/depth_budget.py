@@ -17,16 +17,16 @@ import time
 import pandas as pd
 import torch
 
-from vbnn.experiments.depth_models import (
+from vbnn.core.contracts import Activation
+from vbnn.experiments.depth.models import (
     PretrainConfig,
     bernoulli_potential,
     depth_widths,
     point_network,
     train_mean_field,
 )
-from vbnn.experiments.depth_units import two_moons
-from vbnn.nuts import NUTSConfig, run_nuts
-from vbnn.types import Activation
+from vbnn.experiments.depth.units import two_moons
+from vbnn.references.nuts import NUTSConfig, run_nuts
 
 
 def main() -> None:

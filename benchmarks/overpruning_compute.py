@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vbnn.results_db import ResultsDatabase
+from vbnn.stores.results_db import ResultsDatabase
 
 
 def busy_seconds(intervals: pd.DataFrame) -> float:

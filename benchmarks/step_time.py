@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import time
 
+from vbnn.core.contracts import TrainConfig
+from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runtime import keep_freed_memory
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
-from vbnn.engine import build_stack
-from vbnn.random import ModelGenerators
-from vbnn.runtime import keep_freed_memory
-from vbnn.training import fit
-from vbnn.types import TrainConfig
+from vbnn.regression.engine import build_stack
+from vbnn.training.full_batch import fit
 
 
 def main() -> None:

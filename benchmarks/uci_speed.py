@@ -3,7 +3,8 @@
 For each UCI set (boston and power by default) and its first ``--splits`` standard splits, one run
 measures:
 
-* vbnn: ``vbnn.engine.run_splits`` with ``TrainConfig(method="mf")``: the splits are stacked on
+* vbnn: ``vbnn.regression.engine.run_splits`` with ``TrainConfig(method="mf")``: the splits are
+  stacked on
   the model dimension and trained in chunks (``--vbnn-chunks`` sweeps the chunk size; ``auto`` is
   the engine's own choice), then evaluated with 100 predictive samples.
 * bayesian-torch 0.5.0: a 1-hidden-layer MLP (I -> 50 tanh -> 1) of
@@ -63,12 +64,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from vbnn.core.contracts import TrainConfig
+from vbnn.core.runtime import keep_freed_memory
 from vbnn.data import RegressionDataset, load_uci
 from vbnn.data.splits import group_by_size, stack_splits
-from vbnn.engine import choose_chunk_size, run_splits
-from vbnn.evaluation import predictive_log_likelihood
-from vbnn.runtime import keep_freed_memory
-from vbnn.types import TrainConfig
+from vbnn.regression.engine import choose_chunk_size, run_splits
+from vbnn.regression.evaluation import predictive_log_likelihood
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "uci_speed.json"
 HIDDEN = 50

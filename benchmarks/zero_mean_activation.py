@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from vbnn.classification import ClassifierConfig, accuracies, train_classifier
+from vbnn.classification.inference import InferenceMode
+from vbnn.classification.training import ClassifierConfig, accuracies, train_classifier
+from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images
-from vbnn.dropout_priors import LogUniformPrior
-from vbnn.inference import InferenceMode
-from vbnn.lenet import LeNet5, LeNetConfig
-from vbnn.random import ModelGenerators
+from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.priors.dropout import LogUniformPrior
 
 MODES = (InferenceMode.SAMPLE, InferenceMode.ENSEMBLE, InferenceMode.DETERMINISTIC)
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vbnn.experiments.depth_report import aggregate
+from vbnn.experiments.depth.report import aggregate
 
 
 def test_aggregate_reports_mean_and_standard_error() -> None:

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from vbnn.core.contracts import ForwardMode
+from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments import depth
-from vbnn.experiments.depth_models import (
+from vbnn.experiments.depth.models import (
     SoftplusMeanFieldLinear,
     depth_widths,
     parameter_count,
     softplus_inverse,
 )
-from vbnn.random import ModelGenerators
-from vbnn.types import ForwardMode
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

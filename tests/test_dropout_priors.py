@@ -10,7 +10,7 @@ import torch
 from scipy import integrate, stats
 from torch.distributions import Normal, kl_divergence
 
-from vbnn.dropout_priors import (
+from vbnn.priors.dropout import (
     ARDPrior,
     KLEstimator,
     LogUniformPrior,

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch.distributions import MultivariateNormal, kl_divergence
 
-from vbnn.gaussian import kl_diagonal_gaussian, local_reparameterization_moments
+from vbnn.core.contracts import ForwardMode, VariationalLayer
+from vbnn.core.gaussian import kl_diagonal_gaussian, local_reparameterization_moments
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import FAMILIES, FullCovarianceLinear, MeanFieldLinear, PointLinear
-from vbnn.priors import GaussianPrior
-from vbnn.random import ModelGenerators
-from vbnn.types import ForwardMode, VariationalLayer
+from vbnn.priors.gaussian import GaussianPrior
 
 MODELS, ROWS, INPUTS, OUTPUTS = 3, 5, 4, 2
 

@@ -8,14 +8,14 @@ import pytest
 import torch
 from torch.distributions import MultivariateNormal, Normal, kl_divergence
 
-from vbnn.gaussian import (
+from vbnn.core.gaussian import (
     gaussian_log_prob,
     kl_diagonal_gaussian,
     kl_full_gaussian,
     local_reparameterization_moments,
     log_mean_exp,
 )
-from vbnn.priors import GaussianPrior
+from vbnn.priors.gaussian import GaussianPrior
 
 
 def test_diagonal_kl_matches_torch_distributions() -> None:

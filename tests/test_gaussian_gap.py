@@ -9,7 +9,7 @@ import scipy.optimize
 import torch
 from torch.distributions import MultivariateNormal, kl_divergence
 
-from vbnn.gaussian_gap import (
+from vbnn.references.gaussian_gap import (
     closest_diagonal_variance,
     diagonal_gap,
     empirical_covariance,

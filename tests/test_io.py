@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from vbnn.core.contracts import ForwardMode, Method, TrainConfig
 from vbnn.data.splits import StackedSplits
-from vbnn.engine import build_stack, train_stack
-from vbnn.io import ModelFileError, load_model, save_model
-from vbnn.types import ForwardMode, Method, TrainConfig
+from vbnn.regression.engine import build_stack, train_stack
+from vbnn.stores.saved_models import ModelFileError, load_model, save_model
 
 
 def _toy_splits(keys: tuple[int, ...] = (4, 7)) -> StackedSplits:

@@ -8,20 +8,20 @@ import pytest
 import torch
 from torch.nn import functional
 
-from vbnn.data.mnist import load_images, read_idx
-from vbnn.data.uci import DataError
-from vbnn.gaussian import gaussian_log_prob
-from vbnn.inference import accuracy, predict_probabilities
-from vbnn.kappa import (
+from vbnn.classification.inference import accuracy, predict_probabilities
+from vbnn.classification.kappa import (
     categorical_log_likelihood,
     clear_masks,
     count_above,
     dense_layer_kappa,
     sparse_ensemble_masks,
 )
+from vbnn.core.contracts import ForwardMode, InferenceMode
+from vbnn.core.gaussian import gaussian_log_prob
+from vbnn.core.randomness import ModelGenerators
+from vbnn.data.mnist import load_images, read_idx
+from vbnn.data.uci import DataError
 from vbnn.layers import AdditiveLayer, BinaryDropoutLayer
-from vbnn.random import ModelGenerators
-from vbnn.types import ForwardMode, InferenceMode
 
 
 def test_kappa_of_a_linear_gaussian_model_is_its_closed_form() -> None:

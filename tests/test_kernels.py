@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vbnn.gaussian import local_reparameterization_moments
-from vbnn.kernels import local_reparameterization_sample, tanh
+from vbnn.core.gaussian import local_reparameterization_moments
+from vbnn.core.kernels import local_reparameterization_sample, tanh
 
 SEED = 20261121
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from vbnn import sample_cache
-from vbnn.nuts import FlatParameters, NUTSConfig, call_with, module_potential, run_nuts
+from vbnn.references.nuts import FlatParameters, NUTSConfig, call_with, module_potential, run_nuts
+from vbnn.stores import sample_cache
 
 
 def _linear_regression_problem() -> tuple[nn.Module, torch.Tensor, torch.Tensor, float]:

@@ -7,15 +7,15 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from vbnn.engine import build_stack
-from vbnn.experiments.overpruning_figures import figure2_5, figure3, figure4
-from vbnn.experiments.prior_network import (
+from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+from vbnn.experiments.overpruning.figures import figure2_5, figure3, figure4
+from vbnn.experiments.overpruning.prior_network import (
     fit_prior_network,
     initialise_at_truth,
     sample_prior_network,
     simulate,
 )
-from vbnn.types import ForwardMode, Method, TrainConfig
+from vbnn.regression.engine import build_stack
 
 
 def _written(paths: list[Path]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vbnn.product_covariance import (
+from vbnn.diagnostics.product_covariance import (
     analytic_product_covariance,
     covariance_support,
     expected_support,

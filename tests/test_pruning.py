@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
+from vbnn.core.contracts import Activation
+from vbnn.core.gaussian import kl_diagonal_gaussian
+from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.pruning import count_pruned, diagnose_units, kl_per_weight, pruned_units
-from vbnn.gaussian import kl_diagonal_gaussian
 from vbnn.layers import FixedVarianceLinear, FullCovarianceLinear, MeanFieldLinear
-from vbnn.models import MLP
-from vbnn.random import ModelGenerators
-from vbnn.types import Activation
+from vbnn.networks.mlp import MLP
 
 PRIOR_STD = 0.7
 PRUNED = [1, 3, 4, 5]

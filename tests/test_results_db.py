@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from vbnn.core.contracts import Method, SplitResult, TrainConfig
 from vbnn.data import load_uci
-from vbnn.results_db import (
+from vbnn.stores.results_db import (
     ResultsDatabase,
     ResultsDatabaseError,
     config_hash,
     optuna_storage,
     run_splits_resumable,
 )
-from vbnn.types import Method, SplitResult, TrainConfig
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SPLITS = list(range(6))
@@ -30,8 +30,8 @@ SWEEP = TrainConfig(method=Method.MF, iterations=300, test_samples=10, chunk_siz
 SCRIPT = """
 import sys
 from vbnn.data import load_uci
-from vbnn.results_db import ResultsDatabase, run_splits_resumable
-from vbnn.types import Method, TrainConfig
+from vbnn.stores.results_db import ResultsDatabase, run_splits_resumable
+from vbnn.core.contracts import Method, TrainConfig
 
 config = TrainConfig(method=Method.MF, iterations=300, test_samples=10, chunk_size=1, seed=3)
 with ResultsDatabase(sys.argv[1]) as database:

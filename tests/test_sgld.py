@@ -8,11 +8,11 @@ import pytest
 import torch
 from test_training import conjugate_problem
 
-from vbnn import sgld
-from vbnn.engine import build_stack
-from vbnn.random import ModelGenerators
-from vbnn.training import NonFiniteLossError
-from vbnn.types import Activation, Method, TrainConfig
+from vbnn.core.contracts import Activation, Method, TrainConfig
+from vbnn.core.randomness import ModelGenerators
+from vbnn.regression import sgld
+from vbnn.regression.engine import build_stack
+from vbnn.training.full_batch import NonFiniteLossError
 
 
 def test_step_size_follows_the_polynomial_schedule() -> None:

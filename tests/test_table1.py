@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from vbnn.experiments.table1 import (
+from vbnn.core.contracts import Method, RunResult, SplitResult, TrainConfig
+from vbnn.experiments.overpruning.table1 import (
     comparison,
     default_published_path,
     load_published,
@@ -18,7 +19,6 @@ from vbnn.experiments.table1 import (
     summary_from_runs,
     write_table1,
 )
-from vbnn.types import Method, RunResult, SplitResult, TrainConfig
 
 PUBLISHED = {
     "overpruning_table1": {
@@ -111,7 +111,7 @@ def test_the_shared_published_file_has_all_six_datasets() -> None:
 
 
 def test_summary_from_the_results_database(tmp_path: Path) -> None:
-    from vbnn.results_db import ResultsDatabase
+    from vbnn.stores.results_db import ResultsDatabase
 
     with ResultsDatabase(tmp_path / "r.sqlite") as database:
         for method, values in ((Method.MF, [-2.5, -2.7]), (Method.GD, [-2.4, -2.6, -2.5])):

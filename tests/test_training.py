@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
+from vbnn.core.contracts import Activation, Method, TrainConfig
+from vbnn.core.randomness import ModelGenerators
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
-from vbnn.engine import build_stack, run_splits
-from vbnn.evaluation import predictive_log_likelihood
 from vbnn.layers import FullCovarianceLinear
-from vbnn.models import MLP, GaussianLikelihood
-from vbnn.objectives import elbo, expected_log_likelihood
-from vbnn.priors import GaussianPrior
-from vbnn.random import ModelGenerators
-from vbnn.training import NonFiniteLossError, fit
-from vbnn.types import Activation, Method, TrainConfig
+from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.priors.gaussian import GaussianPrior
+from vbnn.regression.engine import build_stack, run_splits
+from vbnn.regression.evaluation import predictive_log_likelihood
+from vbnn.training.full_batch import NonFiniteLossError, fit
+from vbnn.training.objectives import elbo, expected_log_likelihood
 
 
 def test_kl_weight_scales_only_the_kl_term() -> None:

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from vbnn.core.contracts import Method, TrainConfig
+from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import StackedSplits
 from vbnn.diagnostics.trajectories import TrajectoryLogger, plot_trajectories, rebound
-from vbnn.engine import build_stack, train_stack
-from vbnn.evaluation import evaluate
-from vbnn.priors import GaussianPrior
-from vbnn.random import ModelGenerators
-from vbnn.types import Method, TrainConfig
+from vbnn.priors.gaussian import GaussianPrior
+from vbnn.regression.engine import build_stack, train_stack
+from vbnn.regression.evaluation import evaluate
 
 CONFIG = TrainConfig(method=Method.MF, hidden=(5,), iterations=30, posterior_std=0.01)
 

@@ -8,16 +8,16 @@ import numpy as np
 import optuna
 import pytest
 
+from vbnn.core.contracts import Method, TrainConfig
 from vbnn.data import load_uci
-from vbnn.engine import run_splits
-from vbnn.tuning import (
+from vbnn.regression.engine import run_splits
+from vbnn.regression.tuning import (
     TuningConfig,
     evaluate_candidates,
     tune,
     tuning_problem,
     tuning_rows,
 )
-from vbnn.types import Method, TrainConfig
 
 
 def test_tuning_rows_come_from_the_training_rows_only(data_dir: Path) -> None:

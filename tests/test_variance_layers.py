@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch.nn import functional
 
-from vbnn.dropout_priors import ARDPrior
-from vbnn.inference import predict_probabilities, zero_mean_approximation
+from vbnn.classification.inference import predict_probabilities, zero_mean_approximation
+from vbnn.core.contracts import ForwardMode, InferenceMode
+from vbnn.core.randomness import ModelGenerators, NoiseTape, RecordingGenerators
 from vbnn.layers import NETWORK_FAMILIES
 from vbnn.layers.stochastic import LOG_ALPHA_RANGE
-from vbnn.lenet import LeNet5, LeNetConfig
-from vbnn.random import ModelGenerators, NoiseTape, RecordingGenerators
-from vbnn.types import ForwardMode, InferenceMode
+from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.priors.dropout import ARDPrior
 
 MODELS = 2
 DENSE = (3, 2)  # in, out

@@ -10,16 +10,16 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from vbnn.core.contracts import Activation, Method, RunResult, TrainConfig
 from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
 from vbnn.data.download import DEFAULT_BASE_URL, check, download
 from vbnn.data.embedded import load_diabetes_splits
 from vbnn.data.paths import resolve_data_dir
-from vbnn.engine import run_splits
 from vbnn.experiments import REPRODUCTIONS
 from vbnn.experiments import load as load_reproduction
-from vbnn.report import comparison_table, split_table, summary, to_json
-from vbnn.training import NonFiniteLossError
-from vbnn.types import Activation, Method, RunResult, TrainConfig
+from vbnn.regression.engine import run_splits
+from vbnn.regression.report import comparison_table, split_table, summary, to_json
+from vbnn.training.full_batch import NonFiniteLossError
 
 EMBEDDED = "diabetes"
 
@@ -122,7 +122,7 @@ def command_uci(args: argparse.Namespace) -> None:
     if args.save_model is None:
         _print_results(run_methods(dataset, args, args.method), args.json, None)
         return
-    from vbnn.io import run_splits_saving_models
+    from vbnn.stores.saved_models import run_splits_saving_models
 
     results = []
     for method in args.method:
@@ -137,7 +137,7 @@ def command_uci(args: argparse.Namespace) -> None:
 
 def command_diagnose_pruning(args: argparse.Namespace) -> None:
     from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
-    from vbnn.io import load_model
+    from vbnn.stores.saved_models import load_model
 
     saved = load_model(args.model)
     if saved.dataset is None:

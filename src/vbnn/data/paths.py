@@ -22,3 +22,14 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     if env:
         return Path(env)
     return user_cache_dir()
+
+
+def published_path() -> Path:
+    """The papers' published figures: ``<data dir>/../reference/published.json`` when present
+    (the shared folder beside a checkout), else ``shared/reference/published.json`` beside the
+    repository that holds this package."""
+    beside_data = resolve_data_dir().parent / "reference" / "published.json"
+    if beside_data.is_file():
+        return beside_data
+    checkout = Path(__file__).resolve().parents[3]
+    return checkout.parent / "shared" / "reference" / "published.json"

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from vbnn.models import MLP
-from vbnn.random import ModelGenerators
-from vbnn.types import ForwardMode
+from vbnn.core.contracts import ForwardMode
+from vbnn.core.randomness import ModelGenerators
+from vbnn.networks.mlp import MLP
 
 SNR_THRESHOLD = 3.0
 KL_THRESHOLD = 0.05

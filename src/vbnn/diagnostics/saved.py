@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import stack_splits
 from vbnn.data.uci import RegressionDataset
 from vbnn.diagnostics.pruning import UnitDiagnostics, count_pruned, diagnose_units
-from vbnn.io import SavedModel
-from vbnn.random import ModelGenerators
+from vbnn.stores.saved_models import SavedModel
 
 PAPER_PRUNED, PAPER_UNITS = 39, 50  # boston MF, 000_e87e55bc25ea4726.txt section 3
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import StackedSplits
 from vbnn.diagnostics.pruning import count_pruned, diagnose_units
-from vbnn.evaluation import evaluate
-from vbnn.models import MLP, GaussianLikelihood
-from vbnn.random import ModelGenerators
+from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.regression.evaluation import evaluate
 
 # objective term (objectives.py) -> column
 TERM_COLUMNS = {"objective": "elbo", "log-likelihood": "expected_log_likelihood", "KL": "kl"}

@@ -14,9 +14,9 @@ import math
 import torch
 from torch import nn
 
+from vbnn.core.contracts import DropoutPrior
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.stochastic import StochasticLayer, clip_log_alpha, dropout_kl
-from vbnn.random import ModelGenerators
-from vbnn.types import DropoutPrior
 
 MEAN_SQUARED_FLOOR = 1e-8
 DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when posterior_std is None

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from vbnn.kernels import batched_affine
-from vbnn.random import ModelGenerators
+from vbnn.core.kernels import batched_affine
+from vbnn.core.randomness import ModelGenerators
 
 
 def initial_means(

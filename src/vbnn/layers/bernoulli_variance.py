@@ -19,9 +19,9 @@ import math
 import torch
 from torch import nn
 
+from vbnn.core.contracts import DropoutPrior
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.stochastic import StochasticLayer
-from vbnn.random import ModelGenerators
-from vbnn.types import DropoutPrior
 
 
 class BernoulliVarianceLayer(StochasticLayer):

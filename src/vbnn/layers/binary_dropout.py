@@ -16,10 +16,10 @@ from statistics import NormalDist
 import torch
 from torch import nn
 
+from vbnn.core.contracts import ForwardMode
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.base import require_generators
 from vbnn.layers.stochastic import StochasticLayer
-from vbnn.random import ModelGenerators
-from vbnn.types import ForwardMode
 
 
 class BinaryDropoutLayer(StochasticLayer):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vbnn.core.contracts import ForwardMode, Prior
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.base import affine, initial_means, require_generators
-from vbnn.random import ModelGenerators
-from vbnn.types import ForwardMode, Prior
 
 
 class FixedVarianceLinear(nn.Module):

@@ -17,9 +17,9 @@ import math
 import torch
 from torch import nn
 
+from vbnn.core.contracts import ForwardMode, Prior
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.base import affine, initial_means, require_generators
-from vbnn.random import ModelGenerators
-from vbnn.types import ForwardMode, Prior
 
 
 def full_covariance_output_moments(

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vbnn.kernels import local_reparameterization_sample
+from vbnn.core.contracts import ForwardMode, Prior
+from vbnn.core.kernels import local_reparameterization_sample
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.base import affine, initial_means, require_generators
-from vbnn.random import ModelGenerators
-from vbnn.types import ForwardMode, Prior
 
 
 class MeanFieldLinear(nn.Module):

@@ -35,9 +35,9 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from vbnn.core.contracts import DropoutPrior, ForwardMode
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.base import require_generators
-from vbnn.random import ModelGenerators
-from vbnn.types import DropoutPrior, ForwardMode
 
 # A variance is floored here before its square root: sqrt has an infinite derivative at 0 and an
 # all-zero receptive field (MNIST borders) gives exactly zero output variance.

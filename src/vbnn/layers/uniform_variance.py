@@ -16,9 +16,9 @@ import math
 
 import torch
 
+from vbnn.core.contracts import DropoutPrior
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.bernoulli_variance import BernoulliVarianceLayer
-from vbnn.random import ModelGenerators
-from vbnn.types import DropoutPrior
 
 
 class UniformVarianceLayer(BernoulliVarianceLayer):

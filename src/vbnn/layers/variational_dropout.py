@@ -23,8 +23,8 @@ from enum import Enum
 import torch
 from torch import nn
 
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.stochastic import StochasticLayer, clip_log_alpha, dropout_kl
-from vbnn.random import ModelGenerators
 
 DEFAULT_LOG_ALPHA = -4.0  # initial log alpha when posterior_std is not given (sqrt(alpha) ~ 0.14)
 

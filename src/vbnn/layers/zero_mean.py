@@ -8,7 +8,7 @@ Source: 003_6d46223d87d84c68.txt section 3 and appendix E:
 eps independent per example and output position, so E[b] = 0 exactly (plus the bias, if any), and
 mean propagation (eq. 3) gives an output independent of the input. The KL to the log-uniform or ARD
 prior does not depend on sigma (appendix F); it is 0 under the normalisation of
-``vbnn.dropout_priors``. Parameter: log sigma.
+``vbnn.priors.dropout``. Parameter: log sigma.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import math
 import torch
 from torch import nn
 
+from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.stochastic import StochasticLayer, zero_mean_kl
-from vbnn.random import ModelGenerators
 
 
 class ZeroMeanLayer(StochasticLayer):

@@ -1,0 +1,84 @@
+"""One switch for how any stochastic network predicts (003_6d46223d87d84c68.txt eqs. 2-3).
+
+``predict_probabilities(model, x, mode, generators, samples)`` works for any module whose
+``forward(x, ForwardMode, generators)`` returns logits (M, N, C):
+
+* DETERMINISTIC: p(t | x, E_q W), mean propagation (eq. 3);
+* SAMPLE: p(t | x, W), one weight sample per model shared by the examples;
+* ENSEMBLE: 1/K sum_k p(t | x, W_k), W_k ~ q (eq. 2, test-time averaging);
+* ZERO_MEAN: ENSEMBLE with every Gaussian q = N(mu, var) replaced by N(0, var) (Theorem 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from vbnn.core.contracts import ForwardMode, InferenceMode
+from vbnn.core.randomness import ModelGenerators
+from vbnn.layers.stochastic import StochasticLayer
+
+
+@contextmanager
+def zero_mean_approximation(model: nn.Module) -> Iterator[None]:
+    """Within the block every ``StochasticLayer`` of ``model`` uses N(0, var) for N(mu, var)."""
+    layers = [m for m in model.modules() if isinstance(m, StochasticLayer)]
+    previous = [layer.zero_mean_approximation for layer in layers]
+    try:
+        for layer in layers:
+            layer.zero_mean_approximation = True
+        yield
+    finally:
+        for layer, value in zip(layers, previous, strict=True):
+            layer.zero_mean_approximation = value
+
+
+@torch.no_grad()
+def predict_probabilities(
+    model: nn.Module,
+    x: torch.Tensor,
+    mode: InferenceMode | str,
+    generators: ModelGenerators | None = None,
+    samples: int = 20,
+    batch_size: int = 1000,
+) -> torch.Tensor:
+    """Predictive class probabilities (M, N, C) of ``x`` (M, N, ...) under ``mode``.
+
+    Args:
+        samples: K of ENSEMBLE and ZERO_MEAN.
+        batch_size: examples per forward pass (memory only; the weight samples of one pass are
+            shared by its examples, so with WEIGHTS sampling K weight draws are made per batch).
+    """
+    mode = InferenceMode(mode)
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    if mode is not InferenceMode.DETERMINISTIC and generators is None:
+        raise ValueError(f"inference mode {mode.value!r} samples weights: pass a ModelGenerators")
+    outputs = []
+    for start in range(0, x.shape[1], batch_size):
+        chunk = x[:, start : start + batch_size]
+        if mode is InferenceMode.DETERMINISTIC:
+            outputs.append(torch.softmax(model(chunk, ForwardMode.MEAN), -1))
+        elif mode is InferenceMode.SAMPLE:
+            outputs.append(torch.softmax(model(chunk, ForwardMode.WEIGHTS, generators), -1))
+        elif mode is InferenceMode.ENSEMBLE:
+            outputs.append(_ensemble(model, chunk, generators, samples))
+        else:
+            with zero_mean_approximation(model):
+                outputs.append(_ensemble(model, chunk, generators, samples))
+    return torch.cat(outputs, dim=1)
+
+
+def _ensemble(model, x, generators, samples: int) -> torch.Tensor:
+    total = 0.0
+    for _ in range(samples):
+        total = total + torch.softmax(model(x, ForwardMode.WEIGHTS, generators), -1)
+    return total / samples
+
+
+def accuracy(probabilities: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Share of correct arg-max predictions per model, (M,); labels (N,) or (M, N)."""
+    return (probabilities.argmax(-1) == labels).to(probabilities.dtype).mean(-1)

@@ -1,0 +1,296 @@
+"""Contracts of vbnn: read this module first.
+
+Every tensor that belongs to a model carries a leading *model dimension* ``M``: a stack of
+independent networks (the 20 splits of a UCI data set, seeds, hyper-parameter candidates) is
+one set of tensors, trained by batched matrix products. A single network is ``M = 1``.
+
+Shapes used throughout:
+    M: number of independent models in the stack.
+    N: number of examples.
+    I, O: input and output width of a layer.
+
+The pieces:
+    * :class:`ForwardMode` - how a variational layer maps inputs to outputs.
+    * :class:`VariationalLayer` - the family contract every layer under ``vbnn.layers`` obeys.
+    * :class:`Prior` - what a family needs from a prior to report its KL.
+    * :class:`Method`, :class:`Activation` - the typed choices of the UCI engine.
+    * :class:`TrainConfig` - frozen settings of one training run, stored with its results.
+    * :class:`SplitResult`, :class:`RunResult` - frozen results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from vbnn.core.randomness import ModelGenerators
+
+
+class ForwardMode(str, Enum):
+    """How a variational layer produces its output.
+
+    SAMPLE: a fresh draw per example. Families with Gaussian, factorised weights use the local
+        reparameterization trick (Kingma et al. 2015): the pre-activation of every example is drawn
+        from its exact Gaussian marginal. Families without it (full covariance) draw one weight
+        sample per model, shared across the examples.
+    WEIGHTS: one explicit weight sample per model, shared across all examples.
+    MEAN: weights replaced by their posterior means (deterministic).
+    """
+
+    SAMPLE = "sample"
+    WEIGHTS = "weights"
+    MEAN = "mean"
+
+
+class Method(str, Enum):
+    """Inference methods of the UCI engine (overpruning paper, 000_e87e55bc25ea4726.txt)."""
+
+    ES = "es"  # maximum likelihood, early stopped on a validation part of the training data
+    MAP = "map"  # maximum a posteriori under the Gaussian prior
+    MF = "mf"  # mean-field Gaussian, learned variances, LRT
+    GD = "gd"  # mean-field Gaussian, fixed user-set std ("Gaussian dropout"), LRT
+    FC = "fc"  # full-covariance Gaussian per layer, weight samples
+    SGLD = "sgld"  # stochastic gradient Langevin dynamics (Welling & Teh 2011), point weights
+
+
+class Activation(str, Enum):
+    TANH = "tanh"
+    RELU = "relu"
+    LEAKY_RELU = "leaky_relu"
+    IDENTITY = "identity"
+
+
+@runtime_checkable
+class Prior(Protocol):
+    """A prior over the weights of one layer (factorised over its entries)."""
+
+    def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """KL(N(mean, diag std^2) || prior), summed over all but the leading model dim -> (M,)."""
+        ...
+
+    def kl_full(
+        self, mean: torch.Tensor, strictly_lower: torch.Tensor, log_diagonal: torch.Tensor
+    ) -> torch.Tensor:
+        """KL(N(mean, L L^T) || prior), L = strictly_lower + diag(exp(log_diagonal)) -> (M,).
+
+        mean (M, D), strictly_lower (M, D, D) zero on and above the diagonal, log_diagonal (M, D).
+        """
+        ...
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """log p(value), summed over all but the leading model dim -> (M,)."""
+        ...
+
+
+@runtime_checkable
+class VariationalLayer(Protocol):
+    """The family contract: one dense layer holding a distribution over (weight, bias).
+
+    A layer maps ``x`` of shape (M, N, I) to (M, N, O). Weights are stored as (M, I, O) so that
+    the output is ``x @ weight + bias`` with batched matrix products.
+    """
+
+    in_features: int
+    out_features: int
+    num_models: int
+
+    def forward(
+        self, x: torch.Tensor, mode: ForwardMode, generators: ModelGenerators | None
+    ) -> torch.Tensor:
+        """Output (M, N, O); ``generators`` is required unless ``mode`` is MEAN."""
+        ...
+
+    def kl(self, prior: Prior) -> torch.Tensor:
+        """KL(q || prior) of this layer's weights and biases, one value per model: (M,)."""
+        ...
+
+    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior means: weight (M, I, O), bias (M, O)."""
+        ...
+
+    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior marginal standard deviations: weight (M, I, O), bias (M, O)."""
+        ...
+
+
+SGLD_SAMPLES = 100  # samples SGLD keeps by default (the predictive averages over them)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one run. Defaults are the overpruning paper's (appendix A of 000_*.txt).
+
+    Attributes:
+        method: inference method.
+        hidden: widths of the hidden layers.
+        activation: hidden non-linearity.
+        iterations: full-batch optimisation steps (None: 5000, ES 2000 as in the paper).
+        learning_rate, betas: Adam settings.
+        cholesky_learning_rate: FC only: Adam rate of the off-diagonal Cholesky entries (None:
+            ``learning_rate``, the paper's setting; see ``training.parameter_groups``).
+        prior_std: std s of the factorised N(0, s^2) prior (MAP, MF, GD, FC).
+        posterior_std: initial posterior std (MF, FC); the fixed std of GD.
+        noise_std: None learns the Gaussian noise std as a point parameter; a number fixes it
+            (in standardised target units).
+        noise_std_init: initial noise std when it is learned (standardised units).
+        kl_weight: multiplies the KL term of the ELBO (1 is the true ELBO).
+        train_samples: Monte-Carlo samples of the expected log-likelihood per step.
+        test_samples: K, predictive samples in the test log-likelihood.
+        validation_fraction: ES only: share of the training rows held out to pick the stop.
+        eval_every: ES only: iterations between validation checks.
+        burn_in: SGLD only: steps discarded before samples are kept (None: a fifth of them).
+        thinning: SGLD only: keep one sample every ``thinning`` steps after the burn-in (None:
+            spaced to keep ``SGLD_SAMPLES`` samples).
+        step_size: SGLD only: eta in the step size eps_t = (eta / N) (1 + t / decay_steps)^-gamma.
+        step_decay: SGLD only: gamma in (0.5, 1] keeps sum eps_t infinite and sum eps_t^2 finite.
+        decay_steps: SGLD only: tau, the steps over which the step size starts to fall.
+        batch_size: SGLD only: examples per gradient estimate (None: the full training set).
+        seed: base seed; model m of split s uses streams derived from (seed, s).
+        chunk_size: models trained together; None picks it from the problem size.
+        dtype: "float32" or "float64".
+        compile: fuse each training step with ``torch.compile`` (needs a C++ compiler; the
+            numbers agree with eager to float rounding, not bit for bit). Off by default.
+    """
+
+    method: Method = Method.MF
+    hidden: tuple[int, ...] = (50,)
+    activation: Activation = Activation.TANH
+    iterations: int | None = None
+    learning_rate: float = 0.005
+    cholesky_learning_rate: float | None = None
+    betas: tuple[float, float] = (0.9, 0.99)
+    prior_std: float = 1.0
+    posterior_std: float = 1e-4
+    noise_std: float | None = None
+    noise_std_init: float = 1.0
+    kl_weight: float = 1.0
+    train_samples: int = 1
+    test_samples: int = 100
+    validation_fraction: float = 0.1
+    eval_every: int = 10
+    burn_in: int | None = None
+    thinning: int | None = None
+    step_size: float = 0.05
+    step_decay: float = 0.55
+    decay_steps: int = 1000
+    batch_size: int | None = None
+    seed: int = 0
+    chunk_size: int | None = None
+    dtype: str = "float32"
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", Method(self.method))
+        object.__setattr__(self, "activation", Activation(self.activation))
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        checks = {
+            "iterations": self.iterations is None or self.iterations > 0,
+            "learning_rate": self.learning_rate > 0,
+            "cholesky_learning_rate": self.cholesky_learning_rate is None
+            or self.cholesky_learning_rate > 0,
+            "prior_std": self.prior_std > 0,
+            "posterior_std": self.posterior_std > 0,
+            "noise_std": self.noise_std is None or self.noise_std > 0,
+            "noise_std_init": self.noise_std_init > 0,
+            "kl_weight": self.kl_weight >= 0,
+            "train_samples": self.train_samples >= 1,
+            "test_samples": self.test_samples >= 1,
+            "validation_fraction": 0 < self.validation_fraction < 1,
+            "eval_every": self.eval_every >= 1,
+            "burn_in": self.burn_in is None or self.burn_in >= 0,
+            "thinning": self.thinning is None or self.thinning >= 1,
+            "step_size": self.step_size > 0,
+            "step_decay": 0.5 < self.step_decay <= 1,
+            "decay_steps": self.decay_steps >= 1,
+            "batch_size": self.batch_size is None or self.batch_size >= 1,
+            "chunk_size": self.chunk_size is None or self.chunk_size >= 1,
+            "hidden": all(h >= 1 for h in self.hidden),
+            "dtype": self.dtype in ("float32", "float64"),
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"TrainConfig: invalid {name}={getattr(self, name)!r}")
+
+    @property
+    def resolved_iterations(self) -> int:
+        if self.iterations is not None:
+            return self.iterations
+        return 2000 if self.method is Method.ES else 5000
+
+    @property
+    def resolved_burn_in(self) -> int:
+        return self.resolved_iterations // 5 if self.burn_in is None else self.burn_in
+
+    @property
+    def resolved_thinning(self) -> int:
+        if self.thinning is not None:
+            return self.thinning
+        return max(1, (self.resolved_iterations - self.resolved_burn_in) // SGLD_SAMPLES)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["method"] = self.method.value
+        out["activation"] = self.activation.value
+        out["iterations"] = self.resolved_iterations
+        return out
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """Metrics of one split, in the target's original units."""
+
+    split: int
+    test_log_likelihood: float
+    test_rmse: float
+    train_seconds: float
+    stopped_iteration: int | None = None  # ES: the iteration whose weights were kept
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """All splits of one data set and method, with the configuration that produced them."""
+
+    dataset: str
+    config: TrainConfig
+    splits: tuple[SplitResult, ...]
+    notes: tuple[str, ...] = field(default=())
+
+
+# --- Variance networks (issue 4; 002_05369ebb4f396b47.txt, 003_6d46223d87d84c68.txt) ---------
+
+
+class InferenceMode(str, Enum):
+    """How a trained stochastic network predicts (003, eqs. 2-3 and Theorem 1).
+
+    DETERMINISTIC: mean propagation, weights replaced by their expectations (eq. 3).
+    SAMPLE: one weight sample per model, shared by the examples ("1 samp." of Table 2).
+    ENSEMBLE: test-time averaging of the predictive probabilities over K weight samples (eq. 2).
+    ZERO_MEAN: ENSEMBLE with each Gaussian posterior N(mu, alpha mu^2) replaced by N(0, alpha mu^2).
+    """
+
+    DETERMINISTIC = "deterministic"
+    SAMPLE = "sample"
+    ENSEMBLE = "ensemble"
+    ZERO_MEAN = "zero-mean"
+
+
+@runtime_checkable
+class DropoutPrior(Protocol):
+    """A prior whose KL to the variational-dropout posterior N(mu, alpha mu^2) is known per alpha.
+
+    ``kl_dropout`` takes the means and log alpha (broadcastable to the means) and returns the KL
+    summed over all but the leading model dim, (M,). ``kl_zero_mean`` is the KL of the zero-mean
+    posterior N(0, std^2) (appendix F of 003), (M,).
+    """
+
+    def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor: ...
+
+    def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor: ...

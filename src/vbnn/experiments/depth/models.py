@@ -1,0 +1,220 @@
+"""Models and training of the depth experiment (004, section 4 and appendix B).
+
+* :func:`depth_widths` - the widest hidden width keeping a network under the parameter budget.
+* :class:`SoftplusMeanFieldLinear` - the mean-field layer of 004's pre-training: sigma =
+  softplus(rho), He-initialised means, sigma initialised to 1e-6 ("initial variance parameters,
+  rho, which are transformed into standard deviations using the softplus ... with 1e-6"). It is
+  kept here, not under ``vbnn.layers``, because only this reproduction uses the softplus
+  parameterisation; it obeys the same ``VariationalLayer`` contract so
+  ``vbnn.networks.mlp.MLP`` builds
+  networks from it. (vbnn's own ``MeanFieldLinear`` stores log sigma.)
+* :func:`train_mean_field` - minibatch Adam: first the means with cross-entropy (004: "We pretrain
+  the means using a cross-entropy loss to initialize the mean-field training"), then the full
+  ELBO (KL not re-weighted, unit Gaussian prior, LRT), ``epochs`` each.
+* :func:`bernoulli_potential` - U(theta) of the point network with the trained means' layout, from
+  our own ``MLP`` of ``PointLinear`` layers through ``torch.func.functional_call``.
+
+The classifier has one logit output and a Bernoulli likelihood (binary cross-entropy), the
+two-class softmax without its redundant output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import pairwise
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from vbnn.core.contracts import Activation, ForwardMode, Prior
+from vbnn.core.gaussian import local_reparameterization_moments
+from vbnn.core.randomness import ModelGenerators
+from vbnn.layers.base import affine, require_generators
+from vbnn.layers.point import PointLinear
+from vbnn.networks.mlp import MLP
+from vbnn.priors.gaussian import GaussianPrior
+from vbnn.references.nuts import FlatParameters, Potential, call_with, module_potential
+
+
+def parameter_count(sizes: list[int]) -> int:
+    """Weights plus biases of a dense network with layer widths ``sizes``."""
+    return sum(i * o + o for i, o in pairwise(sizes))
+
+
+def depth_widths(depth: int, budget: int = 1000, inputs: int = 2, outputs: int = 1) -> list[int]:
+    """Layer widths (inputs, H x depth, outputs) with the largest H whose parameter count
+    (weights and biases, all of which the sampler sees) is at most ``budget`` (004 appendix B)."""
+    if depth < 1:
+        raise ValueError(f"depth_widths: depth must be >= 1, got {depth}")
+    width = 1
+    while parameter_count([inputs, *[width + 1] * depth, outputs]) <= budget:
+        width += 1
+    sizes = [inputs, *[width] * depth, outputs]
+    if parameter_count(sizes) > budget:
+        raise ValueError(f"depth_widths: no width fits {budget} parameters at depth {depth}")
+    return sizes
+
+
+def softplus_inverse(value: float) -> float:
+    """rho with softplus(rho) = value (exact for small values: log(expm1(value)))."""
+    return math.log(math.expm1(value))
+
+
+class SoftplusMeanFieldLinear(nn.Module):
+    """q(W, b) = prod N(mu, softplus(rho)^2), He-normal means N(0, 2 / I), zero bias means.
+
+    Args:
+        in_features, out_features: I and O.
+        generators: one generator per model (draws the initial means).
+        posterior_std: initial sigma of every weight and bias (004: 1e-6).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        generators: ModelGenerators,
+        posterior_std: float = 1e-6,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.num_models = len(generators)
+        scale = math.sqrt(2.0 / in_features)
+        self.weight_mean = nn.Parameter(
+            generators.randn(in_features, out_features, dtype=dtype) * scale
+        )
+        self.bias_mean = nn.Parameter(torch.zeros(self.num_models, out_features, dtype=dtype))
+        rho = softplus_inverse(posterior_std)
+        self.weight_rho = nn.Parameter(torch.full_like(self.weight_mean, rho))
+        self.bias_rho = nn.Parameter(torch.full_like(self.bias_mean, rho))
+
+    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.weight_mean, self.bias_mean
+
+    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return functional.softplus(self.weight_rho), functional.softplus(self.bias_rho)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mode: ForwardMode = ForwardMode.SAMPLE,
+        generators: ModelGenerators | None = None,
+    ) -> torch.Tensor:
+        if mode is ForwardMode.MEAN:
+            return affine(x, self.weight_mean, self.bias_mean)
+        generators = require_generators(generators, mode)
+        weight_std, bias_std = self.posterior_std()
+        if mode is ForwardMode.WEIGHTS:
+            noise = generators.randn(self.in_features + 1, self.out_features, dtype=x.dtype)
+            weight = self.weight_mean + weight_std * noise[:, :-1]
+            return affine(x, weight, self.bias_mean + bias_std * noise[:, -1])
+        mean, var = local_reparameterization_moments(
+            x, self.weight_mean, weight_std**2, self.bias_mean, bias_std**2
+        )
+        noise = generators.randn(x.shape[1], self.out_features, dtype=x.dtype)
+        return torch.addcmul(mean, var.sqrt(), noise)
+
+    def kl(self, prior: Prior) -> torch.Tensor:
+        weight_std, bias_std = self.posterior_std()
+        return prior.kl_diagonal(self.weight_mean, weight_std) + prior.kl_diagonal(
+            self.bias_mean, bias_std
+        )
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """004 appendix B: Adam ("standard learning rates": 1e-3), batch 64, 10 epochs, N(0, 1) prior.
+
+    ``mean_epochs`` of cross-entropy on the means come first (the paper gives no count for them).
+    """
+
+    epochs: int = 10
+    mean_epochs: int = 10
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    posterior_std: float = 1e-6
+    prior_std: float = 1.0
+
+
+def _minibatches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    return list(torch.randperm(n, generator=generator).split(batch_size))
+
+
+def train_mean_field(
+    sizes: list[int],
+    activation: Activation,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: PretrainConfig,
+    seed: int,
+) -> MLP:
+    """Means pre-trained with cross-entropy, then MFVI on the full ELBO; returns the MF network.
+
+    Args:
+        x: (N, 2) inputs; y: (N,) labels in {0, 1}.
+    """
+    generators = ModelGenerators([seed])
+    model = MLP(
+        SoftplusMeanFieldLinear, sizes, activation, generators, config.posterior_std, x.dtype
+    )
+    shuffler = torch.Generator().manual_seed(seed + 1)
+    prior = GaussianPrior(config.prior_std)
+    means = [p for name, p in model.named_parameters() if name.endswith("_mean")]
+    n = len(x)
+    for stage, epochs in (("means", config.mean_epochs), ("elbo", config.epochs)):
+        optimiser = torch.optim.Adam(
+            means if stage == "means" else model.parameters(), config.learning_rate
+        )
+        for _ in range(epochs):
+            for index in _minibatches(n, config.batch_size, shuffler):
+                inputs, labels = x[index].unsqueeze(0), y[index].unsqueeze(0)
+                if stage == "means":
+                    logits = model(inputs, ForwardMode.MEAN).squeeze(-1)
+                    loss = functional.binary_cross_entropy_with_logits(logits, labels)
+                else:
+                    logits = model(inputs, ForwardMode.SAMPLE, generators).squeeze(-1)
+                    nll = functional.binary_cross_entropy_with_logits(
+                        logits, labels, reduction="sum"
+                    )
+                    # -ELBO / N with the minibatch likelihood scaled to the full data set
+                    loss = (nll * n / len(index) + model.kl(prior).sum()) / n
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"train_mean_field: non-finite loss in stage {stage}")
+                optimiser.zero_grad()
+                loss.backward()
+                optimiser.step()
+    return model
+
+
+def point_network(mean_field: MLP, sizes: list[int], activation: Activation) -> MLP:
+    """A point-weight ``MLP`` (one model) holding the mean-field network's means."""
+    dtype = mean_field.layers[0].weight_mean.dtype
+    network = MLP(PointLinear, sizes, activation, ModelGenerators([0]), dtype=dtype)
+    with torch.no_grad():
+        for point, source in zip(network.layers, mean_field.layers, strict=True):
+            point.weight.copy_(source.weight_mean)
+            point.bias.copy_(source.bias_mean)
+    return network
+
+
+def bernoulli_potential(
+    network: MLP, x: torch.Tensor, y: torch.Tensor, prior_precision: float = 1.0
+) -> tuple[Potential, FlatParameters]:
+    """U(theta) = sum_n BCE(f_theta(x_n), y_n) + prior_precision / 2 |theta|^2 for ``network``."""
+    inputs = x.unsqueeze(0)
+
+    def log_likelihood(module: nn.Module, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = call_with(module, params, inputs, ForwardMode.MEAN).reshape(-1)
+        return -functional.binary_cross_entropy_with_logits(logits, y, reduction="sum")
+
+    return module_potential(network, log_likelihood, prior_precision)
+
+
+def accuracy(network: MLP, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Share of points whose logit has the sign of the label."""
+    with torch.no_grad():
+        logits = network(x.unsqueeze(0), ForwardMode.MEAN).reshape(-1)
+    return float(((logits > 0).to(y.dtype) == y).to(torch.float64).mean())

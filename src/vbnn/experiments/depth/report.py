@@ -1,0 +1,245 @@
+"""Running, tabulating and plotting the depth reproduction (see ``depth.py`` for the outputs)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from vbnn.diagnostics.product_covariance import (
+    analytic_product_covariance,
+    covariance_support,
+    expected_support,
+    flatten_covariance,
+    monte_carlo_covariance,
+    random_mean_field_layers,
+    sample_products,
+)
+from vbnn.experiments.depth.units import UnitSettings, run_unit
+
+HEATMAP_DEPTHS = (1, 5, 20)
+GAPS = {
+    "kl_diag_full": "KL(q_diag || q_full)",
+    "wasserstein2": "W2(q_diag, q_full)",
+}
+
+
+def _diverging_heatmap(axis: Any, matrix: np.ndarray, title: str) -> Any:
+    limit = float(np.abs(matrix).max()) or 1.0
+    image = axis.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit)
+    axis.set_title(title, fontsize=9)
+    axis.set_xticks([])
+    axis.set_yticks([])
+    return image
+
+
+def _max_off_diagonal_correlation(covariance: torch.Tensor) -> float:
+    scale = covariance.diagonal().sqrt()
+    correlation = covariance / torch.outer(scale, scale)
+    return float((correlation - torch.diag(correlation.diagonal())).abs().max())
+
+
+def run_product_figure(out: Path, samples: int, seed: int) -> list[dict[str, Any]]:
+    """Figure 1 of 004 (Monte Carlo; 4x4 layers, means U(-0.1, 0.1), std 0.5), support check."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    generator = torch.Generator().manual_seed(seed)
+    figure, axes = pyplot.subplots(2, len(HEATMAP_DEPTHS), figsize=(11, 7))
+    rows = []
+    for column, depth in enumerate(HEATMAP_DEPTHS):
+        means, stds = random_mean_field_layers(depth, 4, generator=generator)
+        estimate, error = monte_carlo_covariance(sample_products(means, stds, samples, generator))
+        exact = flatten_covariance(analytic_product_covariance(means, stds))
+        for row, (matrix, kind) in enumerate(((estimate, "Monte Carlo"), (exact, "exact, eq. 14"))):
+            title = f"product of {depth} layer(s), {kind}"
+            image = _diverging_heatmap(axes[row, column], matrix.numpy(), title)
+            figure.colorbar(image, ax=axes[row, column], fraction=0.046)
+        support = covariance_support(exact)
+        rows.append(
+            {
+                "depth": depth,
+                "non_zero_pairs_analytic": float(support.double().mean()),
+                "matches_expected_support": bool(
+                    torch.equal(support, expected_support(depth, 4, 4))
+                ),
+                "max_abs_z_monte_carlo_vs_analytic": float(
+                    ((estimate - exact).abs() / error).max()
+                ),
+                "max_abs_off_diagonal_correlation_exact": _max_off_diagonal_correlation(exact),
+                "max_abs_off_diagonal_correlation_monte_carlo": _max_off_diagonal_correlation(
+                    estimate
+                ),
+            }
+        )
+    figure.suptitle(
+        f"Covariance of the 4x4 product matrix's 16 entries: {samples} Monte Carlo samples "
+        "(top, 004 Fig. 1) and the exact recursion (bottom)"
+    )
+    figure.tight_layout()
+    figure.savefig(out / "product_covariance.png", dpi=120)
+    pyplot.close(figure)
+    pd.DataFrame(rows).to_csv(out / "product_support.csv", index=False)
+    return rows
+
+
+def _unit_in_process(settings: UnitSettings, out: Path) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    return run_unit(settings, out)
+
+
+def run_units(
+    units: list[UnitSettings], out: Path, workers: int, progress: bool = False
+) -> list[dict[str, Any]]:
+    """Every unit (cached ones are read back), with a progress bar on stderr.
+
+    ``progress`` adds Pyro's per-iteration bar inside each unit (one worker only)."""
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    records = []
+    bar = tqdm(total=len(units), desc="depth units", file=sys.stderr)
+    if workers == 1:
+        for settings in units:
+            records.append(run_unit(settings, out, progress))
+            bar.update()
+    else:
+        with ProcessPoolExecutor(workers) as pool:
+            for record in pool.map(_unit_in_process, units, [out] * len(units)):
+                records.append(record)
+                bar.update()
+    bar.close()
+    flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in records])
+    flat.to_csv(out / "depth_units.csv", index=False)
+    return records
+
+
+def aggregate(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Mean and standard error of the mean over repeats, per activation and depth."""
+    frame = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in records])
+    columns = [
+        *GAPS,
+        "kl_full_diag",
+        "nuts_ess_median",
+        "nuts_rhat_max",
+        "nuts_divergences",
+        "nuts_seconds",
+        "mean_field_test_accuracy",
+    ]
+    grouped = frame.groupby(["activation", "depth"])
+    table = grouped[columns].mean().add_suffix("_mean")
+    sem = grouped[[*GAPS, "kl_full_diag"]].sem().add_suffix("_sem")  # NaN with one repeat
+    table = table.join(sem).join(grouped["width"].first()).join(grouped.size().rename("repeats"))
+    return table.reset_index()
+
+
+def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
+    """004 Fig. 2 (KL) and the blog's Wasserstein figure: gap vs depth, SEM shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(1, len(GAPS), figsize=(10, 3.8))
+    for axis, (gap, label) in zip(axes, GAPS.items(), strict=True):
+        for activation, rows in table.groupby("activation"):
+            mean = rows[f"{gap}_mean"].to_numpy()
+            sem = np.nan_to_num(rows[f"{gap}_sem"].to_numpy())
+            axis.plot(rows["depth"], mean, marker="o", label=activation)
+            axis.fill_between(rows["depth"], mean - sem, mean + sem, alpha=0.25)
+        axis.set_xticks(sorted(table["depth"].unique()))
+        axis.set_xlabel("hidden layers")
+        axis.set_ylabel(label)
+        axis.set_yscale("log")
+        axis.legend(fontsize=8)
+    figure.suptitle(
+        "Diagonal vs full-covariance Gaussian fitted to NUTS samples"
+        + (" (QUICK)" if quick else "")
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+
+
+def run_fashion(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The blog's Fashion-MNIST product-matrix heatmap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    from vbnn.experiments.depth.fashion_product import FashionProductConfig, run_fashion_product
+
+    config = (
+        FashionProductConfig(epochs=1, train_size=10_000, samples=2_000, seed=args.seed)
+        if args.quick
+        else FashionProductConfig(seed=args.seed)
+    )
+    if args.fashion_images is not None or args.fashion_samples is not None:
+        config = dataclasses.replace(
+            config,
+            train_size=args.fashion_images or config.train_size,
+            samples=args.fashion_samples or config.samples,
+        )
+    result = run_fashion_product(config, args.data_dir)
+    figure, axis = pyplot.subplots(figsize=(5.5, 4.8))
+    image = _diverging_heatmap(
+        axis,
+        result["covariance"],
+        f"{config.layers}-layer linear MF, Fashion-MNIST: Cov of product entries\n"
+        f"({config.pixels} pixels x 10 classes, {config.samples} samples)",
+    )
+    figure.colorbar(image, ax=axis)
+    figure.tight_layout()
+    figure.savefig(out / "fashion_product_covariance.png", dpi=120)
+    pyplot.close(figure)
+    covariance = result["covariance"]
+    scale = np.sqrt(np.outer(np.diag(covariance), np.diag(covariance)))
+    off_diagonal = ~np.eye(len(covariance), dtype=bool)
+    record = {
+        "config": config.__dict__,
+        "pixels": result["pixels"].tolist(),
+        "test_accuracy": result["test_accuracy"],
+        "median_abs_off_diagonal_correlation": float(
+            np.median(np.abs(covariance / scale)[off_diagonal])
+        ),
+    }
+    (out / "fashion_product.json").write_text(json.dumps(record, indent=2))
+    return record
+
+
+def write_summary(
+    out: Path,
+    args: argparse.Namespace,
+    note: str,
+    shared: dict[str, Any],
+    product: list[dict[str, Any]],
+    table: pd.DataFrame,
+    fashion: dict[str, Any] | None,
+) -> None:
+    summary = {
+        "quick": bool(args.quick),
+        "note": note,
+        "arguments": vars(args),
+        "shared_settings": {
+            k: (v.to_dict() if hasattr(v, "to_dict") else getattr(v, "__dict__", v))
+            for k, v in shared.items()
+        },
+        "product_support": product,
+        "gap_table": table.to_dict(orient="records"),
+        "fashion": fashion,
+    }
+    temporary = out / ".summary.json.tmp"
+    temporary.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(temporary, out / "summary.json")

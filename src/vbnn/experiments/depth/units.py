@@ -1,0 +1,123 @@
+"""One unit of the depth experiment: (activation, depth, repeat) -> gap measures.
+
+Protocol (004_6556d25c53efeeec.txt, section 4 and appendix B): two moons (noise 0.1), the widest
+network of this depth under the parameter budget, MFVI pre-training, NUTS from the pre-trained
+means, the full-covariance Gaussian of the samples (empirical covariance + jitter), the closest
+diagonal Gaussian (eq. 6) and KL(q_diag || q_full), plus the 2-Wasserstein distance between the
+two Gaussians (blog, 001_193bc50ee0b0b31a.txt).
+
+Every finished unit is written atomically to ``<out>/units/<key>.json`` and its samples to
+``<out>/samples/<key>.npz``, so a killed run loses nothing finished and a re-run skips (and
+re-plots from) what is there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vbnn.core.contracts import Activation
+from vbnn.experiments.depth.models import (
+    PretrainConfig,
+    accuracy,
+    bernoulli_potential,
+    depth_widths,
+    parameter_count,
+    point_network,
+    train_mean_field,
+)
+from vbnn.references.gaussian_gap import diagonal_gap, empirical_covariance
+from vbnn.references.nuts import NUTSConfig, run_nuts
+from vbnn.stores import sample_cache
+
+
+@dataclass(frozen=True)
+class UnitSettings:
+    """Everything that determines one unit's numbers (hashed into its cache key)."""
+
+    activation: Activation
+    depth: int
+    repeat: int
+    points: int = 10_000
+    noise: float = 0.1
+    budget: int = 1000
+    prior_precision: float = 1.0
+    jitter: float = 1e-4
+    seed: int = 0
+    dtype: str = "float32"
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    nuts: NUTSConfig = field(default_factory=NUTSConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["activation"] = Activation(self.activation).value
+        out["nuts"] = self.nuts.to_dict()
+        return out
+
+
+def two_moons(points: int, noise: float, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """scikit-learn's make_moons: inputs (N, 2) and labels (N,) as tensors."""
+    from sklearn.datasets import make_moons
+
+    x, y = make_moons(n_samples=points, noise=noise, random_state=seed)
+    return torch.tensor(x, dtype=dtype), torch.tensor(y, dtype=dtype)
+
+
+def _write_json(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
+    os.replace(temporary, path)
+
+
+def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[str, Any]:
+    """Run (or load) one unit; returns its flat record of settings, diagnostics and gaps."""
+    key = sample_cache.settings_key(settings.to_dict())
+    path = out / "units" / f"{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    dtype = getattr(torch, settings.dtype)
+    seed = settings.seed * 1000 + settings.repeat
+    x, y = two_moons(settings.points, settings.noise, seed, dtype)
+    test_x, test_y = two_moons(1000, settings.noise, seed + 500_000, dtype)
+    sizes = depth_widths(settings.depth, settings.budget)
+    began = time.perf_counter()
+    mean_field = train_mean_field(sizes, settings.activation, x, y, settings.pretrain, seed)
+    train_seconds = time.perf_counter() - began
+    network = point_network(mean_field, sizes, settings.activation)
+    potential, layout = bernoulli_potential(network, x, y, settings.prior_precision)
+    nuts = dataclasses.replace(settings.nuts, seed=seed)
+    cached = sample_cache.load(out / "samples", settings.to_dict())
+    if cached is None:
+        result = run_nuts(potential, layout.flatten(network), nuts, progress)
+        samples, diagnostics = result.samples, result.diagnostics
+        sample_cache.save(
+            out / "samples",
+            settings.to_dict(),
+            {"samples": samples, "log_density": result.log_density, "steps": result.leapfrog_steps},
+            diagnostics,
+        )
+    else:
+        samples, diagnostics = cached[0]["samples"], cached[1]
+    _, covariance = empirical_covariance(samples, settings.jitter)
+    record = {
+        "activation": Activation(settings.activation).value,
+        "depth": settings.depth,
+        "repeat": settings.repeat,
+        "width": sizes[1],
+        "parameters": parameter_count(sizes),
+        "mean_field_test_accuracy": accuracy(network, test_x, test_y),
+        "train_seconds": train_seconds,
+        **{f"nuts_{name}": value for name, value in diagnostics.items()},
+        **diagonal_gap(covariance),
+        "settings": settings.to_dict(),
+    }
+    _write_json(path, record)
+    return record

@@ -1,0 +1,162 @@
+"""Variance networks (002_05369ebb4f396b47.txt, 003_6d46223d87d84c68.txt) on MNIST with LeNet-5.
+
+Produces, each beside the published numbers of shared/reference/published.json:
+  * Table 1 of 003: ELBO, data term, KL, mean-propagation and test-time-averaging accuracy with the
+    first dense layer in each parameterization (zero-mean, layer, neuron, weight, additive);
+  * Table 2 of 003, LeNet-5 rows: binary dropout vs the variance network (all layers layer-wise
+    variational dropout), accuracy with 1 sample, deterministic, 20 samples;
+  * appendix C of 003: tanh, no-bias LeNet-5 with zero-mean ("var") layers;
+  * Fig. 1 of 003: the toy four-class problem with a two-neuron variance bottleneck;
+  * Fig. 3 of 003 (phase transition), Figs. 3-5 of 002 (kappa histograms, count above
+    log10 kappa0 = 1.5 per epoch, sparse ensembles), Fig. 5 of 003 (pruning by sigma).
+Every finished training run is stored in OUT/runs/ and reused when the same budget is re-run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DESCRIPTION = "Variance networks (Neklyudov et al.): LeNet-5 tables, toy bottleneck, kappa"
+DEFAULT_OUT = "results/variance-networks"
+VARIANCE = "zero-mean"  # the "var" layers of appendix C
+TABLE1 = {"zero-mean": "zero-mean", "layer": "vd-layer", "neuron": "vd-neuron",
+          "weight": "vd-weight", "additive": "additive"}  # fmt: skip
+# Non-linearity of each Table 1 row (003 does not state it). Softplus as in 002's kappa study,
+# except the zero-mean row: 002 section 6 trains its zero-centred dense layer "from scratch" with
+# |.| instead of ReLU. After softplus a zero-mean layer carries almost no signal, as
+# E softplus(s eps) = log 2 + s^2 / 8 + ... hardly depends on s, and the network collapses to the
+# class prior (measured: 11.35 % after 5 epochs of full MNIST; README.md).
+TABLE1_ACTIVATION = {"zero-mean": "abs"}
+TANH = {"det-det-det-det": ("deterministic",) * 4,
+        "det-var-det-det": ("deterministic", VARIANCE, "deterministic", "deterministic"),
+        "det-det-var-det": ("deterministic", "deterministic", VARIANCE, "deterministic"),
+        "det-var-var-det": ("deterministic", VARIANCE, VARIANCE, "deterministic")}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Sizes of one reproduction run (train/test examples are the first ones of each set)."""
+
+    name: str
+    train_size: int
+    test_size: int
+    epochs: int
+    samples: int  # K of the ensembles (the paper: 20)
+    track_size: int  # test examples of the per-epoch phase-transition tracking
+    kappa_size: int  # training examples summed over in kappa
+    toy_steps: int
+    toy_per_class: int
+    study_size: int  # test examples of the sparse-ensemble and pruning curves
+    log_alpha_learning_rate: float | None = None
+
+
+BUDGETS = {
+    "tiny": Budget("tiny", 64, 32, 1, 2, 32, 16, 5, 10, 32),
+    "quick": Budget("quick", 5000, 1000, 4, 10, 500, 500, 1500, 100, 1000),
+    # full: all 60000 training images, 20 epochs (the papers train ~200): 16-40 s per epoch per
+    # run at OMP_NUM_THREADS=1 (the 5-epoch run's ``epoch_seconds``), 11 runs (README.md)
+    "full": Budget("full", 60000, 10000, 20, 20, 2000, 1000, 3000, 250, 2000),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="~5 min on a data subset")
+    parser.add_argument("--size", choices=list(BUDGETS), default=None, help="overrides --quick")
+    parser.add_argument("--epochs", type=int, default=None, help="override the budget's epochs")
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dataset", choices=["mnist", "fashion-mnist"], default="mnist")
+    parser.add_argument(
+        "--time-epoch", action="store_true", help="only time LeNet-5 steps and print epoch cost"
+    )
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--phase-only",
+        action="store_true",
+        help="only track the Table 1 layer-wise run per epoch (phase transition, kappa counts)",
+    )
+    parser.add_argument(
+        "--log-alpha-lr",
+        type=float,
+        default=None,
+        help="Adam step of log alpha (default: 1e-3 like the rest; a deviation, see README)",
+    )
+
+
+def resolve_budget(args: argparse.Namespace) -> Budget:
+    budget = BUDGETS[args.size or ("quick" if args.quick else "full")]
+    if args.epochs is not None:
+        budget = Budget(**{**asdict(budget), "epochs": args.epochs})
+    if getattr(args, "log_alpha_lr", None) is not None:
+        budget = Budget(**{**asdict(budget), "log_alpha_learning_rate": args.log_alpha_lr})
+    return budget
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+
+    from vbnn.data.mnist import load_images
+
+    torch.manual_seed(args.seed)
+    budget = resolve_budget(args)
+    train_x, train_y = load_images(args.dataset, "train", args.data_dir)
+    test_x, test_y = load_images(args.dataset, "test", args.data_dir)
+    if args.time_epoch:
+        time_epochs(train_x, train_y)
+        return
+    out = Path(args.out)
+    started = time.perf_counter()
+    data = (train_x[: budget.train_size], train_y[: budget.train_size],
+            test_x[: budget.test_size], test_y[: budget.test_size])  # fmt: skip
+    from vbnn.experiments.variance_networks.tables import make_tables, phase_transition_only
+
+    if args.phase_only:
+        frame = phase_transition_only(out, budget, data, args.seed, not args.no_progress)
+        rate = budget.log_alpha_learning_rate or 1e-3
+        print(f"budget {budget.name}, {budget.epochs} epochs, log alpha learning rate {rate}:")
+        print(frame.round(2).to_string(index=False))
+        return
+    make_tables(out, budget, data, args.seed, progress=not args.no_progress)
+    seconds = time.perf_counter() - started
+    note = (
+        f"budget {budget.name}: {budget.train_size} training and {budget.test_size} test images"
+        f" of {args.dataset}, {budget.epochs} epochs, K = {budget.samples}, log alpha learning"
+        f" rate {budget.log_alpha_learning_rate or 1e-3}; wall {seconds:.0f} s"
+    )
+    from vbnn.experiments.variance_networks.parts import write_atomic
+
+    record = {"budget": asdict(budget), "seconds": seconds, "seed": args.seed,
+              "dataset": args.dataset}  # fmt: skip
+    write_atomic(out / "run.json", json.dumps(record, indent=1))
+    summary = (out / "summary.md").read_text()
+    write_atomic(out / "summary.md", f"{note}\n\n{summary}")
+    print(note)
+    print(summary)
+    if budget.name != "full":
+        print(f"NOTE: {budget.name} run on a data subset; numbers are not the paper's protocol.")
+
+
+def time_epochs(train_x, train_y, steps: int = 30) -> None:
+    """Time ``steps`` minibatch steps (batch 100) of LeNet-5 configurations; print s / epoch."""
+    import torch
+
+    from vbnn.classification.training import ClassifierConfig, train_classifier
+    from vbnn.core.randomness import ModelGenerators
+    from vbnn.networks.lenet import LeNet5, LeNetConfig
+    from vbnn.priors.dropout import LogUniformPrior
+
+    count = steps * 100
+    for label, families in (("variance (4 x vd-layer)", ("vd-layer",) * 4),
+                            ("dense1 only (Table 1)", ("deterministic", "deterministic",
+                                                       "vd-layer", "deterministic"))):  # fmt: skip
+        model = LeNet5(LeNetConfig(families=families), ModelGenerators([0]))
+        seconds = train_classifier(model, LogUniformPrior(), train_x[:count], train_y[:count],
+                                   ClassifierConfig(epochs=1), progress=False)[0]  # fmt: skip
+        per_epoch = seconds / count * len(train_y)
+        print(f"{label}: {seconds / steps:.3f} s/step, {per_epoch:.0f} s per epoch of "
+              f"{len(train_y)} images (threads={torch.get_num_threads()})")  # fmt: skip

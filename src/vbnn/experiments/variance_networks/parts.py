@@ -1,0 +1,223 @@
+"""Pieces of the variance-networks reproduction: the toy problem (003 Fig. 1), kappa and pruning
+studies (002 Figs. 3-5, 003 Fig. 5), plots and atomic writes. Used by ``variance_networks``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from torch.nn import functional
+
+from vbnn.classification.inference import accuracy, predict_probabilities
+from vbnn.classification.kappa import (
+    clear_masks,
+    count_above,
+    dense_layer_kappa,
+    sparse_ensemble_masks,
+)
+from vbnn.classification.training import accuracies
+from vbnn.core.contracts import ForwardMode, InferenceMode
+from vbnn.core.randomness import ModelGenerators
+from vbnn.layers import BinaryDropoutLayer, ZeroMeanLayer
+from vbnn.priors.dropout import LogUniformPrior
+
+TOY_CENTRES = ((3.0, 3.0), (3.0, 10.0), (10.0, 3.0), (10.0, 10.0))  # 003 section 3.2
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (a kill loses nothing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as stream:
+        stream.write(text)
+    os.replace(temporary, path)
+
+
+def save_figure(figure, path: Path) -> None:
+    temporary = path.with_name(f".tmp-{path.name}")
+    figure.savefig(temporary, dpi=110, format=path.suffix.lstrip("."))
+    os.replace(temporary, path)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# --- toy four-class problem with a two-neuron variance bottleneck (003 Fig. 1) ------------------
+
+
+def toy_data(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` points per class from N(centre, I) around the four centres of 003 section 3.2."""
+    generator = torch.Generator().manual_seed(seed)
+    centres = torch.tensor(TOY_CENTRES)
+    labels = torch.arange(4).repeat_interleave(count)
+    return centres[labels] + torch.randn(4 * count, 2, generator=generator), labels
+
+
+class ToyNetwork(nn.Module):
+    """Six dense layers with ReLU; the fifth is a zero-mean (Gaussian variance) layer with two
+    output neurons. M models (independent initialisations) are trained together."""
+
+    def __init__(self, generators: ModelGenerators, width: int = 32) -> None:
+        super().__init__()
+        sizes = [(2, width), (width, width), (width, width), (width, width)]
+        self.layers = nn.ModuleList(
+            BinaryDropoutLayer(i, o, generators, rate=0.0) for i, o in sizes
+        )
+        self.layers.append(ZeroMeanLayer(width, 2, generators))
+        self.layers.append(BinaryDropoutLayer(2, 4, generators, rate=0.0))
+
+    def forward(self, x, mode=ForwardMode.SAMPLE, generators=None, bottleneck: bool = False):
+        for index, layer in enumerate(self.layers):
+            x = layer(x, mode, generators)
+            if index == 4 and bottleneck:
+                return x
+            if index < 5:
+                x = torch.relu(x)
+        return x
+
+    def kl(self, prior) -> torch.Tensor:
+        return sum(layer.kl(prior) for layer in self.layers)
+
+
+def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd.DataFrame:
+    """Train ``len(seeds)`` toy networks as one stack; plot the bottleneck samples (Fig. 1)."""
+    x, y = toy_data(per_class, seed=100)
+    test_x, test_y = toy_data(per_class, seed=101)
+    centre, scale = x.mean(0), x.std(0)
+    x, test_x = (x - centre) / scale, (test_x - centre) / scale
+    models = len(seeds)
+    network = ToyNetwork(ModelGenerators.for_keys(seeds[0], range(models), "init"))
+    optimizer = torch.optim.Adam(network.parameters(), lr=3e-3)
+    generators = ModelGenerators.for_keys(seeds[0], range(models), "train")
+    batch = x.unsqueeze(0).expand(models, -1, -1)
+    prior = LogUniformPrior()
+    for _ in range(steps):
+        logits = network(batch, ForwardMode.SAMPLE, generators)
+        data = -functional.cross_entropy(logits.flatten(0, 1), y.repeat(models), reduction="sum")
+        loss = -(data - network.kl(prior).sum()) / len(y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    test_batch = test_x.unsqueeze(0).expand(models, -1, -1)
+    rows = []
+    for mode in InferenceMode:
+        probabilities = predict_probabilities(
+            network,
+            test_batch,
+            mode,
+            ModelGenerators.for_keys(seeds[0], range(models), "eval"),
+            samples=20,
+        )
+        for m, seed in enumerate(seeds):
+            value = 100 * float(accuracy(probabilities, test_y)[m])
+            rows.append({"seed": seed, "mode": mode.value, "accuracy": value})
+    plt = pyplot()
+    figure, axes = plt.subplots(1, models, figsize=(4.5 * models, 4), squeeze=False)
+    with torch.no_grad():
+        samples = network(test_batch, ForwardMode.SAMPLE, generators, bottleneck=True)
+    for m, seed in enumerate(seeds):
+        for label in range(4):
+            points = samples[m][test_y == label].numpy()
+            axes[0, m].scatter(points[:, 0], points[:, 1], s=4, alpha=0.5, label=f"class {label}")
+        axes[0, m].set(title=f"variance bottleneck, seed {seed}", xlabel="neuron 1")
+        axes[0, m].set_ylabel("neuron 2")
+        axes[0, m].legend(markerscale=3)
+    figure.tight_layout()
+    save_figure(figure, out / "toy_bottleneck.png")
+    plt.close(figure)
+    return pd.DataFrame(rows).pivot(index="seed", columns="mode", values="accuracy")
+
+
+# --- kappa criterion and pruning --------------------------------------------------------------
+
+
+def lenet_kappa(model, layer_index: int, images: torch.Tensor, labels: torch.Tensor):
+    """kappa (1, I, O) of dense layer ``layer_index`` of a LeNet5 on (images, labels)."""
+    inputs = model.input_of(layer_index, images.unsqueeze(0))
+
+    def head(b: torch.Tensor) -> torch.Tensor:
+        return model.forward_from(layer_index + 1, model.after(layer_index, b), ForwardMode.MEAN)
+
+    return dense_layer_kappa(model.layers[layer_index], inputs, head, labels)
+
+
+def kappa_callback(layer_index: int, images, labels, store: dict):
+    """Epoch extra for the tracker: count of log10 kappa > 1.5; keeps every epoch's kappa."""
+
+    def extra(epoch: int, model) -> dict[str, float]:
+        kappa = lenet_kappa(model, layer_index, images, labels)
+        store[epoch] = kappa[0].flatten().numpy()
+        return {"kappa_above_1.5": int(count_above(kappa, 1.5)[0])}
+
+    return extra
+
+
+def plot_kappa_histograms(store: dict, path: Path) -> None:
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    epochs = sorted(store)
+    chosen = sorted({epochs[0], epochs[len(epochs) // 2], epochs[-1]})
+    for epoch in chosen:
+        values = np.log10(np.maximum(store[epoch], 1e-25))  # 002 Fig. 3: kappa = 0 -> 1e-25
+        axis.hist(values, bins=60, alpha=0.5, label=f"epoch {epoch}")
+    axis.axvline(1.5, color="red", label="log10 kappa0 = 1.5")
+    axis.set(xlabel="log10 kappa", ylabel="weights", title="kappa of dense1 (002 Fig. 3)")
+    axis.legend()
+    figure.tight_layout()
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def sparse_ensemble_study(model, layer_index, kappa, images, labels, samples, seed):
+    """Accuracy of the ensemble with low-kappa weights set to means / zeros (002 Fig. 5)."""
+    layer = model.layers[layer_index]
+    logs = np.log10(np.maximum(kappa.flatten().numpy(), 1e-25))
+    thresholds = np.unique(np.quantile(logs, [0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0]))
+    rows = []
+    for log_threshold in thresholds:
+        row = {"log10_threshold": float(log_threshold)}
+        for replace in ("mean", "zero"):
+            fraction = sparse_ensemble_masks(layer, kappa, 10.0**log_threshold, replace)
+            value = accuracies(model, images, labels, samples, seed, (InferenceMode.ENSEMBLE,))
+            row[f"ensemble_acc_{replace}"] = value["ensemble"]
+            row["fraction_replaced"] = fraction
+        clear_masks(layer)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def variance_pruning_study(model, layer_index, images, labels, samples, seed):
+    """Ensemble accuracy after zeroing sigma below thresholds (003 Fig. 5)."""
+    layer = model.layers[layer_index]
+    sigma = layer.weight_log_std.detach().exp().flatten().numpy()
+    rows = []
+    for share in (0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99):
+        threshold = float(np.quantile(sigma, share)) if share > 0 else 0.0
+        fraction = layer.prune_by_std(threshold)
+        value = accuracies(model, images, labels, samples, seed, (InferenceMode.ENSEMBLE,))
+        rows.append({"sigma_threshold": threshold, "sparsity": fraction, **value})
+    clear_masks(layer)
+    return pd.DataFrame(rows)
+
+
+def plot_curves(frame: pd.DataFrame, x: str, ys: list[str], path: Path, title: str) -> None:
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for column in ys:
+        axis.plot(frame[x], frame[column], marker="o", label=column)
+    axis.set(xlabel=x, title=title)
+    axis.legend()
+    figure.tight_layout()
+    save_figure(figure, path)
+    plt.close(figure)

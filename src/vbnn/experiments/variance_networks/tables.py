@@ -1,0 +1,222 @@
+"""Training runs and tables of the variance-networks reproduction (see ``variance_networks``).
+
+Every LeNet-5 run: Adam, learning rate 1e-3, batch 100, one noise sample per step, log-uniform
+prior with the Molchanov et al. KL approximation, KL weight 1 (the ELBO of the training subset).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from vbnn.classification.training import (
+    ClassifierConfig,
+    PhaseTransitionTracker,
+    accuracies,
+    evaluate_elbo,
+    plot_phase_transition,
+    train_classifier,
+)
+from vbnn.core.contracts import InferenceMode
+from vbnn.core.randomness import ModelGenerators
+from vbnn.data.paths import published_path
+from vbnn.experiments.variance_networks import TABLE1, TABLE1_ACTIVATION, TANH, Budget
+from vbnn.experiments.variance_networks.parts import (
+    kappa_callback,
+    lenet_kappa,
+    plot_curves,
+    plot_kappa_histograms,
+    run_toy,
+    sparse_ensemble_study,
+    variance_pruning_study,
+    write_atomic,
+)
+from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.priors.dropout import LogUniformPrior
+
+DENSE1 = 2  # index of the first dense layer in LeNet5.layers
+TABLE1_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.ENSEMBLE)
+
+
+def published() -> dict:
+    path = published_path()
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    """A pipe table (pandas.to_markdown needs tabulate, which the project does not depend on)."""
+    frame = frame.reset_index()
+    rows = frame.astype(object).itertuples(index=False)
+    cells = [[f"{v:.2f}" if isinstance(v, float) else str(v) for v in row] for row in rows]
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
+
+
+def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, progress,
+              track: bool = False, kappa: dict | None = None,
+              modes: tuple[InferenceMode, ...] = tuple(InferenceMode)):  # fmt: skip
+    """Train (or reload the stored result of) one LeNet-5 run; returns (model, result dict) with
+    the test accuracy in ``modes`` (each costs passes over the test set)."""
+    train_x, train_y, test_x, test_y = data
+    folder = out / "runs"
+    model = LeNet5(config, ModelGenerators.for_keys(seed, [0], "init"))
+    record_path, state_path = folder / f"{name}.json", folder / f"{name}.pt"
+    key = {"budget": asdict(budget), "config": repr(config), "seed": seed}
+    if record_path.is_file() and state_path.is_file():
+        record = json.loads(record_path.read_text())
+        if record["key"] == key:
+            model.load_state_dict(torch.load(state_path))
+            return model, record
+    tracker = None
+    if track:
+        extra = None
+        if kappa is not None:
+            extra = kappa_callback(DENSE1, train_x[: budget.kappa_size],
+                                   train_y[: budget.kappa_size], kappa)  # fmt: skip
+        tracker = PhaseTransitionTracker(test_x[: budget.track_size], test_y[: budget.track_size],
+                                         min(budget.samples, 10), seed, extra)  # fmt: skip
+    prior = LogUniformPrior()
+    settings = ClassifierConfig(
+        epochs=budget.epochs, seed=seed, log_alpha_learning_rate=budget.log_alpha_learning_rate
+    )
+    seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name)
+    model.eval()
+    record = {
+        "key": key,
+        "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, modes),
+        "elbo": evaluate_elbo(model, prior, train_x, train_y, seed),
+        "epoch_seconds": seconds,
+        "mean_log_alpha": model.mean_log_alpha(),
+        "tracking": tracker.frame().to_dict("list") if tracker else None,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), state_path.with_suffix(".tmp"))
+    state_path.with_suffix(".tmp").replace(state_path)
+    write_atomic(record_path, json.dumps(record, indent=1))
+    return model, record
+
+
+def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = True) -> None:
+    reference = published()
+    sections = []
+    args = (budget, data, seed, out, progress)
+    train_x, train_y, test_x, test_y = data
+
+    # Table 1 of 003 (other layers deterministic; non-linearity per row: TABLE1_ACTIVATION)
+    rows, kappa_store = {}, {}
+    for label, family in TABLE1.items():
+        families = ("deterministic", "deterministic", family, "deterministic")
+        activation = TABLE1_ACTIVATION.get(label, "softplus")
+        config = LeNetConfig(families=families, activation=activation)
+        is_layer = label == "layer"
+        model, record = train_run(f"table1-{label}", config, *args, track=is_layer,
+                                  kappa=kappa_store if is_layer else None,
+                                  modes=TABLE1_MODES)  # fmt: skip
+        paper = reference.get("variance_networks_parameterizations", {}).get(label, [None] * 5)
+        elbo = record["elbo"]
+        rows[label] = {
+            "activation": activation,
+            "ELBO/1000": elbo["ELBO"] / 1000, "data/1000": elbo["data_term"] / 1000,
+            "KL/1000": elbo["KL"] / 1000,
+            "mean-prop acc": record["accuracy"]["deterministic"],
+            "ensemble acc": record["accuracy"]["ensemble"],
+            "dense1 log alpha": record["mean_log_alpha"].get("dense1", float("nan")),
+            "paper ELBO": paper[0], "paper data": paper[1], "paper KL": paper[2],
+            "paper mean-prop": paper[3], "paper ensemble": paper[4],
+        }  # fmt: skip
+        if is_layer:
+            tracking = pd.DataFrame(record["tracking"])
+            write_atomic(out / "table1_layer_tracking.csv", tracking.to_csv(index=False))
+            plot_phase_transition(tracking, out / "table1_layer_phase_transition.png",
+                                  "dense1 layer-wise, softplus")  # fmt: skip
+            if kappa_store:
+                plot_kappa_histograms(kappa_store, out / "kappa_histograms.png")
+            kappa = lenet_kappa(model, DENSE1, train_x[: budget.kappa_size],
+                                train_y[: budget.kappa_size])  # fmt: skip
+            study = (test_x[: budget.study_size], test_y[: budget.study_size])
+            sparse = sparse_ensemble_study(model, DENSE1, kappa, *study, budget.samples, seed)
+            write_atomic(out / "sparse_ensemble.csv", sparse.to_csv(index=False))
+            plot_curves(sparse, "log10_threshold",
+                        ["ensemble_acc_mean", "ensemble_acc_zero"], out / "sparse_ensemble.png",
+                        "sparse ensemble (002 Fig. 5)")  # fmt: skip
+            sections.append("## Sparse ensemble (002 Fig. 5)\n\n" + markdown(sparse))
+        if label == "zero-mean":
+            study = (test_x[: budget.study_size], test_y[: budget.study_size])
+            pruning = variance_pruning_study(model, DENSE1, *study, budget.samples, seed)
+            write_atomic(out / "variance_pruning.csv", pruning.to_csv(index=False))
+            plot_curves(pruning, "sparsity", ["ensemble"], out / "variance_pruning.png",
+                        "pruning the variance layer by sigma (003 Fig. 5)")  # fmt: skip
+            sections.append("## Pruning by sigma (003 Fig. 5)\n\n" + markdown(pruning))
+    table1 = pd.DataFrame(rows).T
+    write_atomic(out / "table1_parameterizations.csv", table1.to_csv())
+    sections.insert(0, "## Table 1 of 003 (ELBO terms in thousands of nats, totals on the "
+                    "training subset)\n\n" + markdown(table1))  # fmt: skip
+
+    # Table 2 of 003, LeNet-5 rows
+    published_2 = reference.get("variance_networks_accuracy", {}).get("LeNet5_MNIST", {})
+    rows = {}
+    for label, families, activation in (
+        ("Dropout", ("deterministic", "deterministic", "dropout", "dropout"), "relu"),
+        ("Variance", ("vd-layer",) * 4, "relu"),
+    ):
+        config = LeNetConfig(families=families, activation=activation)
+        _, record = train_run(f"table2-{label.lower()}", config, *args, track=True)
+        accuracy = record["accuracy"]
+        paper = published_2.get(label, [None] * 3)
+        rows[label] = {"1 sample": accuracy["sample"], "deterministic": accuracy["deterministic"],
+                       f"{budget.samples} samples": accuracy["ensemble"],
+                       "zero-mean": accuracy["zero-mean"],
+                       "paper 1 sample": paper[0], "paper det": paper[1],
+                       "paper 20 samples": paper[2]}  # fmt: skip
+        tracking = pd.DataFrame(record["tracking"])
+        write_atomic(out / f"table2_{label.lower()}_tracking.csv", tracking.to_csv(index=False))
+        plot_phase_transition(tracking, out / f"table2_{label.lower()}_phase_transition.png",
+                              f"LeNet-5 {label}")  # fmt: skip
+        rows[label].update({f"log alpha {k}": v for k, v in record["mean_log_alpha"].items()})
+    table2 = pd.DataFrame(rows).T
+    write_atomic(out / "table2_lenet5.csv", table2.to_csv())
+    sections.insert(1, "## Table 2 of 003, LeNet-5 on MNIST (accuracy %)\n\n" + markdown(table2))
+
+    # appendix C of 003: tanh, no biases
+    published_c = reference.get("variance_networks_other", {}).get("tanh_no_bias_LeNet5_MNIST", {})
+    rows = {}
+    for label, families in TANH.items():
+        config = LeNetConfig(families=families, activation="tanh", bias=False)
+        _, record = train_run(f"tanh-{label}", config, *args, modes=(
+            InferenceMode.DETERMINISTIC, InferenceMode.SAMPLE, InferenceMode.ENSEMBLE))  # fmt: skip
+        paper = published_c.get(label, [None, None])
+        rows[label] = {"stochastic": record["accuracy"]["sample"],
+                       "ensemble": record["accuracy"]["ensemble"],
+                       "deterministic": record["accuracy"]["deterministic"],
+                       "paper stochastic": paper[0], "paper ensemble": paper[1]}  # fmt: skip
+    table_c = pd.DataFrame(rows).T
+    write_atomic(out / "appendix_c_tanh.csv", table_c.to_csv())
+    sections.insert(2, "## Appendix C of 003: tanh, no biases (accuracy %)\n\n" + markdown(table_c))
+
+    # Fig. 1 of 003: toy problem, two initialisations trained as one stack
+    toy = run_toy(out, (seed, seed + 1), budget.toy_steps, budget.toy_per_class)
+    write_atomic(out / "toy_accuracy.csv", toy.to_csv())
+    sections.insert(3, "## Toy 4-class problem, 2-neuron variance bottleneck (003 Fig. 1), "
+                    "test accuracy %\n\n" + markdown(toy))  # fmt: skip
+    write_atomic(out / "summary.md", "\n\n".join(sections) + "\n")
+
+
+def phase_transition_only(out: Path, budget: Budget, data, seed: int, progress: bool):
+    """The Table 1 layer-wise run alone, tracked every epoch (accuracy in four modes, mean log
+    alpha, count of log10 kappa > 1.5); writes phase_only_tracking.csv and its plot."""
+    config = LeNetConfig(families=("deterministic", "deterministic", "vd-layer", "deterministic"),
+                         activation="softplus")  # fmt: skip
+    store: dict = {}
+    _, record = train_run("phase-only-layer", config, budget, data, seed, out, progress,
+                          track=True, kappa=store, modes=TABLE1_MODES)  # fmt: skip
+    tracking = pd.DataFrame(record["tracking"])
+    write_atomic(out / "phase_only_tracking.csv", tracking.to_csv(index=False))
+    plot_phase_transition(tracking, out / "phase_only_phase_transition.png",
+                          "dense1 layer-wise, softplus")  # fmt: skip
+    if store:
+        plot_kappa_histograms(store, out / "phase_only_kappa_histograms.png")
+    return tracking

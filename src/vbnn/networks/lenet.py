@@ -1,0 +1,151 @@
+"""LeNet-5-Caffe whose four layers each come from any variance-network family.
+
+Architecture (003_6d46223d87d84c68.txt section 6.1, Caffe's LeNet): conv 20@5x5 -> max-pool 2
+-> conv 50@5x5 -> max-pool 2 -> dense 800 -> 500 -> dense 500 -> 10, with the chosen non-linearity
+after conv1, conv2 and dense1 (before pooling). Images (M, N, 1, 28, 28); logits (M, N, 10).
+The model dimension M stacks independent networks (convolutions use groups=M).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from vbnn.core.contracts import ForwardMode
+from vbnn.core.randomness import ModelGenerators
+from vbnn.layers import NETWORK_FAMILIES
+from vbnn.layers.stochastic import StochasticLayer
+
+
+class NetworkActivation(str, Enum):
+    RELU = "relu"
+    SOFTPLUS = "softplus"
+    TANH = "tanh"
+    ABS = "abs"  # 002 appendix D: |.| after a zero-mean layer
+
+
+ACTIVATIONS: dict[NetworkActivation, Callable[[torch.Tensor], torch.Tensor]] = {
+    NetworkActivation.RELU: torch.relu,
+    NetworkActivation.SOFTPLUS: functional.softplus,
+    NetworkActivation.TANH: torch.tanh,
+    NetworkActivation.ABS: torch.abs,
+}
+LAYER_NAMES = ("conv1", "conv2", "dense1", "dense2")
+
+
+@dataclass(frozen=True)
+class LeNetConfig:
+    """Families of (conv1, conv2, dense1, dense2) (``vbnn.layers.NETWORK_FAMILIES`` names), the
+    non-linearity, biases, and the initial posterior std passed to every layer (None: defaults)."""
+
+    families: tuple[str, str, str, str] = ("vd-layer",) * 4
+    activation: NetworkActivation = NetworkActivation.RELU
+    bias: bool = True
+    posterior_std: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "families", tuple(self.families))
+        object.__setattr__(self, "activation", NetworkActivation(self.activation))
+        if len(self.families) != 4:
+            raise ValueError(f"LeNetConfig: need 4 families, got {self.families!r}")
+        for name in self.families:
+            if name not in NETWORK_FAMILIES:
+                raise ValueError(
+                    f"LeNetConfig: unknown family {name!r}; choose from {list(NETWORK_FAMILIES)}"
+                )
+
+
+def make_layer(name: str, in_features: int, out_features: int, generators, **options):
+    family, fixed = NETWORK_FAMILIES[name]
+    return family(in_features, out_features, generators, **fixed, **options)
+
+
+class LeNet5(nn.Module):
+    """LeNet-5-Caffe (see module docstring)."""
+
+    def __init__(
+        self, config: LeNetConfig, generators: ModelGenerators, dtype: torch.dtype = torch.float32
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.activation = ACTIVATIONS[config.activation]
+        sizes = [(1, 20, 5), (20, 50, 5), (800, 500, None), (500, 10, None)]
+        self.layers = nn.ModuleList(
+            make_layer(
+                name,
+                i,
+                o,
+                generators,
+                posterior_std=config.posterior_std,
+                dtype=dtype,
+                kernel_size=k,
+                bias=config.bias,
+            )
+            for name, (i, o, k) in zip(config.families, sizes, strict=True)
+        )
+
+    def after(self, index: int, output: torch.Tensor) -> torch.Tensor:
+        """What follows layer ``index``: activation, then pooling (conv) or flattening."""
+        if index == len(self.layers) - 1:
+            return output
+        hidden = self.activation(output)
+        if index < 2:
+            models, rows = hidden.shape[:2]
+            pooled = functional.max_pool2d(hidden.flatten(0, 1), 2)
+            hidden = pooled.reshape(models, rows, *pooled.shape[1:])
+            if index == 1:
+                hidden = hidden.flatten(2)
+        return hidden
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mode: ForwardMode = ForwardMode.SAMPLE,
+        generators: ModelGenerators | None = None,
+    ) -> torch.Tensor:
+        """Images (M, N, 1, 28, 28) -> logits (M, N, 10)."""
+        return self.forward_from(0, x, mode, generators)
+
+    def forward_from(
+        self,
+        index: int,
+        x: torch.Tensor,
+        mode: ForwardMode = ForwardMode.SAMPLE,
+        generators: ModelGenerators | None = None,
+    ) -> torch.Tensor:
+        """Run layers ``index`` .. end on ``x``, the input of layer ``index``."""
+        for position in range(index, len(self.layers)):
+            x = self.after(position, self.layers[position](x, mode, generators))
+        return x
+
+    def input_of(
+        self,
+        index: int,
+        x: torch.Tensor,
+        mode: ForwardMode = ForwardMode.MEAN,
+        generators: ModelGenerators | None = None,
+    ) -> torch.Tensor:
+        """The input of layer ``index`` for images ``x``."""
+        for position in range(index):
+            x = self.after(position, self.layers[position](x, mode, generators))
+        return x
+
+    def kl(self, prior: object) -> torch.Tensor:
+        """Sum of the layers' KL terms, (M,)."""
+        return sum(layer.kl(prior) for layer in self.layers)
+
+    def mean_log_alpha(self) -> dict[str, float]:
+        """Mean log alpha of each layer that has one (model 0)."""
+        return {
+            name: float(layer.mean_log_alpha()[0])
+            for name, layer in zip(LAYER_NAMES, self.layers, strict=True)
+            if hasattr(layer, "mean_log_alpha")
+        }
+
+    def stochastic_layers(self) -> list[StochasticLayer]:
+        return [layer for layer in self.layers if isinstance(layer, StochasticLayer)]

@@ -1,0 +1,44 @@
+"""Priors over layer weights. Later priors (log-uniform, Student-t, ARD) add a class here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from vbnn.core.gaussian import gaussian_log_prob, kl_diagonal_gaussian, kl_full_gaussian_from_factor
+
+
+def per_model(value: float | torch.Tensor, like: torch.Tensor) -> float | torch.Tensor:
+    """A scalar as is; a (M,) tensor reshaped to (M, 1, ..., 1) to broadcast against ``like``."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        return value.to(like.dtype).reshape(-1, *([1] * (like.dim() - 1)))
+    return value
+
+
+@dataclass(frozen=True)
+class GaussianPrior:
+    """Factorised N(0, std^2) over every weight and bias of a layer.
+
+    ``std`` is one number, or a (M,) tensor giving each model of the stack its own prior (the
+    tuner trains hyper-parameter candidates side by side this way).
+    """
+
+    std: float | torch.Tensor = 1.0
+
+    def __post_init__(self) -> None:
+        if not bool((torch.as_tensor(self.std) > 0).all()):
+            raise ValueError(f"GaussianPrior: std must be > 0, got {self.std!r}")
+
+    def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        return kl_diagonal_gaussian(mean, std, per_model(self.std, mean))
+
+    def kl_full(
+        self, mean: torch.Tensor, strictly_lower: torch.Tensor, log_diagonal: torch.Tensor
+    ) -> torch.Tensor:
+        prior_std = per_model(self.std, mean[:, 0])  # (M,): one value per model's KL
+        return kl_full_gaussian_from_factor(mean, strictly_lower, log_diagonal, prior_std)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        log_density = gaussian_log_prob(value, 0.0, per_model(self.std, value))
+        return log_density.reshape(value.shape[0], -1).sum(1)

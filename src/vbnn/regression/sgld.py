@@ -1,0 +1,149 @@
+"""SGLD: stochastic gradient Langevin dynamics (Welling & Teh 2011) for a stack of networks.
+
+theta_{t+1} = theta_t + (eps_t / 2) [ grad log p(theta) + (N / n) sum_{i in batch} grad log p(y_i |
+x_i, theta) ] + eta_t,   eta_t ~ N(0, eps_t I),
+
+with the polynomially decaying step size eps_t = (step_size / N) (1 + t / decay_steps)^-gamma,
+gamma in (0.5, 1] (Welling & Teh's conditions: sum eps_t = inf, sum eps_t^2 < inf). Dividing by N
+makes ``step_size`` a per-example rate that transfers across data-set sizes.
+
+theta holds the point weights of every layer and the log noise std of the Gaussian likelihood.
+Priors: the weights' N(0, s^2) (``TrainConfig.prior_std``) and N(0, 1) on the log noise std in
+standardised target units (a weak prior: the noise std lies within a factor e of 1 with 68 %
+probability). Samples after ``burn_in`` steps, one every ``thinning`` steps, form the predictive.
+Every model of the stack draws its mini-batches and its Langevin noise from its own stream, so a
+model samples the same chain alone or in a batch.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from vbnn.core.contracts import ForwardMode, TrainConfig
+from vbnn.core.gaussian import gaussian_log_prob
+from vbnn.core.randomness import ModelGenerators
+from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.full_batch import NonFiniteLossError
+
+State = dict[str, torch.Tensor]
+
+NOISE_LOG_STD_PRIOR_STD = 1.0
+
+
+def step_size(config: TrainConfig, iteration: int, num_examples: int) -> float:
+    """eps_t = (step_size / N) (1 + t / decay_steps)^-gamma for t = iteration - 1."""
+    decay = (1.0 + (iteration - 1) / config.decay_steps) ** (-config.step_decay)
+    return config.step_size / num_examples * decay
+
+
+def log_posterior(
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    prior: GaussianPrior,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    num_examples: int,
+) -> torch.Tensor:
+    """Unbiased estimate of log p(theta | data) + const from a batch: (M,).
+
+    (N / n) sum_batch log p(y | x, theta) + log p(weights) + log p(log noise std).
+    """
+    data = likelihood.log_prob(model(x, ForwardMode.MEAN), y).sum(-1) * (num_examples / y.shape[1])
+    noise_prior = gaussian_log_prob(likelihood.log_std, 0.0, NOISE_LOG_STD_PRIOR_STD)
+    return data + model.log_prior(prior) + noise_prior
+
+
+def _batch(
+    x: torch.Tensor, y: torch.Tensor, size: int | None, generators: ModelGenerators
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows drawn with replacement, per model from its own stream (None: the full set)."""
+    if size is None or size >= y.shape[1]:
+        return x, y
+    index = torch.stack(
+        [torch.randint(y.shape[1], (size,), generator=g) for g in generators.generators]
+    )
+    rows = torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+    return rows, torch.gather(y, 1, index)
+
+
+def sample(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generators: ModelGenerators,
+    prior_std: float | torch.Tensor | None = None,
+    progress: bool = False,
+    description: str = "sgld",
+) -> list[State]:
+    """Run the chains for ``config.resolved_iterations`` steps; return the kept samples.
+
+    Args:
+        model, likelihood: a stack of point networks (``PointLinear`` layers), the chains' start.
+        x, y: (M, N, I) and (M, N) standardised training data.
+        generators: one stream per model for mini-batches and Langevin noise.
+        prior_std: overrides ``config.prior_std`` (a (M,) tensor: one prior per model).
+
+    Returns:
+        The kept states (copies of ``model`` and ``likelihood`` parameters), oldest first.
+
+    Raises:
+        NonFiniteLossError: the chain left the region of finite density (step size too large).
+    """
+    prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
+    modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
+    parameters = [(name, p) for name, p in modules.named_parameters() if p.requires_grad]
+    num_examples = y.shape[1]
+    iterations = config.resolved_iterations
+    kept: list[State] = []
+    bar = tqdm(total=iterations, desc=description, file=sys.stderr, disable=not progress)
+    for iteration in range(1, iterations + 1):
+        batch_x, batch_y = _batch(x, y, config.batch_size, generators)
+        log_density = log_posterior(model, likelihood, prior, batch_x, batch_y, num_examples)
+        if not bool(torch.isfinite(log_density).all()):
+            bar.close()
+            bad = int((~torch.isfinite(log_density)).nonzero()[0, 0])
+            raise NonFiniteLossError(
+                f"SGLD: non-finite log posterior at iteration {iteration} in model {bad}; "
+                f"step size eps = {step_size(config, iteration, num_examples):.3g} is too large "
+                "(lower TrainConfig.step_size)"
+            )
+        grads = torch.autograd.grad(log_density.sum(), [p for _, p in parameters])
+        eps = step_size(config, iteration, num_examples)
+        with torch.no_grad():
+            for (_, parameter), grad in zip(parameters, grads, strict=True):
+                noise = generators.randn(*parameter.shape[1:], dtype=parameter.dtype)
+                parameter.add_(grad, alpha=eps / 2).add_(noise, alpha=math.sqrt(eps))
+        past_burn_in = iteration - config.resolved_burn_in
+        if past_burn_in > 0 and past_burn_in % config.resolved_thinning == 0:
+            kept.append({k: v.detach().clone() for k, v in modules.state_dict().items()})
+        if iteration % 100 == 0 or iteration == iterations:
+            bar.update(iteration - bar.n)
+    bar.close()
+    if not kept:
+        raise ValueError(
+            f"SGLD kept no samples: iterations={iterations}, burn_in={config.resolved_burn_in}, "
+            f"thinning={config.resolved_thinning}"
+        )
+    return kept
+
+
+@torch.no_grad()
+def predictions(
+    model: MLP, likelihood: GaussianLikelihood, states: list[State], x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Network outputs (S, M, N) and noise stds (S, M) of every kept sample on x (M, N, I)."""
+    modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
+    outputs, noise_stds = [], []
+    for state in states:
+        modules.load_state_dict(state)
+        outputs.append(model(x, ForwardMode.MEAN).squeeze(-1))
+        noise_stds.append(likelihood.std().clone())
+    return torch.stack(outputs), torch.stack(noise_stds)

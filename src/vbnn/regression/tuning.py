@@ -1,0 +1,219 @@
+"""Hyper-parameter search by Bayesian optimisation (Optuna's TPE), candidates trained as a stack.
+
+The overpruning paper (000_e87e55bc25ea4726.txt, experimental details) tuned with Spearmint on one
+split: the prior std of MAP, MF, GD and FC, GD's posterior std, and ES's learning rate. Here:
+
+- the objective is the log-likelihood of a *validation* part carved from a split's training rows
+  (``TuningConfig.validation_fraction``, seeded), standardised with the remaining rows' statistics;
+  no test row is ever seen;
+- each round asks Optuna for ``batch`` candidates and trains them side by side as one model stack
+  (prior and posterior std are per-model tensors); candidates share the split's streams, so they
+  start from the same weights and see the same noise (common random numbers). ES's learning rate
+  cannot differ inside one Adam, so ES candidates train one at a time;
+- TPE with the constant liar keeps the candidates of one round apart;
+- the study lives in Optuna storage (the results database's SQLite file), so a killed search
+  resumes: trials already complete count towards the budget.
+
+Protocols (``TuneProtocol``): ``once`` tunes on split 0's training data and shares the values with
+every split (the paper's); ``per-split`` tunes each split on its own training data, so no test row
+of one split can have steered the values used on another.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import optuna
+import torch
+
+from vbnn.core.contracts import Method, TrainConfig
+from vbnn.core.randomness import derive_seed
+from vbnn.data.splits import StackedSplits, standardise
+from vbnn.data.uci import RegressionDataset
+from vbnn.regression.engine import (
+    PER_MODEL_SETTINGS,
+    choose_chunk_size,
+    shared_settings,
+    train_stack,
+)
+from vbnn.training.full_batch import NonFiniteLossError
+
+
+class TuneProtocol(str, Enum):
+    ONCE = "once"
+    PER_SPLIT = "per-split"
+
+
+# Searched hyper-parameters per method: name -> (low, high), all on a log scale.
+SEARCH_SPACES: dict[Method, dict[str, tuple[float, float]]] = {
+    Method.ES: {"learning_rate": (1e-4, 0.1)},
+    Method.MAP: {"prior_std": (0.01, 10.0)},
+    Method.MF: {"prior_std": (0.01, 10.0)},
+    Method.GD: {"prior_std": (0.01, 10.0), "posterior_std": (1e-3, 1.0)},
+    Method.FC: {"prior_std": (0.01, 10.0)},
+    Method.SGLD: {"prior_std": (0.01, 10.0)},
+}
+
+
+@dataclass(frozen=True)
+class TuningConfig:
+    """Budget and protocol of a search.
+
+    Attributes:
+        trials: candidates evaluated per study (the budget).
+        batch: candidates trained together in one stack (ES: 1 regardless).
+        validation_fraction: share of the split's training rows held out as the objective.
+        seed: seeds the validation carve and the sampler.
+    """
+
+    trials: int = 30
+    batch: int = 10
+    validation_fraction: float = 0.2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.trials < 1 or self.batch < 1 or not 0 < self.validation_fraction < 1:
+            raise ValueError(f"TuningConfig: invalid {self}")
+
+
+def tuning_rows(
+    dataset: RegressionDataset, split: int, fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices (fit, validation) carved from split ``split``'s training rows only."""
+    train, _ = dataset.split(split)
+    order = np.random.default_rng(derive_seed(seed, split, "tuning")).permutation(train)
+    held_out = max(1, round(fraction * len(order)))
+    return order[held_out:], order[:held_out]
+
+
+def tuning_problem(
+    dataset: RegressionDataset, split: int, fraction: float, seed: int, dtype: torch.dtype
+) -> StackedSplits:
+    """Split ``split``'s training rows into fit and validation parts, standardised by the fit part.
+
+    The returned stack holds one model whose "test" part is the validation rows.
+    """
+    fit_rows, validation_rows = tuning_rows(dataset, split, fraction, seed)
+    x_fit, x_validation, _ = standardise(dataset.inputs[fit_rows], dataset.inputs[validation_rows])
+    y_fit, y_validation, y_std = standardise(
+        dataset.target[fit_rows], dataset.target[validation_rows]
+    )
+
+    def tensor(a: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(a, dtype=dtype).unsqueeze(0)
+
+    return StackedSplits(
+        split_ids=(split,),
+        x_train=tensor(x_fit),
+        y_train=tensor(y_fit),
+        x_test=tensor(x_validation),
+        y_test=tensor(y_validation),
+        target_scale=torch.tensor([float(y_std)], dtype=dtype),
+    )
+
+
+def _repeat(data: StackedSplits, count: int) -> StackedSplits:
+    def repeat(t: torch.Tensor) -> torch.Tensor:
+        return t.expand(count, *t.shape[1:]).contiguous()
+
+    return StackedSplits(
+        split_ids=data.split_ids * count,
+        x_train=repeat(data.x_train),
+        y_train=repeat(data.y_train),
+        x_test=repeat(data.x_test),
+        y_test=repeat(data.y_test),
+        target_scale=repeat(data.target_scale),
+    )
+
+
+def evaluate_candidates(
+    config: TrainConfig, data: StackedSplits, candidates: list[dict[str, float]]
+) -> list[float]:
+    """Validation log-likelihood of each candidate (NaN where training diverged).
+
+    Candidates that differ only in ``PER_MODEL_SETTINGS`` train together, in stacks no larger than
+    the engine's chunk size for this problem (a stack that leaves the cache is slower than two).
+    """
+    shared = shared_settings(candidates[0])
+    if len(candidates) > 1 and all(shared_settings(c) == shared for c in candidates):
+        rows, in_features = data.x_train.shape[1], data.x_train.shape[2]
+        chunk = choose_chunk_size(config, rows, in_features, len(candidates))
+        if chunk < len(candidates):
+            return [
+                score
+                for begin in range(0, len(candidates), chunk)
+                for score in evaluate_candidates(config, data, candidates[begin : begin + chunk])
+            ]
+        base = TrainConfig(**{**config.__dict__, **shared})
+        per_model = {
+            name: torch.tensor([c[name] for c in candidates], dtype=base.torch_dtype)
+            for name in PER_MODEL_SETTINGS
+            if name in candidates[0]
+        }
+        try:
+            trained = train_stack(base, _repeat(data, len(candidates)), **per_model)
+            return [float(v) for v in trained.metrics.log_likelihood]
+        except NonFiniteLossError:
+            pass  # find the divergent candidate(s) one at a time
+    scores = []
+    for candidate in candidates:
+        try:
+            trained = train_stack(TrainConfig(**{**config.__dict__, **candidate}), data)
+            scores.append(float(trained.metrics.log_likelihood[0]))
+        except NonFiniteLossError:
+            scores.append(math.nan)
+    return scores
+
+
+def tune(
+    dataset: RegressionDataset,
+    split: int,
+    config: TrainConfig,
+    tuning: TuningConfig,
+    storage: str | optuna.storages.BaseStorage | None = None,
+) -> dict[str, float]:
+    """Search ``SEARCH_SPACES[config.method]`` on split ``split``'s training data.
+
+    Args:
+        storage: Optuna storage (e.g. ``sqlite:///results.sqlite``); None keeps it in memory.
+
+    Returns:
+        The best candidate's values, e.g. {"prior_std": 0.8}.
+    """
+    space = SEARCH_SPACES[config.method]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=f"{dataset.name}/split{split}/{config.method.value}/seed{tuning.seed}",
+        storage=storage,
+        direction="maximize",
+        load_if_exists=True,
+        # each split's study proposes its own candidates (a seed of its own)
+        sampler=optuna.samplers.TPESampler(
+            seed=derive_seed(tuning.seed, split, "tuning") % 2**32, constant_liar=True
+        ),
+    )
+    data = tuning_problem(
+        dataset, split, tuning.validation_fraction, tuning.seed, config.torch_dtype
+    )
+    batch = 1 if config.method is Method.ES else tuning.batch
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    done = sum(t.state in finished for t in study.trials)
+    while done < tuning.trials:
+        trials = [study.ask() for _ in range(min(batch, tuning.trials - done))]
+        candidates = [
+            {
+                name: t.suggest_float(name, low, high, log=True)
+                for name, (low, high) in space.items()
+            }
+            for t in trials
+        ]
+        for trial, score in zip(trials, evaluate_candidates(config, data, candidates), strict=True):
+            if math.isfinite(score):
+                study.tell(trial, score)
+            else:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        done += len(trials)
+    return dict(study.best_params)

@@ -1,0 +1,326 @@
+"""Results database: every finished run in SQLite, so a killed sweep resumes and loses nothing.
+
+One file holds the table ``runs`` (one row per dataset x split x method x configuration x seed)
+and, through :func:`optuna_storage`, Optuna's own tables (``studies``, ``trials``, ...; none
+named ``runs``), so the tuning of a method and the results it produced travel together.
+
+A run's configuration is identified by :func:`config_hash`: a SHA-256 of its hyper-parameters as
+sorted JSON, leaving out ``seed`` (a key column of its own), ``chunk_size`` (every model draws
+from its own random streams, so chunking never changes a number) and ``compile`` (float rounding
+only). The UNIQUE key
+(dataset, split, method, config_hash, seed) makes a second write of the same run an error
+instead of a duplicate; :func:`run_splits_resumable` asks :meth:`ResultsDatabase.missing_splits`
+first and trains only those, writing every finished chunk in one transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sqlite3
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from enum import Enum
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vbnn.core.contracts import RunResult, SplitResult, TrainConfig
+from vbnn.data.uci import RegressionDataset
+
+# Execution settings, not part of what a run is: chunking never changes a number; compiling
+# changes the last digits only, like the thread count (which is not recorded either).
+LEFT_OUT_OF_HASH = ("seed", "chunk_size", "compile")
+RUN_COLUMNS = (
+    "id", "dataset", "split", "method", "config_hash", "seed", "hyperparameters",
+    "code_version", "metrics", "test_log_likelihood", "test_rmse", "wall_seconds", "created_at",
+)  # fmt: skip
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    dataset TEXT NOT NULL,
+    split INTEGER NOT NULL,
+    method TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    hyperparameters TEXT NOT NULL,
+    code_version TEXT NOT NULL,
+    metrics TEXT NOT NULL,
+    test_log_likelihood REAL,
+    test_rmse REAL,
+    wall_seconds REAL NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (dataset, split, method, config_hash, seed)
+)
+"""
+
+
+class ResultsDatabaseError(RuntimeError):
+    """The file is not a vbnn results database (corrupt, or another program's); names the path."""
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """The hyper-parameters of a frozen config (TrainConfig or any dataclass) as plain JSON."""
+    if hasattr(config, "to_dict"):
+        return _plain(config.to_dict())
+    if dataclasses.is_dataclass(config):
+        return _plain(dataclasses.asdict(config))
+    raise TypeError(f"config: expected a dataclass config, got {type(config).__name__}")
+
+
+def config_hash(config: Any, extra: Mapping[str, Any] | None = None) -> str:
+    """16 hex digits of SHA-256 over the sorted JSON of the config (without seed, chunk size).
+
+    ``extra`` (e.g. ``{"tune": "per-split"}``) is hashed with it, to tell apart runs whose
+    configs match but whose provenance differs.
+    """
+    values = {k: v for k, v in config_dict(config).items() if k not in LEFT_OUT_OF_HASH}
+    if extra:
+        values["extra"] = _plain(dict(extra))
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@cache
+def code_version() -> str:
+    """'vbnn <version> (git <describe>)', the git part only inside a checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        text = f"vbnn {version('vbnn')}"
+    except PackageNotFoundError:
+        text = "vbnn (not installed)"
+    try:
+        described = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--tags"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return text
+    return f"{text} (git {described})"
+
+
+class ResultsDatabase:
+    """The SQLite file of finished runs (WAL mode, so a reader never blocks the writer).
+
+    Args:
+        path: the database file; created with its folder when missing.
+
+    Raises:
+        ResultsDatabaseError: the file is not SQLite, is damaged, or has a ``runs`` table that
+            is not this schema.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_file():
+            raise ResultsDatabaseError(f"{self.path}: not a file")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.connection = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            self.connection.execute("PRAGMA journal_mode=WAL")
+            self.connection.execute("PRAGMA synchronous=NORMAL")
+            self.connection.execute(SCHEMA)
+            columns = [row[1] for row in self.connection.execute("PRAGMA table_info(runs)")]
+        except sqlite3.DatabaseError as error:
+            raise ResultsDatabaseError(
+                f"{self.path}: not a usable results database ({error}); move it aside or pass "
+                "another path"
+            ) from None
+        if tuple(columns) != RUN_COLUMNS:
+            self.connection.close()
+            raise ResultsDatabaseError(
+                f"{self.path}: has a 'runs' table with columns {columns}, not the vbnn schema "
+                f"{list(RUN_COLUMNS)}: another program's database?"
+            )
+
+    def __enter__(self) -> ResultsDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check``: 'ok' for an intact file."""
+        return "; ".join(row[0] for row in self.connection.execute("PRAGMA integrity_check"))
+
+    def stored_splits(
+        self, dataset: str, config: Any, extra: Mapping[str, Any] | None = None
+    ) -> set[int]:
+        """Splits of ``dataset`` already stored for this method, configuration and seed."""
+        rows = self.connection.execute(
+            "SELECT split FROM runs WHERE dataset=? AND method=? AND config_hash=? AND seed=?",
+            (dataset, _method(config), config_hash(config, extra), int(config.seed)),
+        )
+        return {int(r[0]) for r in rows}
+
+    def has_run(
+        self, dataset: str, split: int, config: Any, extra: Mapping[str, Any] | None = None
+    ) -> bool:
+        return split in self.stored_splits(dataset, config, extra)
+
+    def missing_splits(
+        self,
+        dataset: str,
+        split_ids: Iterable[int],
+        config: Any,
+        extra: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """The requested splits not yet stored, in the requested order."""
+        stored = self.stored_splits(dataset, config, extra)
+        return [k for k in split_ids if k not in stored]
+
+    def write_results(
+        self,
+        dataset: str,
+        config: Any,
+        results: Sequence[SplitResult],
+        extra: Mapping[str, Any] | None = None,
+        metrics: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Store finished splits in one transaction (all or none of them).
+
+        ``metrics`` maps a split to further metrics stored beside the test LL and RMSE.
+
+        Raises:
+            sqlite3.IntegrityError: a run with the same key is already stored.
+        """
+        values = config_dict(config)
+        if extra:
+            values["extra"] = _plain(dict(extra))
+        hyperparameters = json.dumps(values, sort_keys=True)
+        key = (dataset, _method(config), config_hash(config, extra), int(config.seed))
+        created = datetime.now(UTC).isoformat(timespec="seconds")
+        rows = []
+        for result in results:
+            values = {
+                "test_log_likelihood": result.test_log_likelihood,
+                "test_rmse": result.test_rmse,
+                "stopped_iteration": result.stopped_iteration,
+                **dict((metrics or {}).get(result.split, {})),
+            }
+            rows.append(
+                (key[0], result.split, *key[1:], hyperparameters, code_version(),
+                 json.dumps(values), result.test_log_likelihood, result.test_rmse,
+                 result.train_seconds, created)
+            )  # fmt: skip
+        with self.connection:  # BEGIN ... COMMIT, ROLLBACK on error
+            self.connection.execute("BEGIN IMMEDIATE")
+            self.connection.executemany(
+                "INSERT INTO runs (dataset, split, method, config_hash, seed, hyperparameters, "
+                "code_version, metrics, test_log_likelihood, test_rmse, wall_seconds, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def read_results(
+        self,
+        dataset: str,
+        config: Any,
+        split_ids: Iterable[int] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> list[SplitResult]:
+        """Stored splits of this configuration (all, or those in ``split_ids``), by split."""
+        rows = self.connection.execute(
+            "SELECT split, metrics, wall_seconds FROM runs WHERE dataset=? AND method=? "
+            "AND config_hash=? AND seed=? ORDER BY split",
+            (dataset, _method(config), config_hash(config, extra), int(config.seed)),
+        ).fetchall()
+        wanted = None if split_ids is None else set(split_ids)
+        out = []
+        for split, metrics, seconds in rows:
+            if wanted is not None and split not in wanted:
+                continue
+            values = json.loads(metrics)
+            out.append(
+                SplitResult(
+                    split=int(split),
+                    test_log_likelihood=values["test_log_likelihood"],
+                    test_rmse=values["test_rmse"],
+                    train_seconds=float(seconds),
+                    stopped_iteration=values.get("stopped_iteration"),
+                )
+            )
+        return out
+
+    def runs_frame(self) -> pd.DataFrame:
+        """Every stored run as a DataFrame (one row per run)."""
+        return pd.read_sql_query("SELECT * FROM runs ORDER BY id", self.connection)
+
+
+def _method(config: Any) -> str:
+    method = getattr(config, "method", None)
+    if method is None:
+        raise TypeError(f"config {type(config).__name__} has no 'method'")
+    return method.value if isinstance(method, Enum) else str(method)
+
+
+def optuna_storage(path: str | Path) -> Any:
+    """An ``optuna.storages.RDBStorage`` on the same SQLite file as the results.
+
+    The vbnn schema is created (and the file checked) first; Optuna then adds its own tables.
+    """
+    import optuna
+
+    ResultsDatabase(path).close()
+    return optuna.storages.RDBStorage(
+        f"sqlite:///{Path(path).resolve()}", engine_kwargs={"connect_args": {"timeout": 30}}
+    )
+
+
+def run_splits_resumable(
+    database: ResultsDatabase,
+    dataset: RegressionDataset,
+    split_ids: Sequence[int] | None,
+    config: TrainConfig,
+    progress: bool = False,
+    extra: Mapping[str, Any] | None = None,
+    per_split: Mapping[int, Mapping[str, float]] | None = None,
+) -> tuple[RunResult, list[int]]:
+    """Like ``engine.run_splits``, but trains only the splits not yet stored.
+
+    Each finished chunk is written in one transaction as soon as it finishes (``on_stack``), so a
+    kill loses at most the chunk in flight. ``extra`` (e.g. the tuning protocol and the values it
+    chose) is stored with the runs and is part of their key; ``per_split`` passes each split's
+    own hyper-parameter values to the engine.
+
+    Returns:
+        (all requested splits as read back from the database, the splits trained by this call).
+    """
+    from vbnn.regression.engine import TrainedStack, run_splits
+
+    split_ids = list(range(dataset.num_splits)) if split_ids is None else list(split_ids)
+    for k in split_ids:
+        dataset.split(k)  # a clear error for a split that does not exist, before any training
+    missing = database.missing_splits(dataset.name, split_ids, config, extra)
+    trained: list[int] = []
+
+    def store(stack: TrainedStack) -> None:
+        database.write_results(dataset.name, config, stack.results, extra)
+        trained.extend(stack.data.split_ids)
+
+    if missing:
+        run_splits(dataset, missing, config, progress, per_split, on_stack=store)
+    stored = database.read_results(dataset.name, config, split_ids, extra)
+    return RunResult(dataset=dataset.name, config=config, splits=tuple(stored)), trained

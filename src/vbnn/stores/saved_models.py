@@ -1,0 +1,204 @@
+"""Saved models: a trained stack (any family) and its config in one folder, written atomically.
+
+Layout of a model folder:
+    ``model.json`` - format tag and version, the TrainConfig, input width, the model keys (split
+    ids), the data set name and any caller metadata;
+    ``state.pt`` - ``torch.save({"model": MLP.state_dict(), "likelihood": ...state_dict()})``.
+
+Loading rebuilds the stack with ``engine.build_stack`` (so the architecture comes from the
+config, never from pickled code) and loads the tensors with ``torch.load(weights_only=True)``.
+The folder is written under a temporary name and renamed into place, so a reader sees either the
+old model or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vbnn.core.contracts import RunResult, TrainConfig
+from vbnn.data.uci import RegressionDataset
+from vbnn.networks.mlp import MLP, GaussianLikelihood
+
+FORMAT = "vbnn-model"
+FORMAT_VERSION = 1
+CONFIG_FILE = "model.json"
+STATE_FILE = "state.pt"
+
+
+class ModelFileError(ValueError):
+    """A model folder that is missing, incomplete or does not match its config (path named)."""
+
+
+@dataclass
+class SavedModel:
+    """A loaded stack: the model, its likelihood, the config and what the stack was trained on."""
+
+    model: MLP
+    likelihood: GaussianLikelihood
+    config: TrainConfig
+    in_features: int
+    keys: tuple[int, ...]
+    dataset: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def config_from_dict(values: dict[str, Any]) -> TrainConfig:
+    """Inverse of ``TrainConfig.to_dict`` (lists back to tuples)."""
+    values = dict(values)
+    for name in ("hidden", "betas"):
+        if name in values:
+            values[name] = tuple(values[name])
+    return TrainConfig(**values)
+
+
+def save_model(
+    folder: str | Path,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    config: TrainConfig,
+    in_features: int,
+    keys: Sequence[int],
+    dataset: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write the stack to ``folder`` atomically (replacing a previous model there).
+
+    Args:
+        model, likelihood: the trained stack of M models.
+        config: the TrainConfig it was built and trained with.
+        in_features: input width I.
+        keys: the M keys passed to ``build_stack`` (split ids).
+        dataset: name of the data set the stack was trained on (for later diagnostics).
+        metadata: further JSON-serialisable facts to keep (e.g. metrics).
+
+    Returns:
+        The folder.
+    """
+    folder = Path(folder)
+    if len(keys) != model.layers[0].num_models:
+        raise ValueError(
+            f"save_model: {len(keys)} keys for a stack of {model.layers[0].num_models} models"
+        )
+    description = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "config": config.to_dict(),
+        "in_features": int(in_features),
+        "keys": [int(k) for k in keys],
+        "dataset": dataset,
+        "metadata": metadata or {},
+    }
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private (0700); a model folder is an ordinary folder
+    try:
+        (staging / CONFIG_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))
+        state = {"model": model.state_dict(), "likelihood": likelihood.state_dict()}
+        torch.save(state, staging / STATE_FILE)
+        if folder.exists():
+            old = folder.with_name(f".{folder.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(folder, old)
+            os.replace(staging, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def load_model(folder: str | Path) -> SavedModel:
+    """Rebuild a saved stack (``engine.build_stack``) and load its tensors.
+
+    Raises:
+        ModelFileError: folder or file missing, not a vbnn model, or tensors that do not fit the
+            architecture its config describes.
+    """
+    from vbnn.regression.engine import build_stack
+
+    folder = Path(folder)
+    config_path, state_path = folder / CONFIG_FILE, folder / STATE_FILE
+    for path in (config_path, state_path):
+        if not path.is_file():
+            raise ModelFileError(f"{path}: not found; is {folder} a folder written by save_model?")
+    try:
+        description = json.loads(config_path.read_text())
+    except json.JSONDecodeError as error:
+        raise ModelFileError(f"{config_path}: not valid JSON ({error})") from None
+    if description.get("format") != FORMAT or description.get("format_version") != FORMAT_VERSION:
+        raise ModelFileError(
+            f"{config_path}: format {description.get('format')!r} version "
+            f"{description.get('format_version')!r}, expected {FORMAT!r} {FORMAT_VERSION}"
+        )
+    try:
+        config = config_from_dict(description["config"])
+        in_features, keys = int(description["in_features"]), tuple(description["keys"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ModelFileError(f"{config_path}: bad config ({error})") from None
+    model, likelihood = build_stack(config, in_features, keys)
+    try:
+        state = torch.load(state_path, weights_only=True)
+        model.load_state_dict(state["model"])
+        likelihood.load_state_dict(state["likelihood"])
+    except (RuntimeError, KeyError, TypeError, EOFError, OSError, pickle.UnpicklingError) as error:
+        raise ModelFileError(
+            f"{state_path}: tensors do not fit the model described by {config_path} ({error})"
+        ) from None
+    return SavedModel(
+        model=model,
+        likelihood=likelihood,
+        config=config,
+        in_features=in_features,
+        keys=keys,
+        dataset=description.get("dataset"),
+        metadata=description.get("metadata", {}),
+    )
+
+
+def run_splits_saving_models(
+    dataset: RegressionDataset,
+    split_ids: Sequence[int] | None,
+    config: TrainConfig,
+    folder: str | Path,
+    progress: bool = False,
+) -> tuple[RunResult, list[Path]]:
+    """``engine.run_splits`` that also saves every trained chunk as soon as it finishes.
+
+    Chunk c is written to ``folder / f"{method}-splits-{first}-{last}"``.
+
+    Returns:
+        (the results, the model folders written).
+    """
+    from vbnn.regression.engine import TrainedStack, run_splits
+
+    folders: list[Path] = []
+
+    def save(trained: TrainedStack) -> None:
+        keys = list(trained.data.split_ids)
+        metrics = {str(r.split): r.test_log_likelihood for r in trained.results}
+        folders.append(
+            save_model(
+                Path(folder) / f"{config.method.value}-splits-{keys[0]}-{keys[-1]}",
+                trained.model,
+                trained.likelihood,
+                trained.config,
+                dataset.inputs.shape[1],
+                keys,
+                dataset=dataset.name,
+                metadata={"test_log_likelihood": metrics},
+            )
+        )
+
+    result = run_splits(dataset, split_ids, config, progress, on_stack=save)
+    return result, folders

@@ -1,0 +1,257 @@
+"""Full-batch training of a model stack: one Adam over all models, independent in every element.
+
+The loss is sum_m ( -objective_m / N ): Adam's update is elementwise, so model m follows exactly
+the trajectory it would follow alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+from vbnn.core.randomness import ModelGenerators, NoiseSource, NoiseTape, RecordingGenerators
+from vbnn.core.runtime import one_core_for_noise
+from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.objectives import elbo, log_joint, log_likelihood
+
+Objective = Callable[[], dict[str, torch.Tensor]]
+# Called after every optimiser step with the iteration (1-based) and that step's objective terms
+# (detached, per model, summed over the data); trajectory loggers decide themselves when to act.
+StepCallback = Callable[[int, dict[str, torch.Tensor]], None]
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced NaN or inf; the message names the iteration, model and parameter group."""
+
+
+@dataclass(frozen=True)
+class Validation:
+    """ES only: held-out rows of each model's training data, (M, N_val, I) and (M, N_val)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+@dataclass(frozen=True)
+class FitInfo:
+    iterations: int
+    final_objective: torch.Tensor  # (M,) per-example objective at the last step
+    stopped_iteration: torch.Tensor | None = None  # (M,) ES: iteration of the kept weights
+
+
+def make_objective(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generators: ModelGenerators,
+    prior_std: torch.Tensor | None = None,
+) -> Objective:
+    """The closure computing this method's objective terms on (x, y).
+
+    ``prior_std`` (M,) overrides ``config.prior_std`` model by model (tuning candidates).
+    """
+    prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
+    return lambda: objective_terms(config, model, likelihood, prior, x, y, generators)
+
+
+def objective_terms(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    prior: GaussianPrior,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generators: NoiseSource,
+) -> dict[str, torch.Tensor]:
+    """This method's objective terms on (x, y): ES log-likelihood, MAP log joint, or ELBO."""
+    if config.method is Method.ES:
+        return log_likelihood(model, likelihood, x, y)
+    if config.method in (Method.MAP, Method.SGLD):
+        return log_joint(model, likelihood, prior, x, y)
+    return elbo(model, likelihood, prior, x, y, generators, config.kl_weight, config.train_samples)
+
+
+def compiled_objective(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generators: ModelGenerators,
+    prior_std: torch.Tensor | None = None,
+) -> Objective:
+    """The objective with its tensor maths in one ``torch.compile`` graph (forward and backward).
+
+    The first call runs eagerly and records the shapes of the noise blocks the step draws; later
+    calls draw the same blocks from ``generators`` (in the same order, so the same numbers) and
+    pass them into the compiled graph through a ``NoiseTape``. Compilation fuses the step's
+    elementwise passes into a few loops (benchmarks/README.md); results agree with the eager
+    objective to float rounding.
+    """
+    recorder = RecordingGenerators(generators)
+    prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
+
+    def with_noise(*blocks: torch.Tensor) -> dict[str, torch.Tensor]:
+        return objective_terms(config, model, likelihood, prior, x, y, NoiseTape(blocks))
+
+    # Dynamo caches graphs on the code object of ``with_noise``, which every call here shares:
+    # after ``recompile_limit`` (8) stacks, a long sweep would silently fall back to eager.
+    # One compiled objective is live at a time, so the old graphs are dropped.
+    torch._dynamo.reset()
+    graph = torch.compile(with_noise, dynamic=False)
+    recorded = False
+
+    def objective() -> dict[str, torch.Tensor]:
+        nonlocal recorded
+        if not recorded:  # the first step, eager, learns which blocks a step draws
+            recorded = True
+            return objective_terms(config, model, likelihood, prior, x, y, recorder)
+        return graph(*(generators.randn(*shape, dtype=dtype) for shape, dtype in recorder.calls))
+
+    return objective
+
+
+def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
+    """Adam parameter groups: FC's off-diagonal Cholesky entries may get their own rate.
+
+    Adam moves every coordinate by about the learning rate whatever the size of its gradient.
+    The D (D - 1) / 2 off-diagonal entries of an FC layer's Cholesky factor receive almost pure
+    Monte-Carlo noise, so at the paper's rate they random-walk: on boston, after 250 steps the
+    off-diagonal part alone gives each weight a variance near 1 (the prior's), and FC never
+    recovers (README.md, "FC and Adam"). ``config.cholesky_learning_rate`` sets their
+    rate apart; None keeps the paper's single rate.
+    """
+    trainable = [(n, p) for n, p in modules.named_parameters() if p.requires_grad]
+    if config.cholesky_learning_rate is None:
+        return [{"params": [p for _, p in trainable]}]
+    factor = [p for n, p in trainable if n.endswith("scale_lower")]
+    others = [p for n, p in trainable if not n.endswith("scale_lower")]
+    groups = [{"params": others}]
+    if factor:
+        groups.append({"params": factor, "lr": config.cholesky_learning_rate})
+    return groups
+
+
+def _describe_non_finite(
+    iteration: int, terms: dict[str, torch.Tensor], modules: nn.Module, labels: list[str]
+) -> str:
+    bad_model = int((~torch.isfinite(terms["objective"])).nonzero()[0, 0])
+    bad_terms = [
+        k for k, v in terms.items() if k != "objective" and not torch.isfinite(v[bad_model])
+    ]
+    bad_groups = [
+        name
+        for name, parameter in modules.named_parameters()
+        if not torch.isfinite(parameter.detach()[bad_model]).all()
+    ]
+    where = f"model {bad_model} ({labels[bad_model]})" if labels else f"model {bad_model}"
+    return (
+        f"non-finite loss at iteration {iteration} in {where}: "
+        f"terms {bad_terms or ['objective']} are NaN/inf; "
+        + (
+            f"parameter groups with non-finite values: {bad_groups}"
+            if bad_groups
+            else "all parameter groups are finite (the forward pass overflowed: try a smaller "
+            "learning rate or a larger noise std)"
+        )
+    )
+
+
+def fit(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generators: ModelGenerators,
+    validation: Validation | None = None,
+    labels: list[str] | None = None,
+    progress: bool = False,
+    description: str = "train",
+    callback: StepCallback | None = None,
+    prior_std: torch.Tensor | None = None,
+) -> FitInfo:
+    """Optimise every model of the stack for ``config.resolved_iterations`` full-batch steps.
+
+    With ``validation`` (ES), the held-out log-likelihood of the mean network is checked every
+    ``config.eval_every`` steps and each model keeps the weights of its best check.
+
+    Raises:
+        NonFiniteLossError: at the first step whose loss is NaN or inf.
+    """
+    modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
+    optimizer = torch.optim.Adam(
+        parameter_groups(config, modules), lr=config.learning_rate, betas=config.betas, fused=True
+    )
+    make = compiled_objective if config.compile else make_objective
+    objective = make(config, model, likelihood, x, y, generators, prior_std)
+    iterations = config.resolved_iterations
+    scale = 1.0 / x.shape[1]
+    best = _BestState(modules, validation) if validation is not None else None
+    bar = tqdm(
+        total=iterations,
+        desc=description,
+        file=sys.stderr,
+        disable=not progress,
+        leave=False,
+        mininterval=0.5,
+    )
+    terms: dict[str, torch.Tensor] = {}
+    with generators.drawing_ahead(), one_core_for_noise():
+        for iteration in range(1, iterations + 1):
+            terms = objective()
+            if not bool(torch.isfinite(terms["objective"]).all()):
+                bar.close()
+                raise NonFiniteLossError(
+                    _describe_non_finite(iteration, terms, modules, labels or [])
+                )
+            optimizer.zero_grad(set_to_none=True)
+            (-terms["objective"].sum() * scale).backward()
+            optimizer.step()
+            if callback is not None:
+                callback(iteration, {k: v.detach() for k, v in terms.items()})
+            if best is not None and (iteration % config.eval_every == 0 or iteration == iterations):
+                best.update(iteration, model, likelihood)
+            if iteration % 100 == 0 or iteration == iterations:
+                bar.update(iteration - bar.n)
+    bar.close()
+    stopped = best.restore() if best is not None else None
+    return FitInfo(iterations, terms["objective"].detach() * scale, stopped)
+
+
+class _BestState:
+    """Per-model copy of the parameters at the best validation log-likelihood so far."""
+
+    def __init__(self, modules: nn.Module, validation: Validation) -> None:
+        self.modules = modules
+        self.validation = validation
+        self.state = {k: v.detach().clone() for k, v in modules.state_dict().items()}
+        num_models = validation.y.shape[0]
+        self.score = torch.full((num_models,), -float("inf"), dtype=validation.y.dtype)
+        self.iteration = torch.zeros(num_models, dtype=torch.long)
+
+    @torch.no_grad()
+    def update(self, iteration: int, model: MLP, likelihood: GaussianLikelihood) -> None:
+        prediction = model(self.validation.x, ForwardMode.MEAN)
+        score = likelihood.log_prob(prediction, self.validation.y).mean(-1)
+        improved = score > self.score
+        if not bool(improved.any()):
+            return
+        self.score = torch.where(improved, score, self.score)
+        self.iteration = torch.where(improved, iteration, self.iteration)
+        for name, value in self.modules.state_dict().items():
+            mask = improved.view(-1, *([1] * (value.dim() - 1)))
+            self.state[name] = torch.where(mask, value, self.state[name])
+
+    def restore(self) -> torch.Tensor:
+        self.modules.load_state_dict(self.state)
+        return self.iteration
