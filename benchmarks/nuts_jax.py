@@ -37,7 +37,7 @@ def main() -> None:
         pieces = jnp.split(theta, np.cumsum(sizes)[:-1])
         h = x
         layers = len(pieces) // 2
-        for k in range(layers):  # weight (1, I, O) then bias (1, O), as in vbnn's PointLinear
+        for k in range(layers):  # weight (1, I, O) then bias (1, O), as in vbnn's Point
             weight = pieces[2 * k].reshape(shapes[2 * k])[0]
             bias = pieces[2 * k + 1].reshape(shapes[2 * k + 1])[0]
             h = h @ weight + bias

@@ -1,7 +1,7 @@
 """NUTS candidates on the depth experiment's model: samples/s and effective samples/s.
 
 Model (issue 5's orientation setting): two moons (noise 0.1, 1000 points), a 2-16-16-1 ReLU
-network (our ``MLP`` of ``PointLinear`` layers, Bernoulli likelihood, N(0, 1) prior), started at
+network (our ``MLP`` of ``Point`` layers, Bernoulli likelihood, N(0, 1) prior), started at
 MFVI-pre-trained means (1+1 epochs), 100 warm-up + 200 samples, target acceptance 0.8.
 
 Candidates: Pyro NUTS with the potential evaluated eagerly (``none``), as a ``torch.jit.trace``

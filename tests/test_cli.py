@@ -26,6 +26,23 @@ def test_uci_json_has_splits_summary_and_config(
     assert payload["summary"]["test_log_likelihood"]["mean"] == pytest.approx(sum(lls) / 3)
 
 
+def test_uci_fits_any_registered_family_by_vi(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["uci", "--dataset", "boston", "--method", "vi", "--family", "vd-layer", "--splits", "0",
+         "--iterations", "20", "--test-samples", "5", "--json", "--data-dir", str(data_dir)]
+    )  # fmt: skip
+    assert code == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["config"]["method"] == "vi" and payload["config"]["family"] == "vd-layer"
+    assert payload["splits"][0]["test_log_likelihood"] > -10
+    # a family without --method vi is refused, naming the flag
+    code = main(["uci", "--dataset", "boston", "--family", "vd-layer", "--data-dir", str(data_dir)])
+    assert code == 2
+    assert "--family vd-layer applies to --method vi only" in capsys.readouterr().err
+
+
 def test_demo_prints_one_comparison_table(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,12 +13,8 @@ import torch
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments import depth
-from vbnn.experiments.depth.models import (
-    SoftplusMeanFieldLinear,
-    depth_widths,
-    parameter_count,
-    softplus_inverse,
-)
+from vbnn.experiments.depth.models import depth_widths, parameter_count
+from vbnn.layers.mean_field import MeanField, softplus_inverse
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -40,7 +36,9 @@ def test_widths_are_the_largest_under_the_budget(layers: int, width: int) -> Non
 
 def test_softplus_layer_starts_at_the_requested_std_and_samples_its_marginals() -> None:
     assert math.log1p(math.exp(softplus_inverse(1e-6))) == pytest.approx(1e-6, rel=1e-9)
-    layer = SoftplusMeanFieldLinear(3, 2, ModelGenerators([0]), posterior_std=0.7)
+    layer = MeanField(
+        3, 2, ModelGenerators([0]), posterior_std=0.7, parameterization="softplus", init="he"
+    )
     weight_std, bias_std = layer.posterior_std()
     torch.testing.assert_close(bias_std, torch.full((1, 2), 0.7))
     torch.testing.assert_close(weight_std, torch.full((1, 3, 2), 0.7))

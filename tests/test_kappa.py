@@ -21,13 +21,13 @@ from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images, read_idx
 from vbnn.data.uci import DataError
-from vbnn.layers import AdditiveLayer, BinaryDropoutLayer
+from vbnn.layers import Additive, BinaryDropout
 
 
 def test_kappa_of_a_linear_gaussian_model_is_its_closed_form() -> None:
     """y = x W + c + N(0, s^2): d^2 log p / dW_ij^2 = -sum_n x_ni^2 / s^2, so
     kappa_ij = sigma_ij^2 sum_n x_ni^2 / s^2."""
-    layer = AdditiveLayer(3, 2, ModelGenerators([1, 2]), posterior_std=0.3, dtype=torch.float64)
+    layer = Additive(3, 2, ModelGenerators([1, 2]), posterior_std=0.3, dtype=torch.float64)
     with torch.no_grad():
         layer.weight_log_std.uniform_(-2.0, 0.0)
     x = torch.randn(2, 7, 3, dtype=torch.float64)
@@ -45,8 +45,8 @@ def test_kappa_of_a_linear_gaussian_model_is_its_closed_form() -> None:
 
 def test_kappa_equals_the_brute_force_hessian_diagonal_of_a_small_network() -> None:
     generators = ModelGenerators([3])
-    first = AdditiveLayer(4, 3, generators, posterior_std=0.2, dtype=torch.float64)
-    second = BinaryDropoutLayer(3, 5, generators, dtype=torch.float64, rate=0.0)
+    first = Additive(4, 3, generators, posterior_std=0.2, dtype=torch.float64)
+    second = BinaryDropout(3, 5, generators, dtype=torch.float64, rate=0.0)
     x = torch.randn(1, 9, 4, dtype=torch.float64)
     labels = torch.randint(0, 5, (9,))
 
@@ -68,8 +68,8 @@ def test_kappa_equals_the_brute_force_hessian_diagonal_of_a_small_network() -> N
 
 def test_sparse_ensemble_replaces_low_kappa_weights() -> None:
     generators = ModelGenerators([5])
-    first = AdditiveLayer(4, 3, generators, posterior_std=0.5, dtype=torch.float64)
-    second = BinaryDropoutLayer(3, 5, generators, dtype=torch.float64, rate=0.0)
+    first = Additive(4, 3, generators, posterior_std=0.5, dtype=torch.float64)
+    second = BinaryDropout(3, 5, generators, dtype=torch.float64, rate=0.0)
     model = torch.nn.Sequential()  # a small network with the forward(x, mode, generators) API
 
     class Small(torch.nn.Module):
@@ -99,7 +99,7 @@ def test_sparse_ensemble_replaces_low_kappa_weights() -> None:
     median = float(kappa.median())
     fraction = sparse_ensemble_masks(first, kappa, median, "mean")
     assert fraction == pytest.approx(float((kappa < median).float().mean()))
-    draws = torch.stack([first.effective_sample(ModelGenerators([k])) for k in range(3)])
+    draws = torch.stack([first.effective_sample(ModelGenerators([k]))[0] for k in range(3)])
     varies = draws.std(0) > 0
     assert torch.equal(varies, kappa >= median)
     clear_masks(first)

@@ -11,7 +11,7 @@ from vbnn.core.contracts import Activation
 from vbnn.core.gaussian import kl_diagonal_gaussian
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.pruning import count_pruned, diagnose_units, kl_per_weight, pruned_units
-from vbnn.layers import FixedVarianceLinear, FullCovarianceLinear, MeanFieldLinear
+from vbnn.layers import FixedVariance, FullCovariance, MeanField
 from vbnn.networks.mlp import MLP
 
 PRIOR_STD = 0.7
@@ -24,7 +24,7 @@ PRUNED = [1, 3, 4, 5]
 
 def hand_built_mean_field() -> MLP:
     """3 inputs -> 7 tanh units -> 1 output, one model, parameters set by hand."""
-    model = MLP(MeanFieldLinear, (3, 7, 1), Activation.TANH, ModelGenerators([0]))
+    model = MLP(MeanField, (3, 7, 1), Activation.TANH, ModelGenerators([0]))
     hidden, output = model.layers
     with torch.no_grad():
         hidden.weight_mean.copy_(torch.tensor([[1.0, -0.8, 0.5]]).T.expand(3, 7).unsqueeze(0))
@@ -86,7 +86,7 @@ def test_rule_finds_exactly_the_constructed_pruned_units() -> None:
 
 def test_full_covariance_restricted_to_a_diagonal_gives_the_mean_field_diagnostics() -> None:
     mean_field = hand_built_mean_field()
-    full = MLP(FullCovarianceLinear, (3, 7, 1), Activation.TANH, ModelGenerators([0]))
+    full = MLP(FullCovariance, (3, 7, 1), Activation.TANH, ModelGenerators([0]))
     with torch.no_grad():
         for source, target in zip(mean_field.layers, full.layers, strict=True):
             target.mean.copy_(torch.cat([source.weight_mean, source.bias_mean.unsqueeze(1)], 1))
@@ -101,7 +101,7 @@ def test_full_covariance_restricted_to_a_diagonal_gives_the_mean_field_diagnosti
 
 
 def test_fixed_variance_units_are_never_pruned_and_bad_input_is_named() -> None:
-    model = MLP(FixedVarianceLinear, (3, 5, 1), Activation.TANH, ModelGenerators([0, 1]),
+    model = MLP(FixedVariance, (3, 5, 1), Activation.TANH, ModelGenerators([0, 1]),
                 posterior_std=0.05)  # fmt: skip
     with torch.no_grad():
         model.layers[0].weight_mean.zero_()
@@ -110,7 +110,7 @@ def test_fixed_variance_units_are_never_pruned_and_bad_input_is_named() -> None:
     assert count_pruned(diagnostics).tolist() == [0, 0]  # std 0.05 != prior std: KL > 0.05
     with pytest.raises(ValueError, match=r"expected \(M=2, N, I=3\)"):
         diagnose_units(model, torch.randn(2, 10, 4), 1.0)
-    deep = MLP(MeanFieldLinear, (3, 4, 4, 1), Activation.TANH, ModelGenerators([0]))
+    deep = MLP(MeanField, (3, 4, 4, 1), Activation.TANH, ModelGenerators([0]))
     with pytest.raises(ValueError, match="one hidden layer"):
         diagnose_units(deep, torch.randn(1, 10, 3), 1.0)
     with pytest.raises(ValueError, match="thresholds must be > 0"):

@@ -11,8 +11,8 @@ from torch.nn import functional
 from vbnn.classification.inference import predict_probabilities, zero_mean_approximation
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators, NoiseTape, RecordingGenerators
-from vbnn.layers import NETWORK_FAMILIES
-from vbnn.layers.stochastic import LOG_ALPHA_RANGE
+from vbnn.layers import FAMILIES
+from vbnn.layers.shell import LOG_ALPHA_RANGE
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import ARDPrior
 
@@ -23,14 +23,13 @@ IMAGE = 4  # input height = width -> output 2 x 2
 
 
 def make(name: str, conv: bool, **options) -> torch.nn.Module:
-    family, fixed = NETWORK_FAMILIES[name]
     sizes = CONV[:2] if conv else DENSE
-    layer = family(
+    layer = FAMILIES[name].build(
         *sizes,
         ModelGenerators([1, 2]),
         dtype=torch.float64,
         kernel_size=CONV[2] if conv else None,
-        **{**fixed, **options},
+        **options,
     )
     with torch.no_grad():  # make the noise large and distinct per weight
         for name_, parameter in layer.named_parameters():

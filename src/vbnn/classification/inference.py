@@ -19,13 +19,13 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.stochastic import StochasticLayer
+from vbnn.layers.shell import VariationalLayer
 
 
 @contextmanager
 def zero_mean_approximation(model: nn.Module) -> Iterator[None]:
-    """Within the block every ``StochasticLayer`` of ``model`` uses N(0, var) for N(mu, var)."""
-    layers = [m for m in model.modules() if isinstance(m, StochasticLayer)]
+    """Within the block every ``VariationalLayer`` of ``model`` uses N(0, var) for N(mu, var)."""
+    layers = [m for m in model.modules() if isinstance(m, VariationalLayer)]
     previous = [layer.zero_mean_approximation for layer in layers]
     try:
         for layer in layers:

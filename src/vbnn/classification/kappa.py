@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from vbnn.layers.stochastic import StochasticLayer
+from vbnn.layers.shell import VariationalLayer
 
 LogLikelihood = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -73,7 +73,7 @@ def pre_activation_hessian_diagonal(
 
 
 def dense_layer_kappa(
-    layer: StochasticLayer,
+    layer: VariationalLayer,
     inputs: torch.Tensor,
     head: Callable[[torch.Tensor], torch.Tensor],
     targets: torch.Tensor,
@@ -100,7 +100,7 @@ def count_above(kappa: torch.Tensor, log10_threshold: float = 1.5) -> torch.Tens
 
 
 def sparse_ensemble_masks(
-    layer: StochasticLayer, kappa: torch.Tensor, threshold: float, replace: str = "mean"
+    layer: VariationalLayer, kappa: torch.Tensor, threshold: float, replace: str = "mean"
 ) -> float:
     """Weights with kappa < threshold lose their noise: set to their means (``replace="mean"``)
     or to zero (``"zero"``). Returns the fraction of the layer's weights replaced."""
@@ -113,5 +113,5 @@ def sparse_ensemble_masks(
     return float(mask.float().mean())
 
 
-def clear_masks(layer: StochasticLayer) -> None:
+def clear_masks(layer: VariationalLayer) -> None:
     layer.to_mean = layer.to_zero = None

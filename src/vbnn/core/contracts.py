@@ -46,8 +46,19 @@ class ForwardMode(str, Enum):
     MEAN = "mean"
 
 
+class Algorithm(str, Enum):
+    """How the UCI engine fits a network: the algorithm, apart from the family it fits."""
+
+    VI = "vi"  # maximise the ELBO of a variational family
+    MAP = "map"  # maximum a posteriori at point weights
+    ES = "es"  # maximum likelihood at point weights, early stopped on held-out training rows
+    SGLD = "sgld"  # stochastic gradient Langevin dynamics at point weights
+
+
 class Method(str, Enum):
-    """Inference methods of the UCI engine (overpruning paper, 000_e87e55bc25ea4726.txt)."""
+    """The methods of the overpruning paper's Table 1 (000_e87e55bc25ea4726.txt), each an
+    algorithm with a family, plus VI with any family of ``vbnn.layers.FAMILIES``
+    (``TrainConfig.family``)."""
 
     ES = "es"  # maximum likelihood, early stopped on a validation part of the training data
     MAP = "map"  # maximum a posteriori under the Gaussian prior
@@ -55,6 +66,24 @@ class Method(str, Enum):
     GD = "gd"  # mean-field Gaussian, fixed user-set std ("Gaussian dropout"), LRT
     FC = "fc"  # full-covariance Gaussian per layer, weight samples
     SGLD = "sgld"  # stochastic gradient Langevin dynamics (Welling & Teh 2011), point weights
+    VI = "vi"  # the ELBO of ``TrainConfig.family``
+
+    @property
+    def algorithm(self) -> Algorithm:
+        if self in (Method.MF, Method.GD, Method.FC, Method.VI):
+            return Algorithm.VI
+        return Algorithm(self.value)
+
+    @property
+    def family(self) -> str | None:
+        """The registry name of the family this method fixes (None for VI: any family)."""
+        return {Method.MF: "mf", Method.GD: "gd", Method.FC: "fc", Method.VI: None}.get(
+            self, "point"
+        )
+
+
+# The six methods of the overpruning paper's Table 1, in its column order ("all" on the CLI).
+TABLE1_METHODS = (Method.ES, Method.MAP, Method.MF, Method.GD, Method.FC, Method.SGLD)
 
 
 class Activation(str, Enum):
@@ -125,7 +154,9 @@ class TrainConfig:
     """Settings of one run. Defaults are the overpruning paper's (appendix A of 000_*.txt).
 
     Attributes:
-        method: inference method.
+        method: inference method (a Table 1 method, or "vi" with ``family``).
+        family: the ``vbnn.layers.FAMILIES`` name that VI fits (method "vi" only; the other
+            methods fix their family: ``resolved_family``).
         hidden: widths of the hidden layers.
         activation: hidden non-linearity.
         iterations: full-batch optimisation steps (None: 5000, ES 2000 as in the paper).
@@ -157,6 +188,7 @@ class TrainConfig:
     """
 
     method: Method = Method.MF
+    family: str | None = None
     hidden: tuple[int, ...] = (50,)
     activation: Activation = Activation.TANH
     iterations: int | None = None
@@ -214,6 +246,22 @@ class TrainConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"TrainConfig: invalid {name}={getattr(self, name)!r}")
+        if self.method is Method.VI and self.family is None:
+            raise ValueError("TrainConfig: method 'vi' needs a family (e.g. family='vd-layer')")
+        if self.method is not Method.VI and self.family not in (None, self.method.family):
+            raise ValueError(
+                f"TrainConfig: method {self.method.value!r} fits family {self.method.family!r}, "
+                f"not {self.family!r}; use method='vi' for another family"
+            )
+
+    @property
+    def resolved_family(self) -> str:
+        """The registry name of the family this run fits."""
+        return self.family if self.family is not None else str(self.method.family)
+
+    @property
+    def algorithm(self) -> Algorithm:
+        return self.method.algorithm
 
     @property
     def resolved_iterations(self) -> int:
@@ -238,6 +286,8 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["method"] = self.method.value
+        if self.method is not Method.VI:
+            del out["family"]  # fixed by the method (and absent from the keys of stored runs)
         out["activation"] = self.activation.value
         out["iterations"] = self.resolved_iterations
         return out

@@ -50,36 +50,49 @@ class ModelGenerators:
         seeds: one seed per model, in the order of the model dimension.
     """
 
-    def __init__(self, seeds: Sequence[int]) -> None:
+    def __init__(self, seeds: Sequence[int], device: torch.device | str = "cpu") -> None:
         if len(seeds) == 0:
             raise ValueError("ModelGenerators: need at least one seed")
-        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.device = torch.device(device)
+        self.generators = [torch.Generator(self.device).manual_seed(int(s)) for s in seeds]
         self._ahead: ThreadPoolExecutor | None = None
         self._pending: defaultdict[tuple, deque[Future]] = defaultdict(deque)
 
     @classmethod
-    def for_keys(cls, seed: int, keys: Sequence[int], purpose: str) -> ModelGenerators:
-        return cls([derive_seed(seed, k, purpose) for k in keys])
+    def for_keys(
+        cls, seed: int, keys: Sequence[int], purpose: str, device: torch.device | str = "cpu"
+    ) -> ModelGenerators:
+        return cls([derive_seed(seed, k, purpose) for k in keys], device)
 
     def __len__(self) -> int:
         return len(self.generators)
 
-    def randn(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Standard normal draws of shape (M, *shape), model m from its own generator."""
+    def randn(
+        self,
+        *shape: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """Standard normal draws of shape (M, *shape), model m from its own generator.
+
+        The draws are made on the generators' device (``device`` of the constructor) and moved to
+        ``device`` when it differs, so a model's numbers do not depend on where it computes.
+        """
         if self._ahead is None:
-            return self._fill(shape, dtype)
-        key = (shape, dtype)
-        pending = self._pending[key]
-        out = pending.popleft().result() if pending else self._submit(key).result()
-        pending.append(self._submit(key))  # the next training step asks for the same block
-        return out
+            out = self._fill(shape, dtype)
+        else:
+            key = (shape, dtype)
+            pending = self._pending[key]
+            out = pending.popleft().result() if pending else self._submit(key).result()
+            pending.append(self._submit(key))  # the next training step asks for the same block
+        return out if device is None else out.to(device, non_blocking=True)
 
     def _submit(self, key: tuple) -> Future:
         assert self._ahead is not None
         return self._ahead.submit(self._fill, *key)
 
     def _fill(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        out = torch.empty((len(self.generators), *shape), dtype=dtype)
+        out = torch.empty((len(self.generators), *shape), dtype=dtype, device=self.device)
         workers = min(torch.get_num_threads(), len(self.generators))
         if self._ahead is None and workers > 1 and out.numel() >= PARALLEL_DRAWS:
             rows = list(zip(out, self.generators, strict=True))
@@ -114,12 +127,13 @@ class ModelGenerators:
 
     def permutation(self, n: int) -> list[torch.Tensor]:
         """One random permutation of range(n) per model."""
-        return [torch.randperm(n, generator=g) for g in self.generators]
+        return [torch.randperm(n, generator=g, device=self.device) for g in self.generators]
 
     def subset(self, index: Sequence[int]) -> ModelGenerators:
         """A view onto some of the models (shares the generator objects)."""
         view = ModelGenerators.__new__(ModelGenerators)
         view.generators = [self.generators[i] for i in index]
+        view.device = self.device
         view._ahead, view._pending = None, defaultdict(deque)
         return view
 
@@ -127,7 +141,38 @@ class ModelGenerators:
 class NoiseSource(Protocol):
     """Anything that hands out standard normal blocks of shape (M, *shape) like ModelGenerators."""
 
-    def randn(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor: ...
+    def randn(
+        self,
+        *shape: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor: ...
+
+
+class TorchNoise:
+    """Noise for M models from one ``torch.Generator``, or torch's global RNG when it is None.
+
+    The default noise of a layer used like any ``nn.Module`` (``torch.manual_seed`` makes it
+    reproducible). A draw is made on the generator's device and moved to ``device`` if needed.
+    """
+
+    def __init__(self, num_models: int, generator: torch.Generator | None = None) -> None:
+        self.num_models, self.generator = num_models, generator
+
+    def __len__(self) -> int:
+        return self.num_models
+
+    def randn(
+        self,
+        *shape: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        size = (self.num_models, *shape)
+        if self.generator is None:
+            return torch.randn(size, dtype=dtype, device=device)
+        out = torch.randn(size, dtype=dtype, device=self.generator.device, generator=self.generator)
+        return out if device is None else out.to(device)
 
 
 class NoiseTape:
@@ -142,7 +187,12 @@ class NoiseTape:
         self.blocks = list(blocks)
         self.index = 0
 
-    def randn(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def randn(
+        self,
+        *shape: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
         block = self.blocks[self.index]
         self.index += 1
         return block
@@ -155,6 +205,11 @@ class RecordingGenerators:
         self.generators = generators
         self.calls: list[tuple[tuple[int, ...], torch.dtype]] = []
 
-    def randn(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def randn(
+        self,
+        *shape: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
         self.calls.append((shape, dtype))
-        return self.generators.randn(*shape, dtype=dtype)
+        return self.generators.randn(*shape, dtype=dtype, device=device)

@@ -15,35 +15,38 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import DropoutPrior
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.stochastic import StochasticLayer, clip_log_alpha, dropout_kl
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.shell import VariationalLayer, clip_log_alpha
+from vbnn.priors.dropout import dropout_kl
 
 MEAN_SQUARED_FLOOR = 1e-8
 DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when posterior_std is None
 
 
-class AdditiveLayer(StochasticLayer):
+class Additive(VariationalLayer):
     """N(mu, sigma^2) weights; dense, or conv2d when ``kernel_size`` is set.
 
     Args:
         posterior_std: initial sigma of every weight (None: 0.1 / sqrt(fan_in)).
-        Other arguments as ``VariationalDropoutLayer``.
+        Other arguments as ``VariationalDropout``.
     """
+
+    family_name = "additive"
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        generators: ModelGenerators,
+        generators: ModelGenerators | torch.Generator | None = None,
         posterior_std: float | None = None,
-        dtype: torch.dtype = torch.float32,
-        *,
-        kernel_size: int | None = None,
-        bias: bool = True,
+        dtype: torch.dtype | None = None,
+        **shell,
     ) -> None:
-        super().__init__()
-        self._setup(in_features, out_features, generators, kernel_size, bias, dtype)
-        self.weight_mean = nn.Parameter(self.initial_mean(generators, dtype))
+        super().__init__(in_features, out_features, generators, **shell)
+        if posterior_std is not None and not posterior_std > 0:
+            raise ValueError(f"Additive: posterior_std must be > 0, got {posterior_std}")
+        self.point_bias(dtype)
+        self.weight_mean = nn.Parameter(self.initial_mean(dtype))
         if posterior_std is None:
             posterior_std = DEFAULT_RELATIVE_STD / math.sqrt(self.operator.fan_in())
         self.weight_log_std = nn.Parameter(
@@ -53,10 +56,10 @@ class AdditiveLayer(StochasticLayer):
     def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.weight_mean, torch.exp(2.0 * self.weight_log_std)
 
-    def sample_weight(self, generators: ModelGenerators) -> torch.Tensor:
+    def sample_weight(self, noise: NoiseSource) -> torch.Tensor:
         mean = self.weight_mean
-        noise = generators.randn(*mean.shape[1:], dtype=mean.dtype)
-        return mean + self.weight_log_std.exp() * noise
+        eps = noise.randn(*mean.shape[1:], dtype=mean.dtype, device=mean.device)
+        return mean + self.weight_log_std.exp() * eps
 
     def clipped_log_alpha(self) -> torch.Tensor:
         """log alpha = 2 log sigma - log(mu^2 + 1e-8), clipped.

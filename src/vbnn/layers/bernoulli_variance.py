@@ -20,57 +20,63 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import DropoutPrior
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.stochastic import StochasticLayer
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.shell import VariationalLayer
 
 
-class BernoulliVarianceLayer(StochasticLayer):
+class BernoulliVariance(VariationalLayer):
     """theta (2 Bernoulli(1/2) - 1) weights; dense, or conv2d when ``kernel_size`` is set.
 
     Args:
         posterior_std: initial theta (= std of the weight); None: 1 / sqrt(fan_in).
         moment_matching: SAMPLE uses the Gaussian with the output's exact moments.
-        Other arguments as ``VariationalDropoutLayer``.
+        Other arguments as ``VariationalDropout``.
     """
 
+    family_name = "bernoulli-variance"
     noise_variance = 1.0  # Var(2 eps - 1)
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        generators: ModelGenerators,
+        generators: ModelGenerators | torch.Generator | None = None,
         posterior_std: float | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         *,
-        kernel_size: int | None = None,
-        bias: bool = True,
         moment_matching: bool = False,
+        **shell,
     ) -> None:
-        super().__init__()
-        self._setup(in_features, out_features, generators, kernel_size, bias, dtype)
+        super().__init__(in_features, out_features, generators, **shell)
+        if posterior_std is not None and not posterior_std > 0:
+            raise ValueError(
+                f"{type(self).__name__}: posterior_std must be > 0, got {posterior_std}"
+            )
+        self.point_bias(dtype)
+        dtype = dtype or torch.get_default_dtype()
         self.exact_lrt = moment_matching
         shape = self.operator.weight_shape(self.num_models)
         if posterior_std is None:
             posterior_std = 1.0 / math.sqrt(self.operator.fan_in())
         start = math.log(posterior_std / math.sqrt(self.noise_variance))
-        spread = 0.1 * generators.randn(*shape[1:], dtype=dtype)
+        spread = 0.1 * self.init_noise.randn(*shape[1:], dtype=dtype)
         self.weight_log_scale = nn.Parameter(start + spread)
 
-    def noise(self, generators: ModelGenerators, shape, dtype) -> torch.Tensor:
-        return torch.sign(generators.randn(*shape, dtype=dtype))
+    def unit_noise(self, noise: NoiseSource, like: torch.Tensor) -> torch.Tensor:
+        """+-1 draws (M, *like.shape[1:]): Var = 1."""
+        return torch.sign(noise.randn(*like.shape[1:], dtype=like.dtype, device=like.device))
 
     def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         var = torch.exp(2.0 * self.weight_log_scale) * self.noise_variance
         return torch.zeros_like(var), var
 
-    def sample_weight(self, generators: ModelGenerators) -> torch.Tensor:
+    def sample_weight(self, noise: NoiseSource) -> torch.Tensor:
         scale = self.weight_log_scale.exp()
-        return scale * self.noise(generators, scale.shape[1:], scale.dtype)
+        return scale * self.unit_noise(noise, scale)
 
     def kl(self, prior: object) -> torch.Tensor:
         if isinstance(prior, DropoutPrior):
-            return torch.zeros(self.num_models, dtype=self.weight_log_scale.dtype)
+            return self.weight_log_scale.new_zeros(self.num_models)
         raise TypeError(
             f"{type(self).__name__}: KL to {type(prior).__name__} is infinite (discrete q); "
             "use LogUniformPrior or ARDPrior, whose KL is dropped as a constant"

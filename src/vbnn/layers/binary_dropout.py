@@ -6,7 +6,7 @@ SAMPLE mode. WEIGHTS draws one mask per model shared by the examples (one "weigh
 rows of W zeroed). MEAN is the weight-scaling rule (eq. 3 of 003): no mask. There is no KL (the
 baseline is trained by maximum likelihood): ``kl`` returns zeros. The implied weight marginal has
 mean W and variance W^2 p / (1 - p), which ``posterior_std`` reports. A Bernoulli(1 - p) draw is
-z > Phi^-1(p) for a standard normal z from the model's generator.
+z > Phi^-1(p) for a standard normal z from the model's noise source.
 """
 
 from __future__ import annotations
@@ -17,57 +17,52 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ForwardMode
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.base import require_generators
-from vbnn.layers.stochastic import StochasticLayer
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.shell import Moments, VariationalLayer
 
 
-class BinaryDropoutLayer(StochasticLayer):
+class BinaryDropout(VariationalLayer):
     """Dense, or conv2d when ``kernel_size`` is set, with binary dropout of rate ``rate`` on its
     input. ``rate = 0`` is a plain deterministic layer. Other arguments as the other families;
     ``posterior_std`` is ignored."""
+
+    family_name = "dropout"
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        generators: ModelGenerators,
+        generators: ModelGenerators | torch.Generator | None = None,
         posterior_std: float | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         *,
-        kernel_size: int | None = None,
-        bias: bool = True,
         rate: float = 0.5,
+        **shell,
     ) -> None:
-        super().__init__()
         if not 0.0 <= rate < 1.0:
-            raise ValueError(f"BinaryDropoutLayer: rate must be in [0, 1), got {rate!r}")
-        self._setup(in_features, out_features, generators, kernel_size, bias, dtype)
+            raise ValueError(f"BinaryDropout: rate must be in [0, 1), got {rate!r}")
+        super().__init__(in_features, out_features, generators, **shell)
         self.rate = rate
-        self.weight = nn.Parameter(self.initial_mean(generators, dtype))
+        self.point_bias(dtype)
+        self.weight = nn.Parameter(self.initial_mean(dtype))
 
-    def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def means(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.weight, self.bias
+
+    def weight_moments(self) -> Moments:
         return self.weight, self.weight**2 * (self.rate / (1.0 - self.rate))
 
-    def _mask(self, generators: ModelGenerators, shape, dtype) -> torch.Tensor:
+    def _mask(self, noise: NoiseSource, shape, like: torch.Tensor) -> torch.Tensor:
         threshold = NormalDist().inv_cdf(self.rate) if self.rate > 0 else -float("inf")
-        keep = generators.randn(*shape, dtype=dtype) > threshold
-        return keep.to(dtype) / (1.0 - self.rate)
+        keep = noise.randn(*shape, dtype=like.dtype, device=like.device) > threshold
+        return keep.to(like.dtype) / (1.0 - self.rate)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mode: ForwardMode = ForwardMode.SAMPLE,
-        generators: ModelGenerators | None = None,
-    ) -> torch.Tensor:
-        self.operator.check(x, self.num_models)
-        mode = ForwardMode(mode)
+    def propagate(self, x: torch.Tensor, mode: ForwardMode, noise: NoiseSource) -> torch.Tensor:
         if mode is not ForwardMode.MEAN and self.rate > 0:
-            generators = require_generators(generators, mode)
             # SAMPLE: per example; WEIGHTS: one mask per model, shared by the examples
             shape = x.shape[1:] if mode is ForwardMode.SAMPLE else (1, *x.shape[2:])
-            x = x * self._mask(generators, shape, x.dtype)
-        return self.operator.apply(x, self.weight, self._bias())
+            x = x * self._mask(noise, shape, x)
+        return self.operator.apply(x, *self.effective_means())
 
     def kl(self, prior: object) -> torch.Tensor:
-        return torch.zeros(self.num_models, dtype=self.weight.dtype)
+        return self.weight.new_zeros(self.num_models)

@@ -1,9 +1,10 @@
 """GD: factorised Gaussian with one fixed, user-set standard deviation; only means are learned.
 
-q(W_ij) = N(mu_ij, s^2). The overpruning paper (000_e87e55bc25ea4726.txt) calls this Gaussian
-dropout after its equivalence to that model (Kingma et al. 2015); it is also "fast dropout".
-With every variance equal, the LRT variance of output j is s^2 (1 + sum_i x_i^2): one reduction
-over the inputs instead of a second matrix product.
+q(W_ij) = N(mu_ij, s^2), and likewise for every bias. The overpruning paper
+(000_e87e55bc25ea4726.txt) calls this Gaussian dropout after its equivalence to that model
+(Kingma et al. 2015); it is also "fast dropout". With every variance equal, the LRT variance of a
+dense output j is s^2 (1 + sum_i x_i^2): one reduction over the inputs instead of a second matrix
+product (the shell's general LRT computes the same for convolutions and layers without a bias).
 """
 
 from __future__ import annotations
@@ -11,61 +12,74 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode, Prior
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.base import affine, initial_means, require_generators
+from vbnn.core.contracts import Prior
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.shell import Moments, VariationalLayer
 
 
-class FixedVarianceLinear(nn.Module):
-    """Dense layer with q(W, b) = prod N(mu, s^2), s fixed; LRT in SAMPLE mode."""
+class FixedVariance(VariationalLayer):
+    """q(W, b) = prod N(mu, s^2), s fixed; LRT in SAMPLE mode; dense, or conv2d.
+
+    Args:
+        posterior_std: the fixed s (> 0); a (M,) tensor gives each model of a stack its own.
+        Other arguments as ``MeanField``.
+    """
+
+    family_name = "gd"
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        generators: ModelGenerators,
+        generators: ModelGenerators | torch.Generator | None = None,
         posterior_std: float | torch.Tensor = 1e-4,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
+        **shell,
     ) -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        self.num_models = len(generators)
+        super().__init__(in_features, out_features, generators, **shell)
+        self.weight_mean = nn.Parameter(self.initial_mean(dtype))
+        dtype = self.weight_mean.dtype
         std = torch.as_tensor(posterior_std, dtype=dtype).expand(self.num_models).clone()
         if not bool((std > 0).all()):
-            raise ValueError(f"FixedVarianceLinear: posterior_std must be > 0, got {posterior_std}")
+            raise ValueError(f"FixedVariance: posterior_std must be > 0, got {posterior_std}")
         self.register_buffer("std", std)  # (M,): one fixed std per model
-        weight, bias = initial_means(generators, in_features, out_features, dtype)
-        self.weight_mean = nn.Parameter(weight)
-        self.bias_mean = nn.Parameter(bias)
+        self.bias_mean = nn.Parameter(self.zeros_bias(dtype)) if self.has_bias else None
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mode: ForwardMode = ForwardMode.SAMPLE,
-        generators: ModelGenerators | None = None,
-    ) -> torch.Tensor:
-        mean = affine(x, self.weight_mean, self.bias_mean)
-        if mode is ForwardMode.MEAN:
-            return mean
-        generators = require_generators(generators, mode)
-        if mode is ForwardMode.WEIGHTS:
-            eps_w = generators.randn(self.in_features + 1, self.out_features, dtype=x.dtype)
-            return mean + self.std.view(-1, 1, 1) * affine(x, eps_w[:, :-1], eps_w[:, -1])
+    def _std_like(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.std.view(-1, *[1] * (tensor.dim() - 1)).expand_as(tensor)
+
+    def weight_moments(self) -> Moments:
+        return self.weight_mean, self._std_like(self.weight_mean) ** 2
+
+    def bias_moments(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if self.bias_mean is None:
+            return None, None
+        return self.bias_mean, self._std_like(self.bias_mean) ** 2
+
+    def sample(self, noise: NoiseSource) -> tuple[torch.Tensor, torch.Tensor | None]:
+        mean = self.weight_mean
+        eps = noise.randn(*mean.shape[1:], dtype=mean.dtype, device=mean.device)
+        weight = mean + self._std_like(mean) * eps
+        if self.bias_mean is None:
+            return weight, None
+        eps_bias = noise.randn(self.out_features, dtype=mean.dtype, device=mean.device)
+        return weight, self.bias_mean + self._std_like(self.bias_mean) * eps_bias
+
+    def local_reparameterization(self, x: torch.Tensor, noise: NoiseSource) -> torch.Tensor:
+        if self.operator.is_conv or self.bias_mean is None or self.masked:
+            return super().local_reparameterization(x, noise)
+        mean = self.operator.apply(x, self.weight_mean, self.bias_mean)
         scale = self.std.view(-1, 1, 1) * torch.sqrt(1.0 + (x * x).sum(-1, keepdim=True))
-        eps = generators.randn(x.shape[1], self.out_features, dtype=x.dtype)
+        eps = noise.randn(x.shape[1], self.out_features, dtype=x.dtype, device=x.device)
         return torch.addcmul(mean, scale, eps)
 
     def kl(self, prior: Prior) -> torch.Tensor:
         weight_std, bias_std = self.posterior_std()
-        return prior.kl_diagonal(self.weight_mean, weight_std) + prior.kl_diagonal(
-            self.bias_mean, bias_std
-        )
-
-    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.weight_mean, self.bias_mean
+        total = prior.kl_diagonal(self.weight_mean, weight_std)
+        if self.bias_mean is not None:
+            total = total + prior.kl_diagonal(self.bias_mean, bias_std)
+        return total
 
     def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return (
-            self.std.view(-1, 1, 1).expand_as(self.weight_mean),
-            self.std.view(-1, 1).expand_as(self.bias_mean),
-        )
+        bias = self.posterior_mean()[1]
+        return self._std_like(self.weight_mean), self._std_like(bias)

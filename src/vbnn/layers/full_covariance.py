@@ -1,4 +1,4 @@
-"""FC: full-covariance Gaussian over all weights and biases of a layer.
+"""FC: full-covariance Gaussian over all weights and biases of a dense layer.
 
 The layer's D = (I + 1) O parameters are the rows of W~ = [W; b] (shape (I + 1, O)) read in
 row-major order, index d = i O + o. q(vec W~) = N(m, L L^T) with L lower triangular,
@@ -7,7 +7,9 @@ diagonal at exactly zero (Adam never moves an entry whose gradient is always zer
 triangular mask is applied on the hot path, and the diagonal is positive by the exponential.
 A draw is m + L eps, eps ~ N(0, I_D): one weight sample per model shared by all examples,
 since a full covariance admits no cheap local reparameterization (000_e87e55bc25ea4726.txt,
-section 2, names this as a likely cause of FC's weaker results).
+section 2, names this as a likely cause of FC's weaker results). ``exact_lrt = False`` tells the
+shell so. A convolution would need a factor over (C kh kw + 1) O parameters per layer; this
+family is dense only and says so.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import math
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode, Prior
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.base import affine, initial_means, require_generators
+from vbnn.core.contracts import Prior
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.shell import Moments, VariationalLayer
 
 
 def full_covariance_output_moments(
@@ -49,23 +51,40 @@ def _strictly_lower(gradient: torch.Tensor) -> torch.Tensor:
     return torch.tril(gradient, -1)
 
 
-class FullCovarianceLinear(nn.Module):
-    """Dense layer with a full-covariance Gaussian over (W, b); weight samples in SAMPLE mode."""
+class FullCovariance(VariationalLayer):
+    """Dense layer with a full-covariance Gaussian over (W, b); weight samples in SAMPLE mode.
+
+    Args:
+        posterior_std: initial std of every parameter (the diagonal of L; A starts at zero).
+        Other arguments as ``MeanField``; ``kernel_size`` and ``bias=False`` are refused.
+    """
+
+    family_name = "fc"
+    exact_lrt = False
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        generators: ModelGenerators,
+        generators: ModelGenerators | torch.Generator | None = None,
         posterior_std: float = 1e-4,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
+        **shell,
     ) -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        self.num_models = len(generators)
+        super().__init__(in_features, out_features, generators, **shell)
+        if self.operator.is_conv:
+            raise ValueError(
+                "FullCovariance is dense only: a convolution's full factor over (C kh kw + 1) O "
+                "parameters is not supported; use 'mf' or 'gd' for convolutions"
+            )
+        if not self.has_bias:
+            raise ValueError("FullCovariance: bias=False is not supported (the factor covers b)")
+        if not posterior_std > 0:
+            raise ValueError(f"FullCovariance: posterior_std must be > 0, got {posterior_std}")
         self.dim = (in_features + 1) * out_features
-        weight, bias = initial_means(generators, in_features, out_features, dtype)
-        self.mean = nn.Parameter(torch.cat([weight, bias.unsqueeze(1)], dim=1))
+        weight = self.initial_mean(dtype)
+        dtype = weight.dtype
+        self.mean = nn.Parameter(torch.cat([weight, self.zeros_bias(dtype).unsqueeze(1)], dim=1))
         self.scale_lower = nn.Parameter(
             torch.zeros(self.num_models, self.dim, self.dim, dtype=dtype)
         )
@@ -83,24 +102,25 @@ class FullCovarianceLinear(nn.Module):
         lower = (self.scale_lower @ eps.unsqueeze(-1)).squeeze(-1)
         return lower + self.scale_log_diagonal.exp() * eps
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mode: ForwardMode = ForwardMode.SAMPLE,
-        generators: ModelGenerators | None = None,
-    ) -> torch.Tensor:
-        if mode is ForwardMode.MEAN:
-            weight = self.mean
-        else:
-            eps = require_generators(generators, mode).randn(self.dim, dtype=x.dtype)
-            weight = self.mean + self.scale_noise(eps).view_as(self.mean)
-        return affine(x, weight[:, :-1], weight[:, -1])
+    def _marginal_variance(self) -> torch.Tensor:
+        return self.scale_tril().pow(2).sum(-1).view_as(self.mean)
+
+    def means(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.mean[:, :-1], self.mean[:, -1]
+
+    def weight_moments(self) -> Moments:
+        return self.mean[:, :-1], self._marginal_variance()[:, :-1]
+
+    def bias_moments(self) -> Moments:
+        return self.mean[:, -1], self._marginal_variance()[:, -1]
+
+    def sample(self, noise: NoiseSource) -> Moments:
+        eps = noise.randn(self.dim, dtype=self.mean.dtype, device=self.mean.device)
+        weight = self.mean + self.scale_noise(eps).view_as(self.mean)
+        return weight[:, :-1], weight[:, -1]
 
     def kl(self, prior: Prior) -> torch.Tensor:
         return prior.kl_full(self.mean.flatten(1), self.scale_lower, self.scale_log_diagonal)
-
-    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.mean[:, :-1], self.mean[:, -1]
 
     def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         std = self.scale_tril().pow(2).sum(-1).sqrt().view_as(self.mean)

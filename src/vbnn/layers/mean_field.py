@@ -1,75 +1,156 @@
 """MF: factorised Gaussian over weights and biases with learned variances (Blundell et al. 2015).
 
-q(W_ij) = N(mu_ij, sigma_ij^2), sigma_ij = exp(rho_ij): the standard deviation is stored as its
-logarithm, so the KL's log sigma term is exact and Adam moves it on a relative scale (the paper,
-000_e87e55bc25ea4726.txt appendix A, initialises sigma to 1e-4, i.e. rho = log 1e-4).
+q(W_ij) = N(mu_ij, sigma_ij^2), and likewise for every bias. Two parameterizations of sigma:
+
+* ``"log"`` (default): sigma = exp(rho). The KL's log sigma term is exact and Adam moves sigma on a
+  relative scale (000_e87e55bc25ea4726.txt appendix A initialises sigma to 1e-4).
+* ``"softplus"``: sigma = softplus(rho), as in Blundell et al. and the depth paper
+  (004_6556d25c53efeeec.txt appendix B: sigma initialised to 1e-6, He-normal means).
+
+Dense layers with the log parameterization run the LRT through a fused kernel with a hand-written
+backward (``vbnn.core.kernels.local_reparameterization_sample``); every other case uses the
+shell's LRT, which computes the same quantity.
 """
 
 from __future__ import annotations
 
+import math
+from enum import Enum
+
 import torch
 from torch import nn
+from torch.nn import functional
 
-from vbnn.core.contracts import ForwardMode, Prior
+from vbnn.core.contracts import Prior
 from vbnn.core.kernels import local_reparameterization_sample
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.base import affine, initial_means, require_generators
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.shell import Moments, VariationalLayer
 
 
-class MeanFieldLinear(nn.Module):
-    """Dense layer with q(W, b) = prod N(mu, sigma^2); LRT in SAMPLE mode.
+class StdParameterization(str, Enum):
+    LOG = "log"
+    SOFTPLUS = "softplus"
+
+
+class Initialization(str, Enum):
+    LECUN = "lecun"  # N(0, 1 / fan_in)
+    HE = "he"  # N(0, 2 / fan_in)
+
+
+def softplus_inverse(value: float | torch.Tensor) -> float | torch.Tensor:
+    """rho with softplus(rho) = value (log(expm1(value)), exact for small values)."""
+    if isinstance(value, torch.Tensor):
+        return torch.log(torch.expm1(value))
+    return math.log(math.expm1(value))
+
+
+class MeanField(VariationalLayer):
+    """q(W, b) = prod N(mu, sigma^2); LRT in SAMPLE mode; dense, or conv2d with ``kernel_size``.
 
     Args:
-        in_features, out_features: I and O.
-        generators: one generator per model, used for the initial means.
-        posterior_std: initial sigma of every weight and bias.
-        dtype: parameter dtype.
+        in_features, out_features, generators: as ``VariationalLayer``.
+        posterior_std: initial sigma of every weight and bias; a (M,) tensor gives each model of
+            a stack its own.
+        dtype: parameter dtype (None: torch's default).
+        parameterization: "log" (sigma = exp(rho)) or "softplus" (sigma = softplus(rho)).
+        init: initial means "lecun" (N(0, 1/fan_in)) or "he" (N(0, 2/fan_in)); biases start at 0.
+        **shell: kernel_size, stride, padding, dilation, bias, num_models (``VariationalLayer``).
     """
+
+    family_name = "mf"
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        generators: ModelGenerators,
+        generators: ModelGenerators | torch.Generator | None = None,
         posterior_std: float | torch.Tensor = 1e-4,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
+        *,
+        parameterization: StdParameterization | str = StdParameterization.LOG,
+        init: Initialization | str = Initialization.LECUN,
+        **shell,
     ) -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        self.num_models = len(generators)
-        weight, bias = initial_means(generators, in_features, out_features, dtype)
-        self.weight_mean = nn.Parameter(weight)
-        self.bias_mean = nn.Parameter(bias)
-        log_std = torch.log(torch.as_tensor(posterior_std, dtype=dtype)).expand(self.num_models)
-        self.weight_log_std = nn.Parameter(log_std.view(-1, 1, 1).expand_as(weight).clone())
-        self.bias_log_std = nn.Parameter(log_std.view(-1, 1).expand_as(bias).clone())
+        super().__init__(in_features, out_features, generators, **shell)
+        self.parameterization = StdParameterization(parameterization)
+        gain = 2.0 if Initialization(init) is Initialization.HE else 1.0
+        self.weight_mean = nn.Parameter(self.initial_mean(dtype, gain))
+        dtype = self.weight_mean.dtype
+        std = torch.as_tensor(posterior_std, dtype=dtype)
+        if not bool((std > 0).all()):
+            raise ValueError(f"MeanField: posterior_std must be > 0, got {posterior_std}")
+        start = torch.log(std) if self.parameterization is StdParameterization.LOG else None
+        if start is None:
+            start = softplus_inverse(std)
+        start = start.expand(self.num_models)
+        name = "log_std" if self.parameterization is StdParameterization.LOG else "rho"
+        weight_start = start.view(-1, *[1] * (self.weight_mean.dim() - 1))
+        weight_raw = nn.Parameter(weight_start.expand_as(self.weight_mean).clone())
+        setattr(self, f"weight_{name}", weight_raw)
+        self.bias_mean = nn.Parameter(self.zeros_bias(dtype)) if self.has_bias else None
+        bias_start = start.view(-1, 1).expand(self.num_models, out_features).clone()
+        setattr(self, f"bias_{name}", nn.Parameter(bias_start) if self.has_bias else None)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mode: ForwardMode = ForwardMode.SAMPLE,
-        generators: ModelGenerators | None = None,
-    ) -> torch.Tensor:
-        if mode is ForwardMode.MEAN:
-            return affine(x, self.weight_mean, self.bias_mean)
-        generators = require_generators(generators, mode)
-        if mode is ForwardMode.WEIGHTS:
-            eps_w = generators.randn(self.in_features + 1, self.out_features, dtype=x.dtype)
-            weight = self.weight_mean + self.weight_log_std.exp() * eps_w[:, :-1]
-            bias = self.bias_mean + self.bias_log_std.exp() * eps_w[:, -1]
-            return affine(x, weight, bias)
-        noise = generators.randn(x.shape[1], self.out_features, dtype=x.dtype)
-        return local_reparameterization_sample(
-            x, self.weight_mean, self.weight_log_std, self.bias_mean, self.bias_log_std, noise
+    def _std(self, raw: torch.Tensor) -> torch.Tensor:
+        if self.parameterization is StdParameterization.LOG:
+            return raw.exp()
+        return functional.softplus(raw)
+
+    def _raw(self, part: str) -> torch.Tensor | None:
+        suffix = "log_std" if self.parameterization is StdParameterization.LOG else "rho"
+        return getattr(self, f"{part}_{suffix}")
+
+    def weight_std(self) -> torch.Tensor:
+        return self._std(self._raw("weight"))
+
+    def weight_moments(self) -> Moments:
+        return self.weight_mean, self.weight_std() ** 2
+
+    def bias_moments(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if self.bias_mean is None:
+            return None, None
+        return self.bias_mean, self.bias_std() ** 2
+
+    def sample(self, noise: NoiseSource) -> tuple[torch.Tensor, torch.Tensor | None]:
+        mean, device = self.weight_mean, self.weight_mean.device
+        if self.operator.is_conv or self.bias_mean is None:
+            eps = noise.randn(*mean.shape[1:], dtype=mean.dtype, device=device)
+            weight = mean + self.weight_std() * eps
+            if self.bias_mean is None:
+                return weight, None
+            eps_bias = noise.randn(self.out_features, dtype=mean.dtype, device=device)
+            return weight, self.bias_mean + self.bias_std() * eps_bias
+        # dense with a bias: one (I + 1, O) block, weights then the bias row
+        eps = noise.randn(self.in_features + 1, self.out_features, dtype=mean.dtype, device=device)
+        weight = mean + self.weight_std() * eps[:, :-1]
+        return weight, self.bias_mean + self.bias_std() * eps[:, -1]
+
+    def local_reparameterization(self, x: torch.Tensor, noise: NoiseSource) -> torch.Tensor:
+        fused = (
+            not self.operator.is_conv
+            and self.bias_mean is not None
+            and self.parameterization is StdParameterization.LOG
+            and not self.masked
         )
+        if not fused:
+            return super().local_reparameterization(x, noise)
+        eps = noise.randn(x.shape[1], self.out_features, dtype=x.dtype, device=x.device)
+        return local_reparameterization_sample(
+            x, self.weight_mean, self.weight_log_std, self.bias_mean, self.bias_log_std, eps
+        )
+
+    def bias_std(self) -> torch.Tensor | None:
+        raw = self._raw("bias")
+        return None if raw is None else self._std(raw)
 
     def kl(self, prior: Prior) -> torch.Tensor:
-        return prior.kl_diagonal(self.weight_mean, self.weight_log_std.exp()) + prior.kl_diagonal(
-            self.bias_mean, self.bias_log_std.exp()
-        )
-
-    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.weight_mean, self.bias_mean
+        total = prior.kl_diagonal(self.weight_mean, self.weight_std())
+        if self.bias_mean is not None:
+            total = total + prior.kl_diagonal(self.bias_mean, self.bias_std())
+        return total
 
     def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.weight_log_std.exp(), self.bias_log_std.exp()
+        bias_std = self.bias_std()
+        if bias_std is None:
+            bias_std = torch.zeros_like(self.posterior_mean()[1])
+        return self.weight_std(), bias_std

@@ -1,53 +1,51 @@
-"""Point layers: deterministic weights, for maximum likelihood (ES) and MAP."""
+"""Point layers: deterministic weights, for maximum likelihood (ES), MAP and SGLD.
+
+A point estimate is the degenerate member of every family (all variances 0): every forward mode
+gives the same output and draws no noise. It has no KL (``kl`` raises); MAP uses ``log_prior``.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode, Prior
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.base import affine, initial_means
+from vbnn.core.contracts import Prior
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.shell import Moments, VariationalLayer
 
 
-class PointLinear(nn.Module):
-    """Dense layer with point weights; every forward mode gives the same output.
+class Point(VariationalLayer):
+    """Dense or conv2d layer with point weights (LeCun-normal initial weights, zero biases)."""
 
-    A point estimate is not a distribution: ``kl`` raises, and MAP uses ``log_prior`` instead.
-    """
+    family_name = "point"
+    exact_lrt = False  # SAMPLE returns the point weights without drawing noise
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        generators: ModelGenerators,
-        posterior_std: float = 0.0,
-        dtype: torch.dtype = torch.float32,
+        generators: ModelGenerators | torch.Generator | None = None,
+        posterior_std: float | None = None,
+        dtype: torch.dtype | None = None,
+        **shell,
     ) -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        self.num_models = len(generators)
-        weight, bias = initial_means(generators, in_features, out_features, dtype)
-        self.weight = nn.Parameter(weight)
-        self.bias = nn.Parameter(bias)
+        super().__init__(in_features, out_features, generators, **shell)
+        self.weight = nn.Parameter(self.initial_mean(dtype))
+        self.point_bias(self.weight.dtype)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mode: ForwardMode = ForwardMode.MEAN,
-        generators: ModelGenerators | None = None,
-    ) -> torch.Tensor:
-        return affine(x, self.weight, self.bias)
+    def means(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.weight, self.bias
+
+    def weight_moments(self) -> Moments:
+        return self.weight, torch.zeros_like(self.weight)
+
+    def sample(self, noise: NoiseSource) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.weight, self.bias
 
     def kl(self, prior: Prior) -> torch.Tensor:
-        raise TypeError("PointLinear has no posterior distribution: use log_prior for MAP")
+        raise TypeError("Point has no posterior distribution: use log_prior for MAP")
 
     def log_prior(self, prior: Prior) -> torch.Tensor:
         """log p(W) + log p(b) per model, (M,)."""
-        return prior.log_prob(self.weight) + prior.log_prob(self.bias)
-
-    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.weight, self.bias
-
-    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.zeros_like(self.weight), torch.zeros_like(self.bias)
+        total = prior.log_prob(self.weight)
+        return total if self.bias is None else total + prior.log_prob(self.bias)

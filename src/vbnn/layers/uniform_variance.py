@@ -17,22 +17,25 @@ import math
 import torch
 
 from vbnn.core.contracts import DropoutPrior
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.bernoulli_variance import BernoulliVarianceLayer
+from vbnn.core.randomness import NoiseSource
+from vbnn.layers.bernoulli_variance import BernoulliVariance
 
 
-class UniformVarianceLayer(BernoulliVarianceLayer):
+class UniformVariance(BernoulliVariance):
     """theta U(-1, 1) weights; dense, or conv2d when ``kernel_size`` is set (arguments as the
     Bernoulli layer; ``posterior_std`` is the initial std theta / sqrt 3)."""
 
+    family_name = "uniform-variance"
     noise_variance = 1.0 / 3.0
 
-    def noise(self, generators: ModelGenerators, shape, dtype) -> torch.Tensor:
-        return torch.erf(generators.randn(*shape, dtype=dtype) / math.sqrt(2.0))
+    def unit_noise(self, noise: NoiseSource, like: torch.Tensor) -> torch.Tensor:
+        """U(-1, 1) draws (M, *like.shape[1:]): Var = 1/3."""
+        draw = noise.randn(*like.shape[1:], dtype=like.dtype, device=like.device)
+        return torch.erf(draw / math.sqrt(2.0))
 
     def kl(self, prior: object) -> torch.Tensor:
         if isinstance(prior, DropoutPrior):
-            return torch.zeros(self.num_models, dtype=self.weight_log_scale.dtype)
+            return self.weight_log_scale.new_zeros(self.num_models)
         if hasattr(prior, "std"):
             prior_var = float(prior.std) ** 2
             scale = self.weight_log_scale
@@ -42,4 +45,4 @@ class UniformVarianceLayer(BernoulliVarianceLayer):
                 + torch.exp(2.0 * scale) / (6.0 * prior_var)
             )
             return terms.reshape(self.num_models, -1).sum(1)
-        raise TypeError(f"UniformVarianceLayer: no KL to {type(prior).__name__}")
+        raise TypeError(f"UniformVariance: no KL to {type(prior).__name__}")

@@ -23,8 +23,9 @@ from enum import Enum
 import torch
 from torch import nn
 
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.stochastic import StochasticLayer, clip_log_alpha, dropout_kl
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.shell import VariationalLayer, clip_log_alpha
+from vbnn.priors.dropout import dropout_kl
 
 DEFAULT_LOG_ALPHA = -4.0  # initial log alpha when posterior_std is not given (sqrt(alpha) ~ 0.14)
 
@@ -47,43 +48,42 @@ def log_alpha_shape(weight_shape: tuple[int, ...], sharing: AlphaSharing, conv: 
     return (models, 1, weight_shape[2])
 
 
-class VariationalDropoutLayer(StochasticLayer):
+class VariationalDropout(VariationalLayer):
     """Gaussian dropout posterior N(mu, alpha mu^2); dense, or conv2d when ``kernel_size`` is set.
 
     Args:
-        in_features, out_features: I and O (input and output channels for conv).
-        generators: one per model; draw the LeCun-normal initial means.
+        in_features, out_features, generators: as ``VariationalLayer``.
         posterior_std: initial sqrt(alpha), the std as a fraction of |mu| (None: log alpha = -4).
-        dtype: parameter dtype.
+        dtype: parameter dtype (None: torch's default).
         sharing: one alpha per layer, per output neuron (channel) or per weight.
-        kernel_size: None for a dense layer, k for a k x k convolution (stride 1, no padding).
-        bias: whether the layer has a (point) bias.
+        **shell: kernel_size, stride, padding, dilation, bias (a point bias), num_models.
     """
 
     sharing = AlphaSharing.LAYER
+    family_name = "vd"
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        generators: ModelGenerators,
+        generators: ModelGenerators | torch.Generator | None = None,
         posterior_std: float | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         *,
         sharing: AlphaSharing | str | None = None,
-        kernel_size: int | None = None,
-        bias: bool = True,
+        **shell,
     ) -> None:
-        super().__init__()
-        self._setup(in_features, out_features, generators, kernel_size, bias, dtype)
+        super().__init__(in_features, out_features, generators, **shell)
         if sharing is not None:
             self.sharing = AlphaSharing(sharing)
-        self.weight_mean = nn.Parameter(self.initial_mean(generators, dtype))
+        if posterior_std is not None and not posterior_std > 0:
+            raise ValueError(f"VariationalDropout: posterior_std must be > 0, got {posterior_std}")
+        self.point_bias(dtype)
+        self.weight_mean = nn.Parameter(self.initial_mean(dtype))
         start = DEFAULT_LOG_ALPHA if posterior_std is None else 2.0 * math.log(posterior_std)
-        shape = log_alpha_shape(
-            tuple(self.weight_mean.shape), self.sharing, kernel_size is not None
-        )
-        self.log_alpha = nn.Parameter(torch.full(shape, start, dtype=dtype))
+        shape = log_alpha_shape(tuple(self.weight_mean.shape), self.sharing, self.operator.is_conv)
+        self.log_alpha = nn.Parameter(torch.full(shape, start, dtype=self.weight_mean.dtype))
+        self.family_name = f"vd-{self.sharing.value}"
 
     def clipped_log_alpha(self) -> torch.Tensor:
         return clip_log_alpha(self.log_alpha)
@@ -92,9 +92,10 @@ class VariationalDropoutLayer(StochasticLayer):
         mean = self.weight_mean
         return mean, torch.exp(self.clipped_log_alpha()) * mean * mean
 
-    def sample_weight(self, generators: ModelGenerators) -> torch.Tensor:
+    def sample_weight(self, noise: NoiseSource) -> torch.Tensor:
         mean, var = self.weight_moments()
-        return mean + var.sqrt() * generators.randn(*mean.shape[1:], dtype=mean.dtype)
+        eps = noise.randn(*mean.shape[1:], dtype=mean.dtype, device=mean.device)
+        return mean + var.sqrt() * eps
 
     def kl(self, prior: object) -> torch.Tensor:
         """KL(q || prior) of the weights, (M,); biases are point parameters (no KL)."""
@@ -106,19 +107,22 @@ class VariationalDropoutLayer(StochasticLayer):
         return log_alpha.detach().reshape(self.num_models, -1).mean(1)
 
 
-class LayerDropoutLinear(VariationalDropoutLayer):
+class LayerDropout(VariationalDropout):
     """Variational dropout with one alpha per layer."""
 
     sharing = AlphaSharing.LAYER
+    family_name = "vd-layer"
 
 
-class NeuronDropoutLinear(VariationalDropoutLayer):
+class NeuronDropout(VariationalDropout):
     """Variational dropout with one alpha per output neuron (channel)."""
 
     sharing = AlphaSharing.NEURON
+    family_name = "vd-neuron"
 
 
-class WeightDropoutLinear(VariationalDropoutLayer):
+class WeightDropout(VariationalDropout):
     """Variational dropout with one alpha per weight."""
 
     sharing = AlphaSharing.WEIGHT
+    family_name = "vd-weight"

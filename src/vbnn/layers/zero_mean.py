@@ -18,45 +18,49 @@ import math
 import torch
 from torch import nn
 
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.stochastic import StochasticLayer, zero_mean_kl
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.shell import VariationalLayer
+from vbnn.priors.dropout import zero_mean_kl
 
 
-class ZeroMeanLayer(StochasticLayer):
+class ZeroMean(VariationalLayer):
     """N(0, sigma^2) weights; dense, or conv2d when ``kernel_size`` is set.
 
     Args:
         posterior_std: initial sigma (None: 1 / sqrt(fan_in), the LeCun scale).
-        Other arguments as ``VariationalDropoutLayer``.
+        Other arguments as ``VariationalDropout``.
     """
+
+    family_name = "zero-mean"
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        generators: ModelGenerators,
+        generators: ModelGenerators | torch.Generator | None = None,
         posterior_std: float | None = None,
-        dtype: torch.dtype = torch.float32,
-        *,
-        kernel_size: int | None = None,
-        bias: bool = True,
+        dtype: torch.dtype | None = None,
+        **shell,
     ) -> None:
-        super().__init__()
-        self._setup(in_features, out_features, generators, kernel_size, bias, dtype)
+        super().__init__(in_features, out_features, generators, **shell)
+        if posterior_std is not None and not posterior_std > 0:
+            raise ValueError(f"ZeroMean: posterior_std must be > 0, got {posterior_std}")
+        self.point_bias(dtype)
+        dtype = dtype or torch.get_default_dtype()
         shape = self.operator.weight_shape(self.num_models)
         if posterior_std is None:
             posterior_std = 1.0 / math.sqrt(self.operator.fan_in())
         # a small random spread of log sigma breaks the symmetry between output neurons
-        spread = 0.1 * generators.randn(*shape[1:], dtype=dtype)
+        spread = 0.1 * self.init_noise.randn(*shape[1:], dtype=dtype)
         self.weight_log_std = nn.Parameter(math.log(posterior_std) + spread)
 
     def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         var = torch.exp(2.0 * self.weight_log_std)
         return torch.zeros_like(var), var
 
-    def sample_weight(self, generators: ModelGenerators) -> torch.Tensor:
+    def sample_weight(self, noise: NoiseSource) -> torch.Tensor:
         std = self.weight_log_std.exp()
-        return std * generators.randn(*std.shape[1:], dtype=std.dtype)
+        return std * noise.randn(*std.shape[1:], dtype=std.dtype, device=std.device)
 
     def kl(self, prior: object) -> torch.Tensor:
         return zero_mean_kl(prior, self.weight_log_std.exp())

@@ -18,8 +18,8 @@ from torch.nn import functional
 
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers import NETWORK_FAMILIES
-from vbnn.layers.stochastic import StochasticLayer
+from vbnn.layers.registry import FAMILIES, family
+from vbnn.layers.shell import VariationalLayer
 
 
 class NetworkActivation(str, Enum):
@@ -40,7 +40,7 @@ LAYER_NAMES = ("conv1", "conv2", "dense1", "dense2")
 
 @dataclass(frozen=True)
 class LeNetConfig:
-    """Families of (conv1, conv2, dense1, dense2) (``vbnn.layers.NETWORK_FAMILIES`` names), the
+    """Families of (conv1, conv2, dense1, dense2) (``vbnn.layers.FAMILIES`` names), the
     non-linearity, biases, and the initial posterior std passed to every layer (None: defaults)."""
 
     families: tuple[str, str, str, str] = ("vd-layer",) * 4
@@ -54,15 +54,16 @@ class LeNetConfig:
         if len(self.families) != 4:
             raise ValueError(f"LeNetConfig: need 4 families, got {self.families!r}")
         for name in self.families:
-            if name not in NETWORK_FAMILIES:
+            if name not in FAMILIES:
                 raise ValueError(
-                    f"LeNetConfig: unknown family {name!r}; choose from {list(NETWORK_FAMILIES)}"
+                    f"LeNetConfig: unknown family {name!r}; choose from {list(FAMILIES)}"
                 )
 
 
 def make_layer(name: str, in_features: int, out_features: int, generators, **options):
-    family, fixed = NETWORK_FAMILIES[name]
-    return family(in_features, out_features, generators, **fixed, **options)
+    if options.get("posterior_std", 0) is None:  # the family's own default
+        del options["posterior_std"]
+    return family(name).build(in_features, out_features, generators, **options)
 
 
 class LeNet5(nn.Module):
@@ -105,7 +106,7 @@ class LeNet5(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        mode: ForwardMode = ForwardMode.SAMPLE,
+        mode: ForwardMode | str | None = None,
         generators: ModelGenerators | None = None,
     ) -> torch.Tensor:
         """Images (M, N, 1, 28, 28) -> logits (M, N, 10)."""
@@ -115,7 +116,7 @@ class LeNet5(nn.Module):
         self,
         index: int,
         x: torch.Tensor,
-        mode: ForwardMode = ForwardMode.SAMPLE,
+        mode: ForwardMode | str | None = None,
         generators: ModelGenerators | None = None,
     ) -> torch.Tensor:
         """Run layers ``index`` .. end on ``x``, the input of layer ``index``."""
@@ -147,5 +148,5 @@ class LeNet5(nn.Module):
             if hasattr(layer, "mean_log_alpha")
         }
 
-    def stochastic_layers(self) -> list[StochasticLayer]:
-        return [layer for layer in self.layers if isinstance(layer, StochasticLayer)]
+    def stochastic_layers(self) -> list[VariationalLayer]:
+        return [layer for layer in self.layers if isinstance(layer, VariationalLayer)]

@@ -13,7 +13,10 @@ from torch.nn import functional
 from vbnn.core.contracts import Activation, ForwardMode, Prior
 from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.kernels import tanh
-from vbnn.core.randomness import ModelGenerators
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.registry import FamilySpec
+from vbnn.layers.registry import family as family_spec
+from vbnn.layers.shell import VariationalLayer
 
 ACTIVATIONS: dict[Activation, Callable[[torch.Tensor], torch.Tensor]] = {
     Activation.TANH: tanh,
@@ -23,43 +26,60 @@ ACTIVATIONS: dict[Activation, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+def layer_builder(family: str | FamilySpec | type[VariationalLayer]):
+    """A callable ``(in, out, generators, **options) -> layer`` for a registry name, a spec or a
+    ``VariationalLayer`` subclass."""
+    if isinstance(family, str):
+        return family_spec(family).build
+    if isinstance(family, FamilySpec):
+        return family.build
+    if isinstance(family, type) and issubclass(family, VariationalLayer):
+        return family
+    raise TypeError(f"family must be a FAMILIES name, a FamilySpec or a layer class: {family!r}")
+
+
 class MLP(nn.Module):
-    """A stack of M independent MLPs whose dense layers all come from one family.
+    """An MLP whose dense layers all come from one family; one network or a stack of M.
 
     Args:
-        family: a layer class (``vbnn.layers.FAMILIES`` entry or ``PointLinear``).
+        family: a ``vbnn.layers.FAMILIES`` name, a ``FamilySpec`` or a layer class.
         sizes: widths (input, hidden..., output).
         activation: hidden non-linearity (none after the last layer).
-        generators: one per model; draws the initial means.
+        generators: a ``ModelGenerators`` for a stack of M models (draws the initial means);
+            None for one network (input (N, I), output (N, O)).
         posterior_std: passed to every layer (initial std, or GD's fixed std); a (M,) tensor
             gives each model its own.
+        dtype: parameter dtype (None: torch's default).
+        **options: further keyword arguments of the family's layers.
     """
 
     def __init__(
         self,
-        family: type,
+        family: str | FamilySpec | type[VariationalLayer],
         sizes: Sequence[int],
-        activation: Activation,
-        generators: ModelGenerators,
+        activation: Activation | str,
+        generators: ModelGenerators | None = None,
         posterior_std: float | torch.Tensor = 1e-4,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
+        **options,
     ) -> None:
         super().__init__()
         if len(sizes) < 2:
             raise ValueError(f"MLP: sizes needs input and output widths, got {list(sizes)}")
         self.activation = ACTIVATIONS[Activation(activation)]
+        build = layer_builder(family)
         self.layers = nn.ModuleList(
-            family(i, o, generators, posterior_std=posterior_std, dtype=dtype)
+            build(i, o, generators, posterior_std=posterior_std, dtype=dtype, **options)
             for i, o in pairwise(sizes)
         )
 
     def forward(
         self,
         x: torch.Tensor,
-        mode: ForwardMode = ForwardMode.SAMPLE,
-        generators: ModelGenerators | None = None,
+        mode: ForwardMode | str | None = None,
+        generators: NoiseSource | None = None,
     ) -> torch.Tensor:
-        """x (M, N, I) -> (M, N, O)."""
+        """x (M, N, I) -> (M, N, O) for a stack; (N, I) -> (N, O) for one network."""
         for index, layer in enumerate(self.layers):
             if index:
                 x = self.activation(x)

@@ -40,6 +40,8 @@ from itertools import pairwise
 import torch
 from torch.nn import functional
 
+from vbnn.core.contracts import DropoutPrior
+
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
 # C = -E log|eps| for eps ~ N(0, 1): E log|eps| = -(euler_gamma + log 2) / 2.
 EULER_GAMMA = 0.5772156649015329
@@ -208,3 +210,19 @@ def log_uniform_kl_by_quadrature(log_alpha: float) -> float:
     cuts = [-12.0, *([-a] if a < 12.0 else []), 12.0]
     total = sum(integrate.quad(integrand, lo, hi, limit=200)[0] for lo, hi in pairwise(cuts))
     return total + LOG_UNIFORM_CONSTANT
+
+
+def dropout_kl(prior: object, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
+    """KL of N(mean, alpha mean^2) to ``prior``, (M,): ``kl_dropout`` if the prior has it, else
+    the prior's ``kl_diagonal`` with std = sqrt(alpha) |mean| (e.g. a Gaussian prior)."""
+    if isinstance(prior, DropoutPrior):
+        return prior.kl_dropout(mean, log_alpha)
+    std = torch.exp(0.5 * log_alpha) * mean.abs()
+    return prior.kl_diagonal(mean, torch.broadcast_to(std, mean.shape))
+
+
+def zero_mean_kl(prior: object, std: torch.Tensor) -> torch.Tensor:
+    """KL of N(0, std^2) to ``prior``, (M,) (003 appendix F: constant for log-uniform / ARD)."""
+    if isinstance(prior, DropoutPrior):
+        return prior.kl_zero_mean(std)
+    return prior.kl_diagonal(torch.zeros_like(std), std)

@@ -23,20 +23,10 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
 from vbnn.data.uci import RegressionDataset
-from vbnn.layers import FixedVarianceLinear, FullCovarianceLinear, MeanFieldLinear, PointLinear
 from vbnn.networks.mlp import MLP, GaussianLikelihood
 from vbnn.regression import sgld
 from vbnn.regression.evaluation import PredictiveMetrics, evaluate, metrics_from_predictions
 from vbnn.training.full_batch import StepCallback, Validation, fit
-
-FAMILY_OF_METHOD: dict[Method, type] = {
-    Method.ES: PointLinear,
-    Method.MAP: PointLinear,
-    Method.MF: MeanFieldLinear,
-    Method.GD: FixedVarianceLinear,
-    Method.FC: FullCovarianceLinear,
-    Method.SGLD: PointLinear,
-}
 
 # Floats of one hidden activation tensor (models x rows x width) that a chunk may hold.
 CHUNK_ELEMENTS = 1 << 19
@@ -51,7 +41,7 @@ def choose_chunk_size(config: TrainConfig, train_rows: int, in_features: int, co
     width = max((*config.hidden, 1))
     per_model = train_rows * width * config.train_samples
     chunk = CHUNK_ELEMENTS // max(per_model, 1)
-    if config.method is Method.FC:
+    if config.resolved_family == "fc":
         sizes = (in_features, *config.hidden, 1)
         largest = max((i + 1) * o for i, o in pairwise(sizes))
         chunk = min(chunk, CHUNK_COVARIANCE_ELEMENTS // largest**2)
@@ -70,7 +60,7 @@ def build_stack(
     """
     generators = ModelGenerators.for_keys(config.seed, keys, "init")
     model = MLP(
-        FAMILY_OF_METHOD[config.method],
+        config.resolved_family,
         (in_features, *config.hidden, 1),
         config.activation,
         generators,

@@ -86,7 +86,7 @@ def sample(
     """Run the chains for ``config.resolved_iterations`` steps; return the kept samples.
 
     Args:
-        model, likelihood: a stack of point networks (``PointLinear`` layers), the chains' start.
+        model, likelihood: a stack of point networks (``Point`` layers), the chains' start.
         x, y: (M, N, I) and (M, N) standardised training data.
         generators: one stream per model for mini-batches and Langevin noise.
         prior_std: overrides ``config.prior_std`` (a (M,) tensor: one prior per model).

@@ -54,6 +54,7 @@ SEARCH_SPACES: dict[Method, dict[str, tuple[float, float]]] = {
     Method.MF: {"prior_std": (0.01, 10.0)},
     Method.GD: {"prior_std": (0.01, 10.0), "posterior_std": (1e-3, 1.0)},
     Method.FC: {"prior_std": (0.01, 10.0)},
+    Method.VI: {"prior_std": (0.01, 10.0)},
     Method.SGLD: {"prior_std": (0.01, 10.0)},
 }
 

@@ -7,7 +7,7 @@ The full covariance has 7840^2 entries; the heatmap shows the entries of ``pixel
 pixels of largest training-set variance) times the 10 classes. Rows of M depend only on the same
 rows of W_1, so each sample of this block is exact without forming the whole product.
 
-Network: vbnn's ``MeanFieldLinear`` (log-std parameterisation, LRT), identity activations, N(0, 1)
+Network: vbnn's ``MeanField`` (log-std parameterisation, LRT), identity activations, N(0, 1)
 prior, full-data ELBO (KL not re-weighted), Adam, softmax cross-entropy. The blog does not give
 the width or the training schedule; both are settings here.
 """
@@ -23,7 +23,7 @@ from torch.nn import functional
 from vbnn.core.contracts import Activation, ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import ImageDataset, load_images
-from vbnn.layers.mean_field import MeanFieldLinear
+from vbnn.layers.mean_field import MeanField
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 
@@ -56,7 +56,7 @@ def train_deep_linear(config: FashionProductConfig, data_dir: str | None) -> tup
     y = torch.from_numpy(labels[: config.train_size])
     sizes = [784] + [config.width] * (config.layers - 1) + [10]
     generators = ModelGenerators([config.seed])
-    model = MLP(MeanFieldLinear, sizes, Activation.IDENTITY, generators, config.posterior_std)
+    model = MLP(MeanField, sizes, Activation.IDENTITY, generators, config.posterior_std)
     optimiser = torch.optim.Adam(model.parameters(), config.learning_rate)
     prior, n = GaussianPrior(1.0), len(x)
     shuffler = torch.Generator().manual_seed(config.seed)

@@ -1,18 +1,15 @@
 """Models and training of the depth experiment (004, section 4 and appendix B).
 
 * :func:`depth_widths` - the widest hidden width keeping a network under the parameter budget.
-* :class:`SoftplusMeanFieldLinear` - the mean-field layer of 004's pre-training: sigma =
-  softplus(rho), He-initialised means, sigma initialised to 1e-6 ("initial variance parameters,
-  rho, which are transformed into standard deviations using the softplus ... with 1e-6"). It is
-  kept here, not under ``vbnn.layers``, because only this reproduction uses the softplus
-  parameterisation; it obeys the same ``VariationalLayer`` contract so
-  ``vbnn.networks.mlp.MLP`` builds
-  networks from it. (vbnn's own ``MeanFieldLinear`` stores log sigma.)
+* the mean-field layer of 004's pre-training is ``vbnn.layers.MeanField`` with
+  ``parameterization="softplus"`` and ``init="he"``: sigma = softplus(rho), He-initialised means,
+  sigma initialised to 1e-6 ("initial variance parameters, rho, which are transformed into
+  standard deviations using the softplus ... with 1e-6").
 * :func:`train_mean_field` - minibatch Adam: first the means with cross-entropy (004: "We pretrain
   the means using a cross-entropy loss to initialize the mean-field training"), then the full
   ELBO (KL not re-weighted, unit Gaussian prior, LRT), ``epochs`` each.
 * :func:`bernoulli_potential` - U(theta) of the point network with the trained means' layout, from
-  our own ``MLP`` of ``PointLinear`` layers through ``torch.func.functional_call``.
+  our own ``MLP`` of ``Point`` layers through ``torch.func.functional_call``.
 
 The classifier has one logit output and a Bernoulli likelihood (binary cross-entropy), the
 two-class softmax without its redundant output.
@@ -20,7 +17,6 @@ two-class softmax without its redundant output.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -28,11 +24,9 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from vbnn.core.contracts import Activation, ForwardMode, Prior
-from vbnn.core.gaussian import local_reparameterization_moments
+from vbnn.core.contracts import Activation, ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.base import affine, require_generators
-from vbnn.layers.point import PointLinear
+from vbnn.layers.point import Point
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.references.nuts import FlatParameters, Potential, call_with, module_potential
@@ -55,73 +49,6 @@ def depth_widths(depth: int, budget: int = 1000, inputs: int = 2, outputs: int =
     if parameter_count(sizes) > budget:
         raise ValueError(f"depth_widths: no width fits {budget} parameters at depth {depth}")
     return sizes
-
-
-def softplus_inverse(value: float) -> float:
-    """rho with softplus(rho) = value (exact for small values: log(expm1(value)))."""
-    return math.log(math.expm1(value))
-
-
-class SoftplusMeanFieldLinear(nn.Module):
-    """q(W, b) = prod N(mu, softplus(rho)^2), He-normal means N(0, 2 / I), zero bias means.
-
-    Args:
-        in_features, out_features: I and O.
-        generators: one generator per model (draws the initial means).
-        posterior_std: initial sigma of every weight and bias (004: 1e-6).
-    """
-
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        generators: ModelGenerators,
-        posterior_std: float = 1e-6,
-        dtype: torch.dtype = torch.float32,
-    ) -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        self.num_models = len(generators)
-        scale = math.sqrt(2.0 / in_features)
-        self.weight_mean = nn.Parameter(
-            generators.randn(in_features, out_features, dtype=dtype) * scale
-        )
-        self.bias_mean = nn.Parameter(torch.zeros(self.num_models, out_features, dtype=dtype))
-        rho = softplus_inverse(posterior_std)
-        self.weight_rho = nn.Parameter(torch.full_like(self.weight_mean, rho))
-        self.bias_rho = nn.Parameter(torch.full_like(self.bias_mean, rho))
-
-    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.weight_mean, self.bias_mean
-
-    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return functional.softplus(self.weight_rho), functional.softplus(self.bias_rho)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        mode: ForwardMode = ForwardMode.SAMPLE,
-        generators: ModelGenerators | None = None,
-    ) -> torch.Tensor:
-        if mode is ForwardMode.MEAN:
-            return affine(x, self.weight_mean, self.bias_mean)
-        generators = require_generators(generators, mode)
-        weight_std, bias_std = self.posterior_std()
-        if mode is ForwardMode.WEIGHTS:
-            noise = generators.randn(self.in_features + 1, self.out_features, dtype=x.dtype)
-            weight = self.weight_mean + weight_std * noise[:, :-1]
-            return affine(x, weight, self.bias_mean + bias_std * noise[:, -1])
-        mean, var = local_reparameterization_moments(
-            x, self.weight_mean, weight_std**2, self.bias_mean, bias_std**2
-        )
-        noise = generators.randn(x.shape[1], self.out_features, dtype=x.dtype)
-        return torch.addcmul(mean, var.sqrt(), noise)
-
-    def kl(self, prior: Prior) -> torch.Tensor:
-        weight_std, bias_std = self.posterior_std()
-        return prior.kl_diagonal(self.weight_mean, weight_std) + prior.kl_diagonal(
-            self.bias_mean, bias_std
-        )
 
 
 @dataclass(frozen=True)
@@ -158,7 +85,14 @@ def train_mean_field(
     """
     generators = ModelGenerators([seed])
     model = MLP(
-        SoftplusMeanFieldLinear, sizes, activation, generators, config.posterior_std, x.dtype
+        "mf",
+        sizes,
+        activation,
+        generators,
+        config.posterior_std,
+        x.dtype,
+        parameterization="softplus",
+        init="he",
     )
     shuffler = torch.Generator().manual_seed(seed + 1)
     prior = GaussianPrior(config.prior_std)
@@ -192,7 +126,7 @@ def train_mean_field(
 def point_network(mean_field: MLP, sizes: list[int], activation: Activation) -> MLP:
     """A point-weight ``MLP`` (one model) holding the mean-field network's means."""
     dtype = mean_field.layers[0].weight_mean.dtype
-    network = MLP(PointLinear, sizes, activation, ModelGenerators([0]), dtype=dtype)
+    network = MLP(Point, sizes, activation, ModelGenerators([0]), dtype=dtype)
     with torch.no_grad():
         for point, source in zip(network.layers, mean_field.layers, strict=True):
             point.weight.copy_(source.weight_mean)

@@ -23,7 +23,7 @@ from vbnn.classification.kappa import (
 from vbnn.classification.training import accuracies
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers import BinaryDropoutLayer, ZeroMeanLayer
+from vbnn.layers import BinaryDropout, ZeroMean
 from vbnn.priors.dropout import LogUniformPrior
 
 TOY_CENTRES = ((3.0, 3.0), (3.0, 10.0), (10.0, 3.0), (10.0, 10.0))  # 003 section 3.2
@@ -71,11 +71,9 @@ class ToyNetwork(nn.Module):
     def __init__(self, generators: ModelGenerators, width: int = 32) -> None:
         super().__init__()
         sizes = [(2, width), (width, width), (width, width), (width, width)]
-        self.layers = nn.ModuleList(
-            BinaryDropoutLayer(i, o, generators, rate=0.0) for i, o in sizes
-        )
-        self.layers.append(ZeroMeanLayer(width, 2, generators))
-        self.layers.append(BinaryDropoutLayer(2, 4, generators, rate=0.0))
+        self.layers = nn.ModuleList(BinaryDropout(i, o, generators, rate=0.0) for i, o in sizes)
+        self.layers.append(ZeroMean(width, 2, generators))
+        self.layers.append(BinaryDropout(2, 4, generators, rate=0.0))
 
     def forward(self, x, mode=ForwardMode.SAMPLE, generators=None, bottleneck: bool = False):
         for index, layer in enumerate(self.layers):

@@ -1,0 +1,76 @@
+"""vbnn: variational Bayesian neural networks in PyTorch.
+
+The public surface: the families as layers (``FAMILIES`` and their classes), the mode switch,
+priors, networks, and the randomness of model stacks. Experiments live in ``vbnn.experiments`` and
+are run with ``vbnn reproduce NAME``.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+from vbnn.core.randomness import ModelGenerators
+from vbnn.layers import (
+    FAMILIES,
+    Additive,
+    BernoulliVariance,
+    BinaryDropout,
+    FamilySpec,
+    FixedVariance,
+    FullCovariance,
+    LayerDropout,
+    MeanField,
+    NeuronDropout,
+    Point,
+    UniformVariance,
+    VariationalDropout,
+    VariationalLayer,
+    WeightDropout,
+    ZeroMean,
+    family,
+    use_mode,
+    variational_layers,
+)
+from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
+from vbnn.priors.gaussian import GaussianPrior
+
+try:
+    __version__ = version("vbnn")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "FAMILIES",
+    "MLP",
+    "ARDPrior",
+    "Additive",
+    "BernoulliVariance",
+    "BinaryDropout",
+    "FamilySpec",
+    "FixedVariance",
+    "ForwardMode",
+    "FullCovariance",
+    "GaussianLikelihood",
+    "GaussianPrior",
+    "LayerDropout",
+    "LeNet5",
+    "LeNetConfig",
+    "LogUniformPrior",
+    "MeanField",
+    "Method",
+    "ModelGenerators",
+    "NeuronDropout",
+    "Point",
+    "StudentTPrior",
+    "TrainConfig",
+    "UniformVariance",
+    "VariationalDropout",
+    "VariationalLayer",
+    "WeightDropout",
+    "ZeroMean",
+    "__version__",
+    "family",
+    "use_mode",
+    "variational_layers",
+]

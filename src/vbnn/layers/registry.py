@@ -1,0 +1,101 @@
+"""The one registry of variational families: name -> ``FamilySpec``.
+
+Every entry passes the contract tests (tests/test_family_contract.py), dense and, where the spec
+says so, convolutional. The UCI engine (``--family``), LeNet-5, the CLI and the tests all read
+this table. A new family is one module under ``vbnn.layers`` plus one entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from vbnn.layers.additive import Additive
+from vbnn.layers.bernoulli_variance import BernoulliVariance
+from vbnn.layers.binary_dropout import BinaryDropout
+from vbnn.layers.fixed_variance import FixedVariance
+from vbnn.layers.full_covariance import FullCovariance
+from vbnn.layers.mean_field import MeanField
+from vbnn.layers.point import Point
+from vbnn.layers.shell import VariationalLayer
+from vbnn.layers.uniform_variance import UniformVariance
+from vbnn.layers.variational_dropout import LayerDropout, NeuronDropout, WeightDropout
+from vbnn.layers.zero_mean import ZeroMean
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """One family: its layer class, fixed options, and what it supports.
+
+    Attributes:
+        name: the registry key.
+        layer: the ``VariationalLayer`` subclass.
+        description: one line for listings.
+        options: keyword arguments every layer of this family gets.
+        convolution: whether the family has a 2-D convolution operator.
+        variational: whether it has a KL term (False: point weights or the dropout baseline).
+        closed_form_kl: whether its KL to a Gaussian prior is finite and in closed form (the
+            contract tests compare it with a Monte-Carlo estimate).
+    """
+
+    name: str
+    layer: type[VariationalLayer]
+    description: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    convolution: bool = True
+    variational: bool = True
+    closed_form_kl: bool = True
+
+    def build(
+        self, in_features: int, out_features: int, generators: Any = None, **options: Any
+    ) -> VariationalLayer:
+        """A layer of this family; ``options`` add to (and may not repeat) the fixed ones."""
+        clash = set(options) & set(self.options)
+        if clash:
+            raise ValueError(f"family {self.name!r} fixes {sorted(clash)}; do not pass them")
+        return self.layer(in_features, out_features, generators, **self.options, **options)
+
+
+_SPECS = (
+    FamilySpec("mf", MeanField, "mean-field Gaussian, learned variances (LRT)"),
+    FamilySpec("gd", FixedVariance, "mean-field Gaussian with one fixed std (LRT)"),
+    FamilySpec("fc", FullCovariance, "full-covariance Gaussian per layer", convolution=False),
+    FamilySpec("point", Point, "point weights (ES, MAP, SGLD)", variational=False),
+    FamilySpec("vd-layer", LayerDropout, "variational dropout, one alpha per layer"),
+    FamilySpec("vd-neuron", NeuronDropout, "variational dropout, one alpha per output unit"),
+    FamilySpec("vd-weight", WeightDropout, "variational dropout, one alpha per weight"),
+    FamilySpec("additive", Additive, "N(mu, sigma^2) with the dropout priors' KL through alpha"),
+    FamilySpec("zero-mean", ZeroMean, "Gaussian variance layer N(0, sigma^2)"),
+    FamilySpec(
+        "bernoulli-variance",
+        BernoulliVariance,
+        "variance layer theta (2 Bernoulli(1/2) - 1)",
+        closed_form_kl=False,
+    ),
+    FamilySpec("uniform-variance", UniformVariance, "variance layer theta U(-1, 1)"),
+    FamilySpec(
+        "dropout",
+        BinaryDropout,
+        "binary dropout (rate 0.5) on the input, point weights",
+        {"rate": 0.5},
+        variational=False,
+    ),
+    FamilySpec(
+        "deterministic",
+        BinaryDropout,
+        "plain deterministic layer",
+        {"rate": 0.0},
+        variational=False,
+    ),
+)
+
+FAMILIES: Mapping[str, FamilySpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
+
+
+def family(name: str) -> FamilySpec:
+    """The spec registered as ``name``; a ValueError lists the choices otherwise."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r}; choose from {', '.join(FAMILIES)}")
+    return FAMILIES[name]

@@ -1,0 +1,394 @@
+"""The family shell: one distribution over a weight tensor, applied through one of two operators.
+
+A variational family is a distribution q over the weight tensor (and the bias) of one layer. Each
+family module states only
+
+* ``weight_moments()`` -> (mean, variance) of every weight (the LRT and MEAN mode use them),
+* ``bias_moments()`` -> (mean, variance or None) of the bias (default: a point bias),
+* ``sample(noise)`` -> one (weight, bias) draw per model,
+* ``kl(prior)`` -> KL(q || prior), one value per model,
+
+and the shell below owns everything else: the forward modes, the operators, the local
+reparameterization trick (LRT), masks for sparse ensembles, single models and stacks.
+
+Operators (``Operator``), with a leading model dimension M inside the shell:
+
+* dense: x (M, N, I), weight (M, I, O), bias (M, O) -> (M, N, O), ``x @ W + b``;
+* conv2d: x (M, N, C, H, W), weight (M, O, C, kh, kw), bias (M, O) -> (M, N, O, H', W'), with
+  ``stride``, ``padding`` and ``dilation`` as ``nn.Conv2d``; the M models are folded into the
+  channel axis and convolved with ``groups=M``.
+
+Single models and stacks. A layer built without ``generators`` or ``num_models`` is one network
+and behaves like ``nn.Linear`` / ``nn.Conv2d``: (N, I) or (N, C, H, W) in, no model dimension in
+or out (its parameters keep a leading dimension of size 1, so that it equals the M = 1 stack
+exactly). A stack (``generators`` a ``ModelGenerators`` of M streams, or ``num_models=M``) takes
+and returns the leading M.
+
+Forward modes (``ForwardMode``): an explicit ``mode`` argument wins; else the mode set on the
+layer by ``use_mode``; else SAMPLE in training mode and MEAN in eval mode, like dropout.
+
+Randomness: noise comes from the ``generators`` argument (a ``ModelGenerators``: one stream per
+model, so a model draws the same numbers alone or in a stack), else from the layer's
+``generator`` attribute (one ``torch.Generator``), else from torch's global RNG; every draw lands
+on the device and dtype of the input.
+
+Local reparameterization trick (Kingma et al. 2015; appendix E of 003_6d46223d87d84c68.txt, eqs.
+39-42): for factorised Gaussian weights the pre-activation of every example (and output position)
+is Gaussian with
+
+    mean = A * mu_W + mu_b,        variance = A^2 * var(W) + var(b),
+
+where * is the matrix product or the convolution and the square is elementwise, so SAMPLE draws
+``mean + sqrt(variance) * eps`` with eps ~ N(0, 1) independent per example and position. Families
+whose noise is not Gaussian or not factorised set ``exact_lrt = False``: SAMPLE then draws one
+weight sample per model, shared by the examples.
+
+Sparse ensembles and pruning (002 section 5; 003 Fig. 5) act through two optional boolean masks of
+the weight shape: ``to_mean`` (weight replaced by its mean, no noise) and ``to_zero`` (weight set to
+0). ``zero_mean_approximation`` replaces N(mu, var) by N(0, var) (003, Theorem 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from vbnn.core.contracts import ForwardMode, Prior
+from vbnn.core.kernels import batched_affine
+from vbnn.core.randomness import ModelGenerators, NoiseSource, TorchNoise
+
+# A variance is floored here before its square root: sqrt has an infinite derivative at 0 and an
+# all-zero receptive field (MNIST borders) gives exactly zero output variance.
+VARIANCE_FLOOR = 1e-16
+
+Moments = tuple[torch.Tensor, torch.Tensor]
+
+
+def _pair(value: int | tuple[int, int], name: str) -> tuple[int, int]:
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return pair  # type: ignore[return-value]
+
+
+class Operator:
+    """Dense (``kernel_size=None``) or 2-D convolution, with the model dimension kept."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        kernel_size: int | tuple[int, int] | None = None,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+    ) -> None:
+        if in_features < 1 or out_features < 1:
+            raise ValueError(f"layer sizes must be >= 1, got in={in_features}, out={out_features}")
+        self.in_features, self.out_features = in_features, out_features
+        self.kernel_size = None if kernel_size is None else _pair(kernel_size, "kernel_size")
+        self.stride, self.padding = _pair(stride, "stride"), _pair(padding, "padding")
+        self.dilation = _pair(dilation, "dilation")
+        if self.kernel_size is not None and min(self.kernel_size) < 1:
+            raise ValueError(f"kernel_size must be >= 1, got {kernel_size}")
+        if min(self.stride) < 1 or min(self.dilation) < 1 or min(self.padding) < 0:
+            raise ValueError(
+                f"stride and dilation must be >= 1 and padding >= 0, got stride={stride}, "
+                f"padding={padding}, dilation={dilation}"
+            )
+        if self.kernel_size is None and (self.stride, self.padding, self.dilation) != (
+            (1, 1),
+            (0, 0),
+            (1, 1),
+        ):
+            raise ValueError("stride, padding and dilation apply to convolutions only")
+
+    @property
+    def is_conv(self) -> bool:
+        return self.kernel_size is not None
+
+    def weight_shape(self, num_models: int) -> tuple[int, ...]:
+        if self.kernel_size is None:
+            return (num_models, self.in_features, self.out_features)
+        return (num_models, self.out_features, self.in_features, *self.kernel_size)
+
+    def fan_in(self) -> int:
+        return self.in_features * math.prod(self.kernel_size or (1,))
+
+    def expected(self, num_models: int | None) -> str:
+        models = "" if num_models is None else f"M={num_models}, "
+        if self.kernel_size is None:
+            return f"({models}N, {self.in_features})"
+        return f"({models}N, {self.in_features}, H, W)"
+
+    def check(self, x: torch.Tensor, num_models: int | None) -> None:
+        """Raise a ValueError naming the shapes unless ``x`` fits (``num_models`` None: single)."""
+        rank = (2 if self.kernel_size is None else 4) + (num_models is not None)
+        channel = 1 if num_models is None else 2
+        ok = x.dim() == rank and x.shape[channel] == self.in_features
+        if num_models is not None:
+            ok = ok and x.shape[0] == num_models
+        if not ok:
+            raise ValueError(
+                f"input of shape {tuple(x.shape)} does not fit this layer: expected "
+                f"{self.expected(num_models)}"
+            )
+
+    def apply(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """x @ weight (+ bias) or the grouped convolution; see the module docstring for shapes."""
+        if self.kernel_size is None:
+            if bias is None:
+                return torch.bmm(x, weight)
+            return batched_affine(x, weight, bias)
+        models, rows, channels, height, width = x.shape
+        folded = x.transpose(0, 1).reshape(rows, models * channels, height, width)
+        kernel = weight.reshape(models * self.out_features, channels, *weight.shape[-2:])
+        flat_bias = None if bias is None else bias.reshape(-1)
+        out = functional.conv2d(
+            folded, kernel, flat_bias, self.stride, self.padding, self.dilation, groups=models
+        )
+        return out.reshape(rows, models, self.out_features, *out.shape[-2:]).transpose(0, 1)
+
+
+class VariationalLayer(nn.Module):
+    """The shell of every family (see the module docstring).
+
+    Args:
+        in_features, out_features: I and O (input and output channels for a convolution).
+        generators: a ``ModelGenerators`` of M streams: a stack of M models, initialised from
+            those streams; a ``torch.Generator``: one model initialised from it; None: one model
+            (or ``num_models``) initialised from torch's global RNG.
+        kernel_size, stride, padding, dilation: a 2-D convolution as ``nn.Conv2d`` (None: dense).
+        bias: whether the layer has a bias.
+        num_models: stack size when no ``generators`` are given (None: a single model).
+    """
+
+    exact_lrt = True
+    family_name = ""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        generators: ModelGenerators | torch.Generator | None = None,
+        *,
+        kernel_size: int | tuple[int, int] | None = None,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        bias: bool = True,
+        num_models: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.operator = Operator(in_features, out_features, kernel_size, stride, padding, dilation)
+        self.in_features, self.out_features = in_features, out_features
+        self.kernel_size = self.operator.kernel_size
+        self.has_bias = bias
+        if isinstance(generators, ModelGenerators):
+            if num_models is not None and num_models != len(generators):
+                raise ValueError(
+                    f"num_models={num_models} disagrees with {len(generators)} generators"
+                )
+            self.stacked, self.num_models = True, len(generators)
+            self.init_noise: NoiseSource = generators
+        else:
+            if num_models is not None and num_models < 1:
+                raise ValueError(f"num_models must be >= 1, got {num_models}")
+            self.stacked, self.num_models = num_models is not None, num_models or 1
+            self.init_noise = TorchNoise(self.num_models, generators)
+        self.generator: torch.Generator | None = None
+        self.forced_mode: ForwardMode | None = None
+        self.zero_mean_approximation = False
+        self.to_mean: torch.Tensor | None = None
+        self.to_zero: torch.Tensor | None = None
+
+    # --- construction helpers ---------------------------------------------------------------
+    def initial_mean(self, dtype: torch.dtype | None, gain: float = 1.0) -> torch.Tensor:
+        """Weight means N(0, gain / fan_in) (LeCun normal; He normal with gain 2), per model."""
+        dtype = dtype or torch.get_default_dtype()
+        shape = self.operator.weight_shape(self.num_models)
+        draw = self.init_noise.randn(*shape[1:], dtype=dtype)
+        return draw * math.sqrt(gain / self.operator.fan_in())
+
+    def zeros_bias(self, dtype: torch.dtype | None) -> torch.Tensor:
+        return torch.zeros(self.num_models, self.out_features, dtype=dtype)
+
+    def point_bias(self, dtype: torch.dtype | None) -> None:
+        """Register ``bias``: a point parameter (M, O) at zero, or None without a bias."""
+        self.bias = nn.Parameter(self.zeros_bias(dtype)) if self.has_bias else None
+
+    # --- what a family implements -------------------------------------------------------------
+    def weight_moments(self) -> Moments:
+        """(mean, variance) of every weight, each of the weight shape."""
+        raise NotImplementedError
+
+    def bias_moments(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(mean, variance) of the bias, (M, O) each; variance None for a point bias."""
+        return getattr(self, "bias", None), None
+
+    def sample(self, noise: NoiseSource) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One (weight, bias) draw per model; the default draws the weight, keeps a point bias."""
+        return self.sample_weight(noise), self.bias_moments()[0]
+
+    def sample_weight(self, noise: NoiseSource) -> torch.Tensor:
+        raise NotImplementedError
+
+    def kl(self, prior: Prior) -> torch.Tensor:
+        """KL(q || prior) of this layer's distribution, one value per model: (M,)."""
+        raise NotImplementedError
+
+    def means(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(weight mean, bias mean or None); families override it when the moments cost more."""
+        return self.weight_moments()[0], self.bias_moments()[0]
+
+    # --- masks and the zero-mean approximation, applied on top of the family -----------------
+    @property
+    def masked(self) -> bool:
+        return self.zero_mean_approximation or self.to_mean is not None or self.to_zero is not None
+
+    def effective_moments(self) -> Moments:
+        mean, var = self.weight_moments()
+        if self.zero_mean_approximation:
+            mean = torch.zeros_like(mean)
+        if self.to_mean is not None:
+            var = torch.where(self.to_mean, torch.zeros_like(var), var)
+        if self.to_zero is not None:
+            mean = torch.where(self.to_zero, torch.zeros_like(mean), mean)
+            var = torch.where(self.to_zero, torch.zeros_like(var), var)
+        return mean, var
+
+    def effective_means(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.masked:
+            return self.means()
+        return self.effective_moments()[0], self.means()[1]
+
+    def effective_sample(self, noise: NoiseSource) -> tuple[torch.Tensor, torch.Tensor | None]:
+        weight, bias = self.sample(noise)
+        if self.zero_mean_approximation:
+            weight = weight - self.weight_moments()[0]
+        if self.to_mean is not None:
+            weight = torch.where(self.to_mean, self.effective_moments()[0], weight)
+        if self.to_zero is not None:
+            weight = torch.where(self.to_zero, torch.zeros_like(weight), weight)
+        return weight, bias
+
+    # --- forward ------------------------------------------------------------------------------
+    def resolve_mode(self, mode: ForwardMode | str | None) -> ForwardMode:
+        if mode is not None:
+            return ForwardMode(mode)
+        if self.forced_mode is not None:
+            return self.forced_mode
+        return ForwardMode.SAMPLE if self.training else ForwardMode.MEAN
+
+    def noise_source(self) -> NoiseSource:
+        """The layer's own noise: its ``generator`` attribute, else torch's global RNG."""
+        return TorchNoise(self.num_models, self.generator)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mode: ForwardMode | str | None = None,
+        generators: NoiseSource | None = None,
+    ) -> torch.Tensor:
+        """Output (M, N, O) / (M, N, O, H', W') for a stack; (N, O) / (N, O, H', W') for one model.
+
+        Args:
+            x: input; see ``Operator`` for the shapes.
+            mode: ``ForwardMode`` or its value; None: see the module docstring.
+            generators: the noise source (None: ``noise_source()``).
+        """
+        mode = self.resolve_mode(mode)
+        self.operator.check(x, self.num_models if self.stacked else None)
+        if not self.stacked:
+            x = x.unsqueeze(0)
+        noise = generators if generators is not None else self.noise_source()
+        out = self.propagate(x, mode, noise)
+        return out if self.stacked else out.squeeze(0)
+
+    def propagate(self, x: torch.Tensor, mode: ForwardMode, noise: NoiseSource) -> torch.Tensor:
+        """The output for ``x`` with the model dimension, in ``mode``."""
+        if mode is ForwardMode.MEAN:
+            return self.operator.apply(x, *self.effective_means())
+        if mode is ForwardMode.WEIGHTS or not self.exact_lrt:
+            return self.operator.apply(x, *self.effective_sample(noise))
+        return self.local_reparameterization(x, noise)
+
+    def local_reparameterization(self, x: torch.Tensor, noise: NoiseSource) -> torch.Tensor:
+        """One LRT draw of the pre-activations of ``x`` (with the model dimension)."""
+        mean_weight, var_weight = self.effective_moments()
+        mean_bias, var_bias = self.bias_moments()
+        mean = self.operator.apply(x, mean_weight, mean_bias)
+        var = self.operator.apply(x * x, var_weight, var_bias)
+        eps = noise.randn(*mean.shape[1:], dtype=x.dtype, device=x.device)
+        return torch.addcmul(mean, var.clamp_min(VARIANCE_FLOOR).sqrt(), eps)
+
+    # --- summaries ----------------------------------------------------------------------------
+    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weight mean (weight shape) and bias mean (M, O) (zeros when the layer has no bias)."""
+        weight, bias = self.means()
+        return weight, self._zeros_if_none(bias)
+
+    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Marginal std of every weight (weight shape) and bias (M, O) (0 for a point bias)."""
+        mean_bias, var_bias = self.bias_moments()
+        bias_std = torch.zeros_like(self._zeros_if_none(mean_bias)) if var_bias is None else None
+        return self.weight_moments()[1].sqrt(), var_bias.sqrt() if bias_std is None else bias_std
+
+    def _zeros_if_none(self, bias: torch.Tensor | None) -> torch.Tensor:
+        if bias is not None:
+            return bias
+        mean = self.means()[0]
+        return torch.zeros(self.num_models, self.out_features, dtype=mean.dtype, device=mean.device)
+
+    def extra_repr(self) -> str:
+        kind = "conv2d" if self.operator.is_conv else "dense"
+        models = f", num_models={self.num_models}" if self.stacked else ""
+        kernel = f", kernel_size={self.kernel_size}" if self.kernel_size else ""
+        return (
+            f"{self.family_name or type(self).__name__}: {kind}, in={self.in_features}, "
+            f"out={self.out_features}{kernel}, bias={self.has_bias}{models}"
+        )
+
+
+def variational_layers(module: nn.Module) -> list[VariationalLayer]:
+    """Every family layer inside ``module`` (itself included), in module order."""
+    return [m for m in module.modules() if isinstance(m, VariationalLayer)]
+
+
+@contextmanager
+def use_mode(module: nn.Module, mode: ForwardMode | str) -> Iterator[nn.Module]:
+    """Within the block every family layer of ``module`` runs in ``mode`` unless a call names one.
+
+    ``mode`` is "mean", "sample", "weights", or "zero-mean" (sampled weights with each N(mu, var)
+    replaced by N(0, var): 003 Theorem 1).
+    """
+    zero_mean = mode == "zero-mean"
+    forward_mode = ForwardMode.WEIGHTS if zero_mean else ForwardMode(mode)
+    layers = variational_layers(module)
+    previous = [(layer.forced_mode, layer.zero_mean_approximation) for layer in layers]
+    try:
+        for layer in layers:
+            layer.forced_mode = forward_mode
+            layer.zero_mean_approximation = zero_mean or layer.zero_mean_approximation
+        yield module
+    finally:
+        for layer, (forced, zero) in zip(layers, previous, strict=True):
+            layer.forced_mode, layer.zero_mean_approximation = forced, zero
+
+
+# log alpha is clipped to this range for numerical safety. The upper end is wide enough for the
+# "essentially infinite" alphas of a converged variance layer (003 section 4.3: alpha > 1e7, i.e.
+# log alpha > 16); the lower end keeps alpha mu^2 from underflowing in float32.
+LOG_ALPHA_RANGE = (-10.0, 20.0)
+
+
+def clip_log_alpha(log_alpha: torch.Tensor) -> torch.Tensor:
+    """log alpha clamped to ``LOG_ALPHA_RANGE`` (no gradient outside the range)."""
+    return log_alpha.clamp(*LOG_ALPHA_RANGE)
