@@ -82,4 +82,5 @@ class FixedVariance(VariationalLayer):
 
     def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         bias = self.posterior_mean()[1]
-        return self._std_like(self.weight_mean), self._std_like(bias)
+        bias_std = torch.zeros_like(bias) if self.bias_mean is None else self._std_like(bias)
+        return self._std_like(self.weight_mean), bias_std

@@ -79,10 +79,8 @@ class MeanField(VariationalLayer):
         std = torch.as_tensor(posterior_std, dtype=dtype)
         if not bool((std > 0).all()):
             raise ValueError(f"MeanField: posterior_std must be > 0, got {posterior_std}")
-        start = torch.log(std) if self.parameterization is StdParameterization.LOG else None
-        if start is None:
-            start = softplus_inverse(std)
-        start = start.expand(self.num_models)
+        log = self.parameterization is StdParameterization.LOG
+        start = (torch.log(std) if log else softplus_inverse(std)).expand(self.num_models)
         name = "log_std" if self.parameterization is StdParameterization.LOG else "rho"
         weight_start = start.view(-1, *[1] * (self.weight_mean.dim() - 1))
         weight_raw = nn.Parameter(weight_start.expand_as(self.weight_mean).clone())

@@ -338,8 +338,11 @@ class VariationalLayer(nn.Module):
     def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Marginal std of every weight (weight shape) and bias (M, O) (0 for a point bias)."""
         mean_bias, var_bias = self.bias_moments()
-        bias_std = torch.zeros_like(self._zeros_if_none(mean_bias)) if var_bias is None else None
-        return self.weight_moments()[1].sqrt(), var_bias.sqrt() if bias_std is None else bias_std
+        if var_bias is None:
+            bias_std = torch.zeros_like(self._zeros_if_none(mean_bias))
+        else:
+            bias_std = var_bias.sqrt()
+        return self.weight_moments()[1].sqrt(), bias_std
 
     def _zeros_if_none(self, bias: torch.Tensor | None) -> torch.Tensor:
         if bias is not None:
