@@ -15,11 +15,12 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
 from vbnn.layers import FullCovariance
-from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import build_stack, run_splits
 from vbnn.regression.evaluation import predictive_log_likelihood
 from vbnn.training.full_batch import NonFiniteLossError, fit
+from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.objectives import elbo, expected_log_likelihood
 
 

@@ -31,9 +31,10 @@ from vbnn.layers import (
     variational_layers,
 )
 from vbnn.networks.lenet import LeNet5, LeNetConfig
-from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.networks.mlp import MLP
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.likelihoods import GaussianLikelihood
 
 try:
     __version__ = version("vbnn")

@@ -1,7 +1,8 @@
 """One switch for how any stochastic network predicts (003_6d46223d87d84c68.txt eqs. 2-3).
 
 ``predict_probabilities(model, x, mode, generators, samples)`` works for any module whose
-``forward(x, ForwardMode, generators)`` returns logits (M, N, C):
+``forward(x, ForwardMode, generators)`` returns logits: (N, C) for one network, (M, N, C) for a
+stack (``as_input`` adds nothing for one network and the model dimension for a stack):
 
 * DETERMINISTIC: p(t | x, E_q W), mean propagation (eq. 3);
 * SAMPLE: p(t | x, W), one weight sample per model shared by the examples;
@@ -19,7 +20,13 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.shell import VariationalLayer
+from vbnn.layers.shell import VariationalLayer, stack_size
+
+
+def as_input(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``x`` (N, ...) as ``model`` takes it: unchanged for one network, (M, N, ...) for a stack."""
+    models = stack_size(model)
+    return x if models is None else x.expand(models, *x.shape)
 
 
 @contextmanager
@@ -57,9 +64,10 @@ def predict_probabilities(
         raise ValueError(f"samples must be >= 1, got {samples}")
     if mode is not InferenceMode.DETERMINISTIC and generators is None:
         raise ValueError(f"inference mode {mode.value!r} samples weights: pass a ModelGenerators")
+    rows = 0 if stack_size(model) is None else 1
     outputs = []
-    for start in range(0, x.shape[1], batch_size):
-        chunk = x[:, start : start + batch_size]
+    for start in range(0, x.shape[rows], batch_size):
+        chunk = x.narrow(rows, start, min(batch_size, x.shape[rows] - start))
         if mode is InferenceMode.DETERMINISTIC:
             outputs.append(torch.softmax(model(chunk, ForwardMode.MEAN), -1))
         elif mode is InferenceMode.SAMPLE:
@@ -69,7 +77,7 @@ def predict_probabilities(
         else:
             with zero_mean_approximation(model):
                 outputs.append(_ensemble(model, chunk, generators, samples))
-    return torch.cat(outputs, dim=1)
+    return torch.cat(outputs, dim=rows)
 
 
 def _ensemble(model, x, generators, samples: int) -> torch.Tensor:

@@ -4,14 +4,15 @@ Objective (003_6d46223d87d84c68.txt eq. 5), one LRT / noise sample per step:
 
     L = N / B sum_{n in batch} log p(t_n | x_n, W) - kl_weight * KL(q || p),
 
-maximised with Adam; the loss is -L / N. Images are (N, 1, 28, 28) and share the model dimension
-M = 1 of ``LeNet5`` (the tracker and the tables report model 0).
+``training.objectives.elbo`` with a categorical likelihood, maximised with Adam by
+``training.loop.run``; the loss is -L / N. Images are (N, 1, 28, 28). The model is one network
+(logits (N, C)) or a stack of M (logits (M, N, C), every model seeing the same batches); the
+tracker and the tables report model 0. Noise comes from one ``ModelGenerators`` stream per model,
+so one network and the M = 1 stack with the same weights train identically.
 """
 
 from __future__ import annotations
 
-import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,12 +20,14 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 from torch import nn
-from torch.nn import functional
-from tqdm.auto import tqdm
 
-from vbnn.classification.inference import accuracy, predict_probabilities
+from vbnn.classification.inference import accuracy, as_input, predict_probabilities
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.layers.shell import stack_size
+from vbnn.training.likelihoods import CategoricalLikelihood
+from vbnn.training.loop import run
+from vbnn.training.objectives import elbo, network_output
 
 EpochCallback = Callable[[int, nn.Module], None]
 
@@ -72,11 +75,12 @@ def train_classifier(
     progress: bool = True,
     description: str = "train",
 ) -> list[float]:
-    """Train ``model`` (logits (1, N, C)) on images (N, ...) and labels (N,); returns the seconds
-    of each epoch (training only, callbacks excluded).
+    """Train ``model`` on images (N, ...) and labels (N,); returns the seconds of each epoch
+    (training only, callbacks excluded).
 
     Raises:
-        FloatingPointError: the loss becomes NaN or inf (names the epoch and step).
+        NonFiniteLossError: the loss becomes NaN or inf (names the iteration: epoch = the
+            iteration divided by the steps per epoch, rounded up).
     """
     named = list(model.named_parameters())
     fast = [p for n, p in named if n.endswith("log_alpha")]
@@ -85,37 +89,55 @@ def train_classifier(
         rate = config.log_alpha_learning_rate or config.learning_rate
         groups.append({"params": fast, "lr": rate})
     optimizer = torch.optim.Adam(groups, lr=config.learning_rate)
-    generators = ModelGenerators.for_keys(config.seed, [0], "train")
+    device = next(model.parameters()).device
+    keys = range(stack_size(model) or 1)
+    generators = ModelGenerators.for_keys(config.seed, keys, "train", device)
     shuffle = torch.Generator().manual_seed(config.seed)
+    likelihood = CategoricalLikelihood()
     count = len(labels)
-    seconds = []
-    for epoch in range(1, config.epochs + 1):
-        start = time.perf_counter()
-        order = torch.randperm(count, generator=shuffle)
-        steps = range(0, count, config.batch_size)
-        bar = tqdm(
-            steps,
-            desc=f"{description} epoch {epoch}",
-            file=sys.stderr,
-            leave=False,
-            disable=not progress,
+    steps = -(-count // config.batch_size)
+    order = torch.empty(0, dtype=torch.long)
+    seconds: list[float] = []
+    start = time.perf_counter()
+
+    def objective(iteration: int) -> dict[str, torch.Tensor]:
+        nonlocal order
+        step = (iteration - 1) % steps
+        if step == 0:
+            order = torch.randperm(count, generator=shuffle)
+        index = order[step * config.batch_size : (step + 1) * config.batch_size]
+        inputs = as_input(model, images[index])
+        return elbo(
+            model,
+            likelihood,
+            prior,
+            inputs,
+            labels[index],
+            generators,
+            config.kl_weight,
+            dataset_size=count,
         )
-        for step, first in enumerate(bar):
-            index = order[first : first + config.batch_size]
-            logits = model(images[index].unsqueeze(0), ForwardMode.SAMPLE, generators)
-            data = -functional.cross_entropy(logits[0], labels[index], reduction="mean")
-            kl = model.kl(prior).sum()
-            loss = -data + config.kl_weight * kl / count
-            if not math.isfinite(float(loss.detach())):
-                raise FloatingPointError(f"non-finite loss at epoch {epoch}, step {step}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+
+    def end_of_epoch(iteration: int, terms: dict[str, torch.Tensor]) -> None:
+        nonlocal start
+        if iteration % steps:
+            return
         seconds.append(time.perf_counter() - start)
         if callback is not None:
             model.eval()
-            callback(epoch, model)
+            callback(iteration // steps, model)
             model.train()
+        start = time.perf_counter()
+
+    run(
+        objective,
+        optimizer,
+        config.epochs * steps,
+        1.0 / count,
+        [end_of_epoch],
+        progress=progress,
+        description=description,
+    )
     return seconds
 
 
@@ -123,15 +145,18 @@ def train_classifier(
 def evaluate_elbo(
     model: nn.Module, prior: object, images: torch.Tensor, labels: torch.Tensor, seed: int = 0
 ) -> dict[str, float]:
-    """ELBO terms over the whole set: data term sum_n log p(t_n | x_n, W) (one LRT sample),
-    KL, ELBO = data - KL (nats, totals)."""
-    generators = ModelGenerators.for_keys(seed, [0], "eval")
+    """ELBO terms of model 0 over the whole set: data term sum_n log p(t_n | x_n, W) (one LRT
+    sample), KL, ELBO = data - KL (nats, totals)."""
+    device = next(model.parameters()).device
+    generators = ModelGenerators.for_keys(seed, range(stack_size(model) or 1), "eval", device)
+    likelihood = CategoricalLikelihood()
     data = 0.0
     for first in range(0, len(labels), 1000):
-        logits = model(images[first : first + 1000].unsqueeze(0), ForwardMode.SAMPLE, generators)
-        batch = labels[first : first + 1000]
-        data -= float(functional.cross_entropy(logits[0], batch, reduction="sum"))
-    kl = float(model.kl(prior).sum())
+        inputs = as_input(model, images[first : first + 1000])
+        logits = network_output(model, inputs, ForwardMode.SAMPLE, generators)
+        values = likelihood.log_prob(logits, labels[first : first + 1000])
+        data += float(values.reshape(-1, values.shape[-1])[0].sum())
+    kl = float(model.kl(prior).flatten()[0])
     return {"ELBO": data - kl, "data_term": data, "KL": kl}
 
 
@@ -145,12 +170,14 @@ def accuracies(
 ) -> dict[str, float]:
     """Accuracy (%) of model 0 in each inference mode on (images, labels)."""
     out = {}
+    device = next(model.parameters()).device
+    keys = range(stack_size(model) or 1)
     for mode in modes:
-        generators = ModelGenerators.for_keys(seed, [0], "eval")
+        generators = ModelGenerators.for_keys(seed, keys, "eval", device)
         probabilities = predict_probabilities(
-            model, images.unsqueeze(0), mode, generators, samples=samples
+            model, as_input(model, images), mode, generators, samples=samples
         )
-        out[mode.value] = 100.0 * float(accuracy(probabilities, labels)[0])
+        out[mode.value] = 100.0 * float(accuracy(probabilities, labels).flatten()[0])
     return out
 
 

@@ -19,8 +19,9 @@ import torch
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import StackedSplits
 from vbnn.diagnostics.pruning import count_pruned, diagnose_units
-from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.networks.mlp import MLP
 from vbnn.regression.evaluation import evaluate
+from vbnn.training.likelihoods import GaussianLikelihood
 
 # objective term (objectives.py) -> column
 TERM_COLUMNS = {"objective": "elbo", "log-likelihood": "expected_log_likelihood", "KL": "kl"}

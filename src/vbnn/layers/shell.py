@@ -365,6 +365,19 @@ def variational_layers(module: nn.Module) -> list[VariationalLayer]:
     return [m for m in module.modules() if isinstance(m, VariationalLayer)]
 
 
+def stack_size(module: nn.Module) -> int | None:
+    """M of a stack of models; None for one network (or a module with no family layer).
+
+    Raises:
+        ValueError: ``module`` holds single layers beside stacked ones.
+    """
+    layers = variational_layers(module)
+    sizes = {layer.num_models if layer.stacked else None for layer in layers}
+    if len(sizes) > 1:
+        raise ValueError(f"{type(module).__name__} mixes stacks and single layers: {sizes}")
+    return sizes.pop() if sizes else None
+
+
 @contextmanager
 def use_mode(module: nn.Module, mode: ForwardMode | str) -> Iterator[nn.Module]:
     """Within the block every family layer of ``module`` runs in ``mode`` unless a call names one.

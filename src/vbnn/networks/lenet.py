@@ -2,8 +2,9 @@
 
 Architecture (003_6d46223d87d84c68.txt section 6.1, Caffe's LeNet): conv 20@5x5 -> max-pool 2
 -> conv 50@5x5 -> max-pool 2 -> dense 800 -> 500 -> dense 500 -> 10, with the chosen non-linearity
-after conv1, conv2 and dense1 (before pooling). Images (M, N, 1, 28, 28); logits (M, N, 10).
-The model dimension M stacks independent networks (convolutions use groups=M).
+after conv1, conv2 and dense1 (before pooling). One network (``generators`` None): images
+(N, 1, 28, 28) -> logits (N, 10), like any ``nn.Module``. A stack of M (``generators`` a
+``ModelGenerators``): images (M, N, 1, 28, 28) -> logits (M, N, 10); convolutions use groups=M.
 """
 
 from __future__ import annotations
@@ -69,10 +70,16 @@ def make_layer(name: str, in_features: int, out_features: int, generators, **opt
 class LeNet5(nn.Module):
     """LeNet-5-Caffe (see module docstring)."""
 
+    takes_mode = True  # forward(x, mode, generators), like the family layers
+
     def __init__(
-        self, config: LeNetConfig, generators: ModelGenerators, dtype: torch.dtype = torch.float32
+        self,
+        config: LeNetConfig | None = None,
+        generators: ModelGenerators | None = None,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
+        config = LeNetConfig() if config is None else config
         self.config = config
         self.activation = ACTIVATIONS[config.activation]
         sizes = [(1, 20, 5), (20, 50, 5), (800, 500, None), (500, 10, None)]
@@ -95,12 +102,11 @@ class LeNet5(nn.Module):
         if index == len(self.layers) - 1:
             return output
         hidden = self.activation(output)
-        if index < 2:
-            models, rows = hidden.shape[:2]
-            pooled = functional.max_pool2d(hidden.flatten(0, 1), 2)
-            hidden = pooled.reshape(models, rows, *pooled.shape[1:])
+        if index < 2:  # (..., C, H, W): pool the trailing image, keep any leading dimensions
+            pooled = functional.max_pool2d(hidden.flatten(0, -4), 2)
+            hidden = pooled.reshape(*hidden.shape[:-3], *pooled.shape[1:])
             if index == 1:
-                hidden = hidden.flatten(2)
+                hidden = hidden.flatten(-3)
         return hidden
 
     def forward(
@@ -109,7 +115,7 @@ class LeNet5(nn.Module):
         mode: ForwardMode | str | None = None,
         generators: ModelGenerators | None = None,
     ) -> torch.Tensor:
-        """Images (M, N, 1, 28, 28) -> logits (M, N, 10)."""
+        """Images (N, 1, 28, 28) -> logits (N, 10); a stack: (M, N, 1, 28, 28) -> (M, N, 10)."""
         return self.forward_from(0, x, mode, generators)
 
     def forward_from(
@@ -137,7 +143,7 @@ class LeNet5(nn.Module):
         return x
 
     def kl(self, prior: object) -> torch.Tensor:
-        """Sum of the layers' KL terms, (M,)."""
+        """Sum of the layers' KL terms, (M,) ((1,) for one network)."""
         return sum(layer.kl(prior) for layer in self.layers)
 
     def mean_log_alpha(self) -> dict[str, float]:

@@ -1,8 +1,7 @@
-"""Multi-layer perceptrons built from any family, and the Gaussian likelihood."""
+"""Multi-layer perceptrons built from any family (the likelihoods are in ``vbnn.training``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 
@@ -11,7 +10,6 @@ from torch import nn
 from torch.nn import functional
 
 from vbnn.core.contracts import Activation, ForwardMode, Prior
-from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.kernels import tanh
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.registry import FamilySpec
@@ -53,6 +51,8 @@ class MLP(nn.Module):
         **options: further keyword arguments of the family's layers.
     """
 
+    takes_mode = True  # forward(x, mode, generators), like the family layers
+
     def __init__(
         self,
         family: str | FamilySpec | type[VariationalLayer],
@@ -92,31 +92,3 @@ class MLP(nn.Module):
     def log_prior(self, prior: Prior) -> torch.Tensor:
         """Sum over layers of log p(weights) at the point weights (point layers only)."""
         return sum(layer.log_prior(prior) for layer in self.layers)
-
-
-class GaussianLikelihood(nn.Module):
-    """Homoscedastic y ~ N(f(x), sigma^2) with one sigma per model.
-
-    sigma is a learned point parameter (stored as log sigma) unless ``fixed_std`` is given.
-    """
-
-    def __init__(
-        self,
-        num_models: int,
-        fixed_std: float | None = None,
-        initial_std: float = 1.0,
-        dtype: torch.dtype = torch.float32,
-    ) -> None:
-        super().__init__()
-        start = torch.full((num_models,), math.log(fixed_std or initial_std), dtype=dtype)
-        if fixed_std is None:
-            self.log_std = nn.Parameter(start)
-        else:
-            self.register_buffer("log_std", start)
-
-    def std(self) -> torch.Tensor:
-        return self.log_std.exp()
-
-    def log_prob(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Elementwise log N(target | prediction, sigma^2): prediction (M, N, 1), target (M, N)."""
-        return gaussian_log_prob(target, prediction.squeeze(-1), self.std().unsqueeze(-1))

@@ -23,10 +23,11 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
 from vbnn.data.uci import RegressionDataset
-from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.networks.mlp import MLP
 from vbnn.regression import sgld
 from vbnn.regression.evaluation import PredictiveMetrics, evaluate, metrics_from_predictions
 from vbnn.training.full_batch import StepCallback, Validation, fit
+from vbnn.training.likelihoods import GaussianLikelihood
 
 # Floats of one hidden activation tensor (models x rows x width) that a chunk may hold.
 CHUNK_ELEMENTS = 1 << 19

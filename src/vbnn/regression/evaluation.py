@@ -10,7 +10,8 @@ import torch
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.gaussian import log_mean_exp
 from vbnn.core.randomness import ModelGenerators
-from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.networks.mlp import MLP
+from vbnn.training.likelihoods import GaussianLikelihood
 
 
 @dataclass(frozen=True)

@@ -12,24 +12,22 @@ Priors: the weights' N(0, s^2) (``TrainConfig.prior_std``) and N(0, 1) on the lo
 standardised target units (a weak prior: the noise std lies within a factor e of 1 with 68 %
 probability). Samples after ``burn_in`` steps, one every ``thinning`` steps, form the predictive.
 Every model of the stack draws its mini-batches and its Langevin noise from its own stream, so a
-model samples the same chain alone or in a batch.
+model samples the same chain alone or in a batch. The chain is ``training.loop.run`` with the
+Langevin update ``LangevinDynamics`` as its optimizer and a callback that keeps the samples.
 """
 
 from __future__ import annotations
 
-import math
-import sys
-
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from vbnn.core.contracts import ForwardMode, TrainConfig
 from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.randomness import ModelGenerators
-from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.training.full_batch import NonFiniteLossError
+from vbnn.training.likelihoods import GaussianLikelihood
+from vbnn.training.loop import LangevinDynamics, run
 
 State = dict[str, torch.Tensor]
 
@@ -99,34 +97,35 @@ def sample(
     """
     prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
     modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
-    parameters = [(name, p) for name, p in modules.named_parameters() if p.requires_grad]
     num_examples = y.shape[1]
     iterations = config.resolved_iterations
+    optimizer = LangevinDynamics(
+        [p for p in modules.parameters() if p.requires_grad],
+        lambda iteration: step_size(config, iteration, num_examples),
+        generators,
+    )
     kept: list[State] = []
-    bar = tqdm(total=iterations, desc=description, file=sys.stderr, disable=not progress)
-    for iteration in range(1, iterations + 1):
+
+    def log_density(iteration: int) -> dict[str, torch.Tensor]:
         batch_x, batch_y = _batch(x, y, config.batch_size, generators)
-        log_density = log_posterior(model, likelihood, prior, batch_x, batch_y, num_examples)
-        if not bool(torch.isfinite(log_density).all()):
-            bar.close()
-            bad = int((~torch.isfinite(log_density)).nonzero()[0, 0])
-            raise NonFiniteLossError(
-                f"SGLD: non-finite log posterior at iteration {iteration} in model {bad}; "
-                f"step size eps = {step_size(config, iteration, num_examples):.3g} is too large "
-                "(lower TrainConfig.step_size)"
-            )
-        grads = torch.autograd.grad(log_density.sum(), [p for _, p in parameters])
-        eps = step_size(config, iteration, num_examples)
-        with torch.no_grad():
-            for (_, parameter), grad in zip(parameters, grads, strict=True):
-                noise = generators.randn(*parameter.shape[1:], dtype=parameter.dtype)
-                parameter.add_(grad, alpha=eps / 2).add_(noise, alpha=math.sqrt(eps))
+        return {
+            "objective": log_posterior(model, likelihood, prior, batch_x, batch_y, num_examples)
+        }
+
+    def keep(iteration: int, terms: dict[str, torch.Tensor]) -> None:
         past_burn_in = iteration - config.resolved_burn_in
         if past_burn_in > 0 and past_burn_in % config.resolved_thinning == 0:
             kept.append({k: v.detach().clone() for k, v in modules.state_dict().items()})
-        if iteration % 100 == 0 or iteration == iterations:
-            bar.update(iteration - bar.n)
-    bar.close()
+
+    def describe(iteration: int, terms: dict[str, torch.Tensor]) -> str:
+        bad = int((~torch.isfinite(terms["objective"])).nonzero()[0, 0])
+        return (
+            f"in model {bad} (SGLD log posterior); step size eps = "
+            f"{step_size(config, iteration, num_examples):.3g} is too large "
+            "(lower TrainConfig.step_size)"
+        )
+
+    run(log_density, optimizer, iterations, 1.0, [keep], describe, progress, description)
     if not kept:
         raise ValueError(
             f"SGLD kept no samples: iterations={iterations}, burn_in={config.resolved_burn_in}, "

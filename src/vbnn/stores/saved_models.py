@@ -27,7 +27,8 @@ import torch
 
 from vbnn.core.contracts import RunResult, TrainConfig
 from vbnn.data.uci import RegressionDataset
-from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.networks.mlp import MLP
+from vbnn.training.likelihoods import GaussianLikelihood
 
 FORMAT = "vbnn-model"
 FORMAT_VERSION = 1

@@ -1,34 +1,31 @@
 """Full-batch training of a model stack: one Adam over all models, independent in every element.
 
 The loss is sum_m ( -objective_m / N ): Adam's update is elementwise, so model m follows exactly
-the trajectory it would follow alone.
+the trajectory it would follow alone. The steps are ``loop.run``'s; this module adds the
+objective of each method (ES, MAP, VI; SGLD has its own optimizer in ``regression.sgld``), the
+compiled objective, and early stopping.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from vbnn.core.contracts import ForwardMode, Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators, NoiseSource, NoiseTape, RecordingGenerators
 from vbnn.core.runtime import one_core_for_noise
-from vbnn.networks.mlp import MLP, GaussianLikelihood
+from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.likelihoods import GaussianLikelihood
+from vbnn.training.loop import NonFiniteLossError, StepCallback, run
 from vbnn.training.objectives import elbo, log_joint, log_likelihood
 
+__all__ = ["FitInfo", "NonFiniteLossError", "StepCallback", "Validation", "fit"]
+
 Objective = Callable[[], dict[str, torch.Tensor]]
-# Called after every optimiser step with the iteration (1-based) and that step's objective terms
-# (detached, per model, summed over the data); trajectory loggers decide themselves when to act.
-StepCallback = Callable[[int, dict[str, torch.Tensor]], None]
-
-
-class NonFiniteLossError(FloatingPointError):
-    """Training produced NaN or inf; the message names the iteration, model and parameter group."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +139,7 @@ def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
 
 
 def _describe_non_finite(
-    iteration: int, terms: dict[str, torch.Tensor], modules: nn.Module, labels: list[str]
+    terms: dict[str, torch.Tensor], modules: nn.Module, labels: list[str]
 ) -> str:
     bad_model = int((~torch.isfinite(terms["objective"])).nonzero()[0, 0])
     bad_terms = [
@@ -154,15 +151,11 @@ def _describe_non_finite(
         if not torch.isfinite(parameter.detach()[bad_model]).all()
     ]
     where = f"model {bad_model} ({labels[bad_model]})" if labels else f"model {bad_model}"
-    return (
-        f"non-finite loss at iteration {iteration} in {where}: "
-        f"terms {bad_terms or ['objective']} are NaN/inf; "
-        + (
-            f"parameter groups with non-finite values: {bad_groups}"
-            if bad_groups
-            else "all parameter groups are finite (the forward pass overflowed: try a smaller "
-            "learning rate or a larger noise std)"
-        )
+    return f"in {where}: terms {bad_terms or ['objective']} are NaN/inf; " + (
+        f"parameter groups with non-finite values: {bad_groups}"
+        if bad_groups
+        else "all parameter groups are finite (the forward pass overflowed: try a smaller "
+        "learning rate or a larger noise std)"
     )
 
 
@@ -196,36 +189,28 @@ def fit(
     objective = make(config, model, likelihood, x, y, generators, prior_std)
     iterations = config.resolved_iterations
     scale = 1.0 / x.shape[1]
+    callbacks = [] if callback is None else [callback]
     best = _BestState(modules, validation) if validation is not None else None
-    bar = tqdm(
-        total=iterations,
-        desc=description,
-        file=sys.stderr,
-        disable=not progress,
-        leave=False,
-        mininterval=0.5,
-    )
-    terms: dict[str, torch.Tensor] = {}
-    with generators.drawing_ahead(), one_core_for_noise():
-        for iteration in range(1, iterations + 1):
-            terms = objective()
-            if not bool(torch.isfinite(terms["objective"]).all()):
-                bar.close()
-                raise NonFiniteLossError(
-                    _describe_non_finite(iteration, terms, modules, labels or [])
-                )
-            optimizer.zero_grad(set_to_none=True)
-            (-terms["objective"].sum() * scale).backward()
-            optimizer.step()
-            if callback is not None:
-                callback(iteration, {k: v.detach() for k, v in terms.items()})
-            if best is not None and (iteration % config.eval_every == 0 or iteration == iterations):
+    if best is not None:
+
+        def check(iteration: int, terms: dict[str, torch.Tensor]) -> None:
+            if iteration % config.eval_every == 0 or iteration == iterations:
                 best.update(iteration, model, likelihood)
-            if iteration % 100 == 0 or iteration == iterations:
-                bar.update(iteration - bar.n)
-    bar.close()
+
+        callbacks.append(check)
+    with generators.drawing_ahead(), one_core_for_noise():
+        terms = run(
+            lambda iteration: objective(),
+            optimizer,
+            iterations,
+            scale,
+            callbacks,
+            lambda iteration, terms: _describe_non_finite(terms, modules, labels or []),
+            progress,
+            description,
+        )
     stopped = best.restore() if best is not None else None
-    return FitInfo(iterations, terms["objective"].detach() * scale, stopped)
+    return FitInfo(iterations, terms["objective"] * scale, stopped)
 
 
 class _BestState:

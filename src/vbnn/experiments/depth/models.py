@@ -5,9 +5,10 @@
   ``parameterization="softplus"`` and ``init="he"``: sigma = softplus(rho), He-initialised means,
   sigma initialised to 1e-6 ("initial variance parameters, rho, which are transformed into
   standard deviations using the softplus ... with 1e-6").
-* :func:`train_mean_field` - minibatch Adam: first the means with cross-entropy (004: "We pretrain
-  the means using a cross-entropy loss to initialize the mean-field training"), then the full
-  ELBO (KL not re-weighted, unit Gaussian prior, LRT), ``epochs`` each.
+* :func:`train_mean_field` - minibatch Adam through ``training.loop.run``: first the means with
+  cross-entropy (004: "We pretrain the means using a cross-entropy loss to initialize the
+  mean-field training"), then the full ELBO (``training.objectives.elbo`` with a Bernoulli
+  likelihood; KL not re-weighted, unit Gaussian prior, LRT), ``epochs`` each.
 * :func:`bernoulli_potential` - U(theta) of the point network with the trained means' layout, from
   our own ``MLP`` of ``Point`` layers through ``torch.func.functional_call``.
 
@@ -30,6 +31,9 @@ from vbnn.layers.point import Point
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.references.nuts import FlatParameters, Potential, call_with, module_potential
+from vbnn.training.likelihoods import BernoulliLikelihood
+from vbnn.training.loop import run
+from vbnn.training.objectives import elbo, log_likelihood
 
 
 def parameter_count(sizes: list[int]) -> int:
@@ -96,30 +100,34 @@ def train_mean_field(
     )
     shuffler = torch.Generator().manual_seed(seed + 1)
     prior = GaussianPrior(config.prior_std)
+    likelihood = BernoulliLikelihood()
     means = [p for name, p in model.named_parameters() if name.endswith("_mean")]
     n = len(x)
-    for stage, epochs in (("means", config.mean_epochs), ("elbo", config.epochs)):
-        optimiser = torch.optim.Adam(
-            means if stage == "means" else model.parameters(), config.learning_rate
-        )
-        for _ in range(epochs):
-            for index in _minibatches(n, config.batch_size, shuffler):
-                inputs, labels = x[index].unsqueeze(0), y[index].unsqueeze(0)
-                if stage == "means":
-                    logits = model(inputs, ForwardMode.MEAN).squeeze(-1)
-                    loss = functional.binary_cross_entropy_with_logits(logits, labels)
-                else:
-                    logits = model(inputs, ForwardMode.SAMPLE, generators).squeeze(-1)
-                    nll = functional.binary_cross_entropy_with_logits(
-                        logits, labels, reduction="sum"
-                    )
-                    # -ELBO / N with the minibatch likelihood scaled to the full data set
-                    loss = (nll * n / len(index) + model.kl(prior).sum()) / n
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"train_mean_field: non-finite loss in stage {stage}")
-                optimiser.zero_grad()
-                loss.backward()
-                optimiser.step()
+    steps = -(-n // config.batch_size)
+    batches: list[torch.Tensor] = []
+
+    def batch(iteration: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if (iteration - 1) % steps == 0:
+            batches[:] = _minibatches(n, config.batch_size, shuffler)
+        index = batches[(iteration - 1) % steps]
+        return x[index].unsqueeze(0), y[index].unsqueeze(0)
+
+    def cross_entropy(iteration: int) -> dict[str, torch.Tensor]:
+        inputs, labels = batch(iteration)
+        terms = log_likelihood(model, likelihood, inputs, labels)
+        return {"objective": terms["objective"] / labels.shape[-1]}  # mean over the batch
+
+    def negative_free_energy(iteration: int) -> dict[str, torch.Tensor]:
+        inputs, labels = batch(iteration)
+        return elbo(model, likelihood, prior, inputs, labels, generators, dataset_size=n)
+
+    for objective, parameters, epochs, scale in (
+        (cross_entropy, means, config.mean_epochs, 1.0),
+        (negative_free_energy, list(model.parameters()), config.epochs, 1.0 / n),
+    ):
+        if epochs:
+            optimiser = torch.optim.Adam(parameters, config.learning_rate)
+            run(objective, optimiser, epochs * steps, scale)
     return model
 
 

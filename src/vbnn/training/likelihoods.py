@@ -1,0 +1,101 @@
+"""Likelihoods p(y | f(x)): one contract, ``log_prob(prediction, target) -> per-example values``.
+
+Every likelihood returns log p(y_n | f(x_n)) for each example, shaped like the target without its
+event dimensions: (N,) for one network, (M, N) for a stack of M. The ELBO (``objectives.elbo``)
+sums over the last dimension and scales to the data-set size.
+
+* ``GaussianLikelihood``: y ~ N(f(x), sigma^2), sigma learned (stored as log sigma) or fixed;
+  prediction (..., N, 1), target (..., N). One sigma per model.
+* ``CategoricalLikelihood``: t ~ Cat(softmax(f(x))); logits (..., N, C), labels (..., N) or (N,).
+* ``BernoulliLikelihood``: t ~ Bernoulli(sigmoid(f(x))); logits (..., N) or (..., N, 1),
+  labels in {0, 1} (..., N) or (N,).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from vbnn.core.gaussian import gaussian_log_prob
+
+
+class Likelihood(Protocol):
+    def log_prob(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """log p(target_n | prediction_n) per example, (..., N)."""
+        ...
+
+
+class GaussianLikelihood(nn.Module):
+    """Homoscedastic y ~ N(f(x), sigma^2) with one sigma per model.
+
+    Args:
+        num_models: M of a stack; None for one network (sigma is a scalar).
+        fixed_std: sigma held fixed (a buffer); None learns it from ``initial_std``.
+        initial_std: the starting sigma when it is learned.
+        dtype: of log sigma.
+    """
+
+    def __init__(
+        self,
+        num_models: int | None = None,
+        fixed_std: float | None = None,
+        initial_std: float = 1.0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        for name, value in (("fixed_std", fixed_std), ("initial_std", initial_std)):
+            if value is not None and not value > 0:
+                raise ValueError(f"GaussianLikelihood: {name} must be > 0, got {value}")
+        shape = () if num_models is None else (num_models,)
+        start = torch.full(shape, math.log(fixed_std or initial_std), dtype=dtype)
+        if fixed_std is None:
+            self.log_std = nn.Parameter(start)
+        else:
+            self.register_buffer("log_std", start)
+
+    def std(self) -> torch.Tensor:
+        return self.log_std.exp()
+
+    def log_prob(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """log N(target | prediction, sigma^2): prediction (..., N, 1), target (..., N)."""
+        if prediction.shape[:-1] != target.shape or prediction.shape[-1] != 1:
+            raise ValueError(
+                f"GaussianLikelihood: prediction {tuple(prediction.shape)} must be the target "
+                f"{tuple(target.shape)} with a trailing output dimension of 1"
+            )
+        return gaussian_log_prob(target, prediction.squeeze(-1), self.std().unsqueeze(-1))
+
+
+class CategoricalLikelihood(nn.Module):
+    """t ~ Cat(softmax(logits)): log p(t_n) = logits[t_n] - logsumexp(logits), per example."""
+
+    def log_prob(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """logits (..., N, C), integer labels (..., N) or (N,) shared by a stack -> (..., N)."""
+        if target.dtype.is_floating_point or prediction.shape[-2] != target.shape[-1]:
+            raise ValueError(
+                f"CategoricalLikelihood: need integer labels (..., N) for logits (..., N, C); "
+                f"got labels {tuple(target.shape)} {target.dtype}, logits {tuple(prediction.shape)}"
+            )
+        labels = target.expand(prediction.shape[:-1])
+        return -functional.cross_entropy(
+            prediction.flatten(0, -2), labels.reshape(-1), reduction="none"
+        ).reshape(labels.shape)
+
+
+class BernoulliLikelihood(nn.Module):
+    """t ~ Bernoulli(sigmoid(logit)): log p(t_n) = -BCE(logit_n, t_n), per example."""
+
+    def log_prob(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """logits (..., N) or (..., N, 1), labels in {0, 1} (..., N) or (N,) -> (..., N)."""
+        logits = prediction.squeeze(-1) if prediction.shape[-1:] == (1,) else prediction
+        if logits.shape[-1] != target.shape[-1]:
+            raise ValueError(
+                f"BernoulliLikelihood: logits {tuple(prediction.shape)} do not match labels "
+                f"{tuple(target.shape)}"
+            )
+        labels = target.to(logits.dtype).expand(logits.shape)
+        return -functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")

@@ -1,0 +1,153 @@
+"""The objective and loop contract: likelihoods, the minibatch ELBO, the loop, Langevin steps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import vbnn
+from vbnn.classification.training import ClassifierConfig, train_classifier
+from vbnn.core.randomness import ModelGenerators
+from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.priors.dropout import LogUniformPrior
+from vbnn.training.likelihoods import (
+    BernoulliLikelihood,
+    CategoricalLikelihood,
+    GaussianLikelihood,
+)
+from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, run
+from vbnn.training.objectives import elbo, kl_divergence, network_output
+
+
+def test_gaussian_likelihood_is_the_normal_density_for_one_network_and_a_stack() -> None:
+    prediction, target = torch.randn(2, 7, 1), torch.randn(2, 7)
+    stacked = GaussianLikelihood(2, initial_std=0.7)
+    expected = torch.distributions.Normal(prediction.squeeze(-1), 0.7).log_prob(target)
+    torch.testing.assert_close(stacked.log_prob(prediction, target), expected)
+    single = GaussianLikelihood(fixed_std=0.7)
+    torch.testing.assert_close(single.log_prob(prediction[0], target[0]), expected[0])
+    with pytest.raises(ValueError, match=r"prediction \(2, 7\) must be the target \(2, 7\)"):
+        stacked.log_prob(prediction.squeeze(-1), target)
+
+
+def test_categorical_and_bernoulli_likelihoods_match_torch_distributions() -> None:
+    logits, labels = torch.randn(3, 5, 4), torch.randint(0, 4, (5,))
+    expected = torch.distributions.Categorical(logits=logits).log_prob(labels.expand(3, 5))
+    torch.testing.assert_close(CategoricalLikelihood().log_prob(logits, labels), expected)
+    with pytest.raises(ValueError, match="integer labels"):
+        CategoricalLikelihood().log_prob(logits, labels.float())
+    binary_logits, binary = torch.randn(3, 5, 1), torch.randint(0, 2, (5,)).float()
+    expected = torch.distributions.Bernoulli(logits=binary_logits.squeeze(-1)).log_prob(binary)
+    torch.testing.assert_close(BernoulliLikelihood().log_prob(binary_logits, binary), expected)
+
+
+def _linear_regression(seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(seed)
+    layer = vbnn.MeanField(3, 1, posterior_std=0.3, dtype=torch.float64)
+    with torch.no_grad():
+        layer.weight_mean.normal_()
+        layer.bias_mean.fill_(0.2)
+    x = torch.randn(12, 3, dtype=torch.float64)
+    return layer, x, x @ torch.tensor([1.0, -0.5, 0.3], dtype=torch.float64) + 0.1
+
+
+def _closed_form_data_term(layer: nn.Module, x: torch.Tensor, y: torch.Tensor, std: float):
+    """E_q[sum_n log N(y_n | x_n w + b, s^2)] for factorised Gaussian (w, b): per example
+    log N(y | x mu + mu_b, s^2) - (x^2 var_w + var_b) / (2 s^2)."""
+    mean = (x @ layer.weight_mean[0] + layer.bias_mean[0]).squeeze(-1)
+    variance = (x**2 @ layer.weight_std()[0] ** 2 + layer.bias_std()[0] ** 2).squeeze(-1)
+    log_density = torch.distributions.Normal(mean, std).log_prob(y)
+    return (log_density - variance / (2 * std**2)).sum()
+
+
+def test_minibatch_elbo_is_unbiased_for_the_full_batch_elbo_of_a_linear_model() -> None:
+    """Bayesian linear regression with a MF layer: E[ELBO of a batch scaled by N / B] equals
+    the closed-form full ELBO; averaged over the four batches of a partition and 4000 draws."""
+    layer, x, y = _linear_regression(0)
+    likelihood, prior = GaussianLikelihood(fixed_std=0.5, dtype=torch.float64), vbnn.GaussianPrior()
+    noise = ModelGenerators([3])
+    with torch.no_grad():
+        exact = _closed_form_data_term(layer, x, y, 0.5) - layer.kl(prior)[0]
+        draws = torch.stack(
+            [
+                torch.stack(
+                    [
+                        elbo(layer, likelihood, prior, x[i::4], y[i::4], noise, dataset_size=12)[
+                            "objective"
+                        ][0]
+                        for i in range(4)
+                    ]
+                ).mean()
+                for _ in range(4000)
+            ]
+        )
+    standard_error = draws.std() / math.sqrt(len(draws))
+    assert abs(float(draws.mean() - exact)) < 4 * float(standard_error)
+
+
+def test_elbo_runs_on_a_user_sequential_and_sums_every_layer_kl() -> None:
+    torch.manual_seed(1)
+    net = nn.Sequential(vbnn.MeanField(2, 5), nn.Tanh(), vbnn.VariationalDropout(5, 1))
+    prior = vbnn.GaussianPrior(1.0)
+    expected_kl = net[0].kl(prior) + net[2].kl(prior)
+    torch.testing.assert_close(kl_divergence(net, prior), expected_kl)
+    x, y = torch.randn(6, 2), torch.randn(6)
+    terms = elbo(net, GaussianLikelihood(), prior, x, y, kl_weight=0.5)
+    torch.testing.assert_close(terms["objective"], terms["log-likelihood"] - 0.5 * expected_kl)
+    net.train()  # the mode comes from the objective, not from train/eval
+    torch.testing.assert_close(network_output(net, x, "mean"), net.eval()(x))
+    with pytest.raises(TypeError, match="Sequential takes no noise source"):
+        network_output(net, x, "sample", ModelGenerators([0]))
+
+
+def test_the_loop_names_the_iteration_of_a_non_finite_objective() -> None:
+    weight = nn.Parameter(torch.ones(1))
+
+    def objective(iteration: int) -> dict[str, torch.Tensor]:
+        value = weight.sum() * (float("nan") if iteration == 3 else 1.0)
+        return {"objective": value.reshape(1)}
+
+    calls = []
+    with pytest.raises(NonFiniteLossError, match="iteration 3 in model 0"):
+        run(
+            objective,
+            torch.optim.SGD([weight], 0.1),
+            5,
+            callbacks=[lambda i, t: calls.append(i)],
+            describe=lambda i, t: "in model 0",
+        )
+    assert calls == [1, 2]
+
+
+def test_langevin_step_is_the_sgld_update_with_the_streams_noise() -> None:
+    """theta' = theta - eps / 2 grad(loss) + sqrt(eps) eta, eta from the model's own stream."""
+    theta = nn.Parameter(torch.tensor([[1.0, -2.0]], dtype=torch.float64))
+    optimizer = LangevinDynamics([theta], lambda t: 0.01 / t, ModelGenerators([5]))
+    loss = (theta**2).sum() / 2  # grad = theta
+    loss.backward()
+    start = theta.detach().clone()
+    optimizer.step()
+    eta = ModelGenerators([5]).randn(2, dtype=torch.float64)
+    torch.testing.assert_close(theta.detach(), start - 0.005 * start + 0.1 * eta)
+
+
+def test_one_lenet_trains_exactly_as_the_m1_stack_with_the_same_weights() -> None:
+    torch.manual_seed(2)
+    images, labels = torch.randn(96, 1, 28, 28), torch.randint(0, 10, (96,))
+    config = LeNetConfig(families=("vd-neuron", "vd-layer", "vd-weight", "zero-mean"))
+    stack = LeNet5(config, ModelGenerators([4]))
+    single = LeNet5(config)
+    single.load_state_dict(stack.state_dict())
+    assert single(images[:3]).shape == (3, 10) and stack(images[:3].unsqueeze(0)).shape == (
+        1,
+        3,
+        10,
+    )
+    settings = ClassifierConfig(epochs=1, batch_size=32, seed=1)
+    train_classifier(stack, LogUniformPrior(), images, labels, settings, progress=False)
+    train_classifier(single, LogUniformPrior(), images, labels, settings, progress=False)
+    for (name, a), b in zip(stack.state_dict().items(), single.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
