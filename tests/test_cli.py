@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vbnn.cli import main, parse_splits
+from vbnn.cli import main
+from vbnn.data.splits import parse_splits
 
 
 def test_uci_json_has_splits_summary_and_config(

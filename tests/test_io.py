@@ -11,7 +11,8 @@ import torch
 from vbnn.core.contracts import TABLE1_METHODS, ForwardMode, Method, TrainConfig
 from vbnn.data.splits import StackedSplits
 from vbnn.regression.engine import build_stack, train_stack
-from vbnn.stores.saved_models import ModelFileError, load_model, save_model
+from vbnn.regression.saved_models import ModelFileError, load_model, save_model
+from vbnn.stores.atomic import write_atomic, write_folder_atomic
 
 
 def _toy_splits(keys: tuple[int, ...] = (4, 7)) -> StackedSplits:
@@ -83,3 +84,21 @@ def test_missing_and_mismatched_files_raise_clear_errors(tmp_path: Path) -> None
         load_model(folder)
     with pytest.raises(ValueError, match="2 keys for a stack of 1"):
         save_model(tmp_path / "x", model, likelihood, config, 3, [0, 1])
+
+
+def test_atomic_writes_keep_the_old_version_when_writing_fails(tmp_path) -> None:
+    target = write_atomic(tmp_path / "sub" / "table.csv", "a,b\n1,2\n")
+    assert target.read_text() == "a,b\n1,2\n" and oct(target.stat().st_mode & 0o777) == "0o644"
+
+    def half_then_crash(path) -> None:
+        path.write_text("a,b\n3")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        write_atomic(target, half_then_crash)
+    assert target.read_text() == "a,b\n1,2\n"
+    folder = write_folder_atomic(tmp_path / "model", lambda p: (p / "x.json").write_text("{}"))
+    with pytest.raises(RuntimeError, match="killed"):
+        write_folder_atomic(folder, lambda staging: half_then_crash(staging / "x.json"))
+    assert (folder / "x.json").read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["model", "sub", "table.csv", "x.json"]

@@ -15,12 +15,12 @@ import pytest
 
 from vbnn.core.contracts import Method, SplitResult, TrainConfig
 from vbnn.data import load_uci
+from vbnn.regression.resumable import run_splits_resumable
 from vbnn.stores.results_db import (
     ResultsDatabase,
     ResultsDatabaseError,
     config_hash,
     optuna_storage,
-    run_splits_resumable,
 )
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -30,7 +30,8 @@ SWEEP = TrainConfig(method=Method.MF, iterations=300, test_samples=10, chunk_siz
 SCRIPT = """
 import sys
 from vbnn.data import load_uci
-from vbnn.stores.results_db import ResultsDatabase, run_splits_resumable
+from vbnn.regression.resumable import run_splits_resumable
+from vbnn.stores.results_db import ResultsDatabase
 from vbnn.core.contracts import Method, TrainConfig
 
 config = TrainConfig(method=Method.MF, iterations=300, test_samples=10, chunk_size=1, seed=3)

@@ -15,37 +15,18 @@ from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
 from vbnn.data.download import DEFAULT_BASE_URL, check, download
 from vbnn.data.embedded import load_diabetes_splits
 from vbnn.data.paths import resolve_data_dir
+from vbnn.data.splits import parse_splits
+from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
 from vbnn.experiments import REPRODUCTIONS
 from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
 from vbnn.regression.engine import run_splits
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
+from vbnn.regression.resumable import run_splits_saving_models
+from vbnn.regression.saved_models import load_model
 from vbnn.training.full_batch import NonFiniteLossError
 
 EMBEDDED = "diabetes"
-
-
-def parse_splits(text: str | None) -> list[int] | None:
-    """'0-19', '3', '0,4,7' or '0-4,10' -> split ids; None -> all."""
-    if text is None:
-        return None
-    ids: list[int] = []
-    try:
-        for part in text.split(","):
-            if "-" in part:
-                low, high = (int(v) for v in part.split("-", 1))
-                if high < low:
-                    raise ValueError
-                ids.extend(range(low, high + 1))
-            else:
-                ids.append(int(part))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--splits {text!r}: expected e.g. '0-19', '3' or '0,4,7'"
-        ) from None
-    if any(k < 0 for k in ids):
-        raise argparse.ArgumentTypeError(f"--splits {text!r}: split ids must be >= 0")
-    return ids
 
 
 def parse_methods(text: str) -> list[Method]:
@@ -126,7 +107,6 @@ def command_uci(args: argparse.Namespace) -> None:
     if args.save_model is None:
         _print_results(run_methods(dataset, args, args.method), args.json, None)
         return
-    from vbnn.stores.saved_models import run_splits_saving_models
 
     results = []
     for method in args.method:
@@ -140,8 +120,6 @@ def command_uci(args: argparse.Namespace) -> None:
 
 
 def command_diagnose_pruning(args: argparse.Namespace) -> None:
-    from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
-    from vbnn.stores.saved_models import load_model
 
     saved = load_model(args.model)
     if saved.dataset is None:

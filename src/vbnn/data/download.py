@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from vbnn.data.paths import resolve_data_dir
 from vbnn.data.uci import DATASETS, DataError
+from vbnn.stores.atomic import write_folder_atomic
 
 # The files are pinned by their checksums (the manifest was made from commit 6eb4497), so the
 # branch may move without a wrong file ever being accepted.
@@ -74,11 +74,8 @@ def download(
     folder = DATASETS[name]
     expected = manifest()[folder]
     destination = resolve_data_dir(data_dir) / "uci" / folder
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(
-        tempfile.mkdtemp(prefix=f".{folder}.", suffix=".partial", dir=destination.parent)
-    )
-    try:
+
+    def fill(staging: Path) -> None:
         for file_name, checksum in sorted(expected.items()):
             target = staging / file_name
             _fetch(f"{base_url.rstrip('/')}/{folder}/data/{file_name}", target, timeout)
@@ -87,12 +84,8 @@ def download(
                 raise DataError(
                     f"{folder}/{file_name}: sha256 {actual} does not match the expected {checksum}"
                 )
-        if destination.exists():
-            shutil.rmtree(destination)
-        staging.rename(destination)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+
+    write_folder_atomic(destination, fill)
     return destination
 
 

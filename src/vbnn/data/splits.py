@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -73,3 +74,26 @@ def group_by_size(dataset: RegressionDataset, split_ids: Sequence[int]) -> list[
         train, test = dataset.split(k)
         groups.setdefault((len(train), len(test)), []).append(k)
     return list(groups.values())
+
+
+def parse_splits(text: str | None) -> list[int] | None:
+    """'0-19', '3', '0,4,7' or '0-4,10' -> split ids; None -> all."""
+    if text is None:
+        return None
+    ids: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                low, high = (int(v) for v in part.split("-", 1))
+                if high < low:
+                    raise ValueError
+                ids.extend(range(low, high + 1))
+            else:
+                ids.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--splits {text!r}: expected e.g. '0-19', '3' or '0,4,7'"
+        ) from None
+    if any(k < 0 for k in ids):
+        raise argparse.ArgumentTypeError(f"--splits {text!r}: split ids must be >= 0")
+    return ids

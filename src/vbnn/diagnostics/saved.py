@@ -11,7 +11,8 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import stack_splits
 from vbnn.data.uci import RegressionDataset
 from vbnn.diagnostics.pruning import UnitDiagnostics, count_pruned, diagnose_units
-from vbnn.stores.saved_models import SavedModel
+from vbnn.diagnostics.pruning_plots import plot_units, representative_units
+from vbnn.regression.saved_models import SavedModel
 
 PAPER_PRUNED, PAPER_UNITS = 39, 50  # boston MF, 000_e87e55bc25ea4726.txt section 3
 
@@ -65,8 +66,6 @@ def diagnose_saved(
     tables = {k: diagnostics.frame(m) for m, k in enumerate(saved.keys)}
     written: list[Path] = []
     if out is not None:
-        from vbnn.diagnostics.pruning_plots import plot_units, representative_units
-
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         counts.to_csv(out / "pruning_counts.csv", index=False)

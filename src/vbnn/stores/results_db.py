@@ -7,10 +7,10 @@ named ``runs``), so the tuning of a method and the results it produced travel to
 A run's configuration is identified by :func:`config_hash`: a SHA-256 of its hyper-parameters as
 sorted JSON, leaving out ``seed`` (a key column of its own), ``chunk_size`` (every model draws
 from its own random streams, so chunking never changes a number) and ``compile`` (float rounding
-only). The UNIQUE key
-(dataset, split, method, config_hash, seed) makes a second write of the same run an error
-instead of a duplicate; :func:`run_splits_resumable` asks :meth:`ResultsDatabase.missing_splits`
-first and trains only those, writing every finished chunk in one transaction.
+only). The UNIQUE key (dataset, split, method, config_hash, seed) makes a second write of the
+same run an error instead of a duplicate; ``regression.resumable.run_splits_resumable`` asks
+:meth:`ResultsDatabase.missing_splits` first and trains only those, writing every finished chunk
+in one transaction.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from vbnn.core.contracts import RunResult, SplitResult, TrainConfig
-from vbnn.data.uci import RegressionDataset
+from vbnn.core.contracts import SplitResult
 
 # Execution settings, not part of what a run is: chunking never changes a number; compiling
 # changes the last digits only, like the thread count (which is not recorded either).
@@ -287,40 +286,3 @@ def optuna_storage(path: str | Path) -> Any:
     return optuna.storages.RDBStorage(
         f"sqlite:///{Path(path).resolve()}", engine_kwargs={"connect_args": {"timeout": 30}}
     )
-
-
-def run_splits_resumable(
-    database: ResultsDatabase,
-    dataset: RegressionDataset,
-    split_ids: Sequence[int] | None,
-    config: TrainConfig,
-    progress: bool = False,
-    extra: Mapping[str, Any] | None = None,
-    per_split: Mapping[int, Mapping[str, float]] | None = None,
-) -> tuple[RunResult, list[int]]:
-    """Like ``engine.run_splits``, but trains only the splits not yet stored.
-
-    Each finished chunk is written in one transaction as soon as it finishes (``on_stack``), so a
-    kill loses at most the chunk in flight. ``extra`` (e.g. the tuning protocol and the values it
-    chose) is stored with the runs and is part of their key; ``per_split`` passes each split's
-    own hyper-parameter values to the engine.
-
-    Returns:
-        (all requested splits as read back from the database, the splits trained by this call).
-    """
-    from vbnn.regression.engine import TrainedStack, run_splits
-
-    split_ids = list(range(dataset.num_splits)) if split_ids is None else list(split_ids)
-    for k in split_ids:
-        dataset.split(k)  # a clear error for a split that does not exist, before any training
-    missing = database.missing_splits(dataset.name, split_ids, config, extra)
-    trained: list[int] = []
-
-    def store(stack: TrainedStack) -> None:
-        database.write_results(dataset.name, config, stack.results, extra)
-        trained.extend(stack.data.split_ids)
-
-    if missing:
-        run_splits(dataset, missing, config, progress, per_split, on_stack=store)
-    stored = database.read_results(dataset.name, config, split_ids, extra)
-    return RunResult(dataset=dataset.name, config=config, splits=tuple(stored)), trained

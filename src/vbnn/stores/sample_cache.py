@@ -10,24 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from vbnn.stores.atomic import write_atomic
 
 
 def settings_key(settings: dict[str, Any]) -> str:
     """16 hex digits identifying ``settings`` (must be JSON-serialisable)."""
     text = json.dumps(settings, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    write(temporary)
-    os.replace(temporary, path)
 
 
 def save(
@@ -42,10 +36,10 @@ def save(
         with path.open("wb") as handle:
             np.savez_compressed(handle, **arrays)
 
-    _atomic_write(npz, write_arrays)
+    write_atomic(npz, write_arrays)
     record = json.dumps({"settings": settings, "info": info}, indent=2, sort_keys=True, default=str)
     # the JSON goes last: an entry counts as present only when its JSON exists
-    _atomic_write(directory / f"{key}.json", lambda path: path.write_text(record))
+    write_atomic(directory / f"{key}.json", record)
     return npz
 
 

@@ -13,6 +13,21 @@ and ``fashion_product.json``; ``summary.json`` with every setting.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from vbnn.core.contracts import Activation
+from vbnn.data.splits import parse_splits
+from vbnn.experiments.depth.models import PretrainConfig
+from vbnn.experiments.depth.report import (
+    aggregate,
+    plot_depth_gap,
+    run_fashion,
+    run_product_figure,
+    run_units,
+    write_summary,
+)
+from vbnn.experiments.depth.units import UnitSettings
+from vbnn.references.nuts import NUTSConfig
 
 DESCRIPTION = "004 + blog: product-matrix covariance, NUTS posteriors, diagonal gap vs depth"
 
@@ -65,8 +80,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_depths(text: str) -> tuple[int, ...]:
-    from vbnn.cli import parse_splits
-
     try:
         depths = parse_splits(text)
     except argparse.ArgumentTypeError:
@@ -78,11 +91,6 @@ def _parse_depths(text: str) -> tuple[int, ...]:
 
 def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
     """The list of units and the shared settings, from the flags (quick mode fills defaults)."""
-    from vbnn.core.contracts import Activation
-    from vbnn.experiments.depth.models import PretrainConfig
-    from vbnn.experiments.depth.units import UnitSettings
-    from vbnn.references.nuts import NUTSConfig
-
     quick = args.quick
     depths = _parse_depths(args.depths or ("1-4" if quick else "1-5"))
     names = (args.activations or "relu,leaky_relu,identity").split(",")
@@ -117,17 +125,6 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
 
 
 def run(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from vbnn.experiments.depth.report import (
-        aggregate,
-        plot_depth_gap,
-        run_fashion,
-        run_product_figure,
-        run_units,
-        write_summary,
-    )
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     units, shared = build_settings(args)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -25,7 +24,9 @@ from vbnn.diagnostics.product_covariance import (
     random_mean_field_layers,
     sample_products,
 )
+from vbnn.experiments.depth.fashion_product import FashionProductConfig, run_fashion_product
 from vbnn.experiments.depth.units import UnitSettings, run_unit
+from vbnn.stores.atomic import write_atomic
 
 HEATMAP_DEPTHS = (1, 5, 20)
 GAPS = {
@@ -179,8 +180,6 @@ def run_fashion(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    from vbnn.experiments.depth.fashion_product import FashionProductConfig, run_fashion_product
-
     config = (
         FashionProductConfig(epochs=1, train_size=10_000, samples=2_000, seed=args.seed)
         if args.quick
@@ -240,6 +239,4 @@ def write_summary(
         "gap_table": table.to_dict(orient="records"),
         "fashion": fashion,
     }
-    temporary = out / ".summary.json.tmp"
-    temporary.write_text(json.dumps(summary, indent=2, default=str))
-    os.replace(temporary, out / "summary.json")
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from vbnn.experiments.depth.models import (
 from vbnn.references.gaussian_gap import diagonal_gap, empirical_covariance
 from vbnn.references.nuts import NUTSConfig, run_nuts
 from vbnn.stores import sample_cache
+from vbnn.stores.atomic import write_atomic
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,6 @@ def two_moons(points: int, noise: float, seed: int, dtype: torch.dtype) -> tuple
 
     x, y = make_moons(n_samples=points, noise=noise, random_state=seed)
     return torch.tensor(x, dtype=dtype), torch.tensor(y, dtype=dtype)
-
-
-def _write_json(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
-    os.replace(temporary, path)
 
 
 def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[str, Any]:
@@ -119,5 +112,5 @@ def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[
         **diagonal_gap(covariance),
         "settings": settings.to_dict(),
     }
-    _write_json(path, record)
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True, default=str))
     return record

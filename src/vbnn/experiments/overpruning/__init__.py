@@ -20,6 +20,15 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from vbnn.core.contracts import TrainConfig
+from vbnn.data import load_uci
+from vbnn.data.splits import parse_splits
+from vbnn.experiments.overpruning import figures as overpruning_figures
+from vbnn.experiments.overpruning.table1 import summary_from_results, write_table1
+from vbnn.regression.resumable import run_splits_resumable
+from vbnn.regression.tuning import TuningConfig, tune
+from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+
 DESCRIPTION = "overpruning paper (000_*): tuned Table 1 with SGLD, Figures 1-5"
 
 DATASETS = ("boston", "concrete", "energy", "power", "wine", "yacht")
@@ -80,7 +89,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace) -> Plan:
-    from vbnn.cli import parse_splits
 
     plan = QUICK if args.quick else FULL
     if args.datasets:
@@ -105,7 +113,6 @@ def tuned_values(
     dataset, config, plan: Plan, protocol: str, splits: list[int], storage, seed: int
 ) -> dict[int, dict[str, float]]:
     """Each split's hyper-parameter values under the protocol (empty dicts for 'none')."""
-    from vbnn.regression.tuning import TuningConfig, tune
 
     if protocol == "none":
         return {k: {} for k in splits}
@@ -119,10 +126,6 @@ def tuned_values(
 def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
     """Tune, train and evaluate every (data set, method); results from/into the database."""
     from tqdm.auto import tqdm
-
-    from vbnn.core.contracts import TrainConfig
-    from vbnn.data import load_uci
-    from vbnn.stores.results_db import ResultsDatabase, optuna_storage, run_splits_resumable
 
     database_path = out / "results.sqlite"
     storage = optuna_storage(database_path)
@@ -151,8 +154,6 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
 
 
 def run(args: argparse.Namespace) -> None:
-    from vbnn.experiments.overpruning import figures as overpruning_figures
-    from vbnn.experiments.overpruning.table1 import summary_from_results, write_table1
 
     plan = _plan(args)
     out = Path(args.out)

@@ -19,6 +19,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vbnn.core.contracts import Method, TrainConfig
+from vbnn.data import load_uci
+from vbnn.data.splits import stack_splits
+from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
+from vbnn.diagnostics.trajectories import TrajectoryLogger, plot_trajectories, rebound
+from vbnn.experiments.overpruning.prior_network import (
+    fit_prior_network,
+    posterior_function_samples,
+    sample_prior_network,
+)
+from vbnn.regression.engine import train_stack
+from vbnn.regression.saved_models import load_model, save_model
+from vbnn.stores.markdown import markdown_table
 
 FULL_ITERATIONS, QUICK_ITERATIONS = 5000, 3000
 
@@ -49,12 +61,6 @@ def figure2_5(
     Writes ``model-mf-boston/`` (a saved model), ``figure2.png``, ``figure5.png`` (split of the
     first model), ``pruning_counts.csv``, ``units_split_<k>.csv`` and ``pruning_counts.md``.
     """
-    from vbnn.data import load_uci
-    from vbnn.data.splits import stack_splits
-    from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
-    from vbnn.regression.engine import train_stack
-    from vbnn.stores.markdown import markdown_table
-    from vbnn.stores.saved_models import load_model, save_model
 
     out = Path(out)
     iterations, splits, note = _setting(quick, iterations, splits, range(20))
@@ -105,12 +111,6 @@ def figure3(
     import pandas as pd
     import torch
 
-    from vbnn.experiments.overpruning.prior_network import (
-        fit_prior_network,
-        posterior_function_samples,
-        sample_prior_network,
-    )
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     iterations = iterations or (QUICK_ITERATIONS if quick else FULL_ITERATIONS)
@@ -158,11 +158,6 @@ def figure4(
     per split and set, the minimum predictive NLL, where it occurred, and the final value.
     """
     import pandas as pd
-
-    from vbnn.data import load_uci
-    from vbnn.data.splits import stack_splits
-    from vbnn.diagnostics.trajectories import TrajectoryLogger, plot_trajectories, rebound
-    from vbnn.regression.engine import train_stack
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -17,50 +17,24 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
+
+import torch
+
+from vbnn.classification.training import ClassifierConfig, train_classifier
+from vbnn.core.randomness import ModelGenerators
+from vbnn.data.mnist import load_images
+from vbnn.experiments.variance_networks.budget import BUDGETS, Budget, resolve_budget
+from vbnn.experiments.variance_networks.tables import make_tables, phase_transition_only
+from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.priors.dropout import LogUniformPrior
+from vbnn.stores.atomic import write_atomic
+
+__all__ = ["BUDGETS", "DESCRIPTION", "Budget", "add_arguments", "run", "time_epochs"]
 
 DESCRIPTION = "Variance networks (Neklyudov et al.): LeNet-5 tables, toy bottleneck, kappa"
 DEFAULT_OUT = "results/variance-networks"
-VARIANCE = "zero-mean"  # the "var" layers of appendix C
-TABLE1 = {"zero-mean": "zero-mean", "layer": "vd-layer", "neuron": "vd-neuron",
-          "weight": "vd-weight", "additive": "additive"}  # fmt: skip
-# Non-linearity of each Table 1 row (003 does not state it). Softplus as in 002's kappa study,
-# except the zero-mean row: 002 section 6 trains its zero-centred dense layer "from scratch" with
-# |.| instead of ReLU. After softplus a zero-mean layer carries almost no signal, as
-# E softplus(s eps) = log 2 + s^2 / 8 + ... hardly depends on s, and the network collapses to the
-# class prior (measured: 11.35 % after 5 epochs of full MNIST; README.md).
-TABLE1_ACTIVATION = {"zero-mean": "abs"}
-TANH = {"det-det-det-det": ("deterministic",) * 4,
-        "det-var-det-det": ("deterministic", VARIANCE, "deterministic", "deterministic"),
-        "det-det-var-det": ("deterministic", "deterministic", VARIANCE, "deterministic"),
-        "det-var-var-det": ("deterministic", VARIANCE, VARIANCE, "deterministic")}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Sizes of one reproduction run (train/test examples are the first ones of each set)."""
-
-    name: str
-    train_size: int
-    test_size: int
-    epochs: int
-    samples: int  # K of the ensembles (the paper: 20)
-    track_size: int  # test examples of the per-epoch phase-transition tracking
-    kappa_size: int  # training examples summed over in kappa
-    toy_steps: int
-    toy_per_class: int
-    study_size: int  # test examples of the sparse-ensemble and pruning curves
-    log_alpha_learning_rate: float | None = None
-
-
-BUDGETS = {
-    "tiny": Budget("tiny", 64, 32, 1, 2, 32, 16, 5, 10, 32),
-    "quick": Budget("quick", 5000, 1000, 4, 10, 500, 500, 1500, 100, 1000),
-    # full: all 60000 training images, 20 epochs (the papers train ~200): 16-40 s per epoch per
-    # run at OMP_NUM_THREADS=1 (the 5-epoch run's ``epoch_seconds``), 11 runs (README.md)
-    "full": Budget("full", 60000, 10000, 20, 20, 2000, 1000, 3000, 250, 2000),
-}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,20 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_budget(args: argparse.Namespace) -> Budget:
-    budget = BUDGETS[args.size or ("quick" if args.quick else "full")]
-    if args.epochs is not None:
-        budget = Budget(**{**asdict(budget), "epochs": args.epochs})
-    if getattr(args, "log_alpha_lr", None) is not None:
-        budget = Budget(**{**asdict(budget), "log_alpha_learning_rate": args.log_alpha_lr})
-    return budget
-
-
 def run(args: argparse.Namespace) -> None:
-    import torch
-
-    from vbnn.data.mnist import load_images
-
     torch.manual_seed(args.seed)
     budget = resolve_budget(args)
     train_x, train_y = load_images(args.dataset, "train", args.data_dir)
@@ -113,8 +74,6 @@ def run(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     data = (train_x[: budget.train_size], train_y[: budget.train_size],
             test_x[: budget.test_size], test_y[: budget.test_size])  # fmt: skip
-    from vbnn.experiments.variance_networks.tables import make_tables, phase_transition_only
-
     if args.phase_only:
         frame = phase_transition_only(out, budget, data, args.seed, not args.no_progress)
         rate = budget.log_alpha_learning_rate or 1e-3
@@ -128,8 +87,6 @@ def run(args: argparse.Namespace) -> None:
         f" of {args.dataset}, {budget.epochs} epochs, K = {budget.samples}, log alpha learning"
         f" rate {budget.log_alpha_learning_rate or 1e-3}; wall {seconds:.0f} s"
     )
-    from vbnn.experiments.variance_networks.parts import write_atomic
-
     record = {"budget": asdict(budget), "seconds": seconds, "seed": args.seed,
               "dataset": args.dataset}  # fmt: skip
     write_atomic(out / "run.json", json.dumps(record, indent=1))
@@ -143,13 +100,6 @@ def run(args: argparse.Namespace) -> None:
 
 def time_epochs(train_x, train_y, steps: int = 30) -> None:
     """Time ``steps`` minibatch steps (batch 100) of LeNet-5 configurations; print s / epoch."""
-    import torch
-
-    from vbnn.classification.training import ClassifierConfig, train_classifier
-    from vbnn.core.randomness import ModelGenerators
-    from vbnn.networks.lenet import LeNet5, LeNetConfig
-    from vbnn.priors.dropout import LogUniformPrior
-
     count = steps * 100
     for label, families in (("variance (4 x vd-layer)", ("vd-layer",) * 4),
                             ("dense1 only (Table 1)", ("deterministic", "deterministic",

@@ -3,8 +3,6 @@ studies (002 Figs. 3-5, 003 Fig. 5), plots and atomic writes. Used by ``variance
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,23 +23,13 @@ from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import BinaryDropout, ZeroMean
 from vbnn.priors.dropout import LogUniformPrior
+from vbnn.stores.atomic import write_atomic
 
 TOY_CENTRES = ((3.0, 3.0), (3.0, 10.0), (10.0, 3.0), (10.0, 10.0))  # 003 section 3.2
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (a kill loses nothing)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(text)
-    os.replace(temporary, path)
-
-
 def save_figure(figure, path: Path) -> None:
-    temporary = path.with_name(f".tmp-{path.name}")
-    figure.savefig(temporary, dpi=110, format=path.suffix.lstrip("."))
-    os.replace(temporary, path)
+    write_atomic(path, lambda file: figure.savefig(file, dpi=110, format=path.suffix.lstrip(".")))
 
 
 def pyplot():

@@ -24,7 +24,7 @@ from vbnn.classification.training import (
 from vbnn.core.contracts import InferenceMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.paths import published_path
-from vbnn.experiments.variance_networks import TABLE1, TABLE1_ACTIVATION, TANH, Budget
+from vbnn.experiments.variance_networks.budget import TABLE1, TABLE1_ACTIVATION, TANH, Budget
 from vbnn.experiments.variance_networks.parts import (
     kappa_callback,
     lenet_kappa,
@@ -33,10 +33,10 @@ from vbnn.experiments.variance_networks.parts import (
     run_toy,
     sparse_ensemble_study,
     variance_pruning_study,
-    write_atomic,
 )
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
+from vbnn.stores.atomic import write_atomic
 
 DENSE1 = 2  # index of the first dense layer in LeNet5.layers
 TABLE1_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.ENSEMBLE)
@@ -93,9 +93,7 @@ def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, 
         "mean_log_alpha": model.mean_log_alpha(),
         "tracking": tracker.frame().to_dict("list") if tracker else None,
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), state_path.with_suffix(".tmp"))
-    state_path.with_suffix(".tmp").replace(state_path)
+    write_atomic(state_path, lambda file: torch.save(model.state_dict(), file))
     write_atomic(record_path, json.dumps(record, indent=1))
     return model, record
 

@@ -14,10 +14,7 @@ old model or the new one, never half of one.
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +22,10 @@ from typing import Any
 
 import torch
 
-from vbnn.core.contracts import RunResult, TrainConfig
-from vbnn.data.uci import RegressionDataset
+from vbnn.core.contracts import TrainConfig
 from vbnn.networks.mlp import MLP
+from vbnn.regression.engine import build_stack
+from vbnn.stores.atomic import write_folder_atomic
 from vbnn.training.likelihoods import GaussianLikelihood
 
 FORMAT = "vbnn-model"
@@ -99,24 +97,13 @@ def save_model(
         "dataset": dataset,
         "metadata": metadata or {},
     }
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private (0700); a model folder is an ordinary folder
-    try:
+
+    def fill(staging: Path) -> None:
         (staging / CONFIG_FILE).write_text(json.dumps(description, indent=2, sort_keys=True))
         state = {"model": model.state_dict(), "likelihood": likelihood.state_dict()}
         torch.save(state, staging / STATE_FILE)
-        if folder.exists():
-            old = folder.with_name(f".{folder.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(folder, old)
-            os.replace(staging, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+
+    return write_folder_atomic(folder, fill)
 
 
 def load_model(folder: str | Path) -> SavedModel:
@@ -126,8 +113,6 @@ def load_model(folder: str | Path) -> SavedModel:
         ModelFileError: folder or file missing, not a vbnn model, or tensors that do not fit the
             architecture its config describes.
     """
-    from vbnn.regression.engine import build_stack
-
     folder = Path(folder)
     config_path, state_path = folder / CONFIG_FILE, folder / STATE_FILE
     for path in (config_path, state_path):
@@ -165,41 +150,3 @@ def load_model(folder: str | Path) -> SavedModel:
         dataset=description.get("dataset"),
         metadata=description.get("metadata", {}),
     )
-
-
-def run_splits_saving_models(
-    dataset: RegressionDataset,
-    split_ids: Sequence[int] | None,
-    config: TrainConfig,
-    folder: str | Path,
-    progress: bool = False,
-) -> tuple[RunResult, list[Path]]:
-    """``engine.run_splits`` that also saves every trained chunk as soon as it finishes.
-
-    Chunk c is written to ``folder / f"{method}-splits-{first}-{last}"``.
-
-    Returns:
-        (the results, the model folders written).
-    """
-    from vbnn.regression.engine import TrainedStack, run_splits
-
-    folders: list[Path] = []
-
-    def save(trained: TrainedStack) -> None:
-        keys = list(trained.data.split_ids)
-        metrics = {str(r.split): r.test_log_likelihood for r in trained.results}
-        folders.append(
-            save_model(
-                Path(folder) / f"{config.method.value}-splits-{keys[0]}-{keys[-1]}",
-                trained.model,
-                trained.likelihood,
-                trained.config,
-                dataset.inputs.shape[1],
-                keys,
-                dataset=dataset.name,
-                metadata={"test_log_likelihood": metrics},
-            )
-        )
-
-    result = run_splits(dataset, split_ids, config, progress, on_stack=save)
-    return result, folders
