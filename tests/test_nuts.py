@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from vbnn.references.nuts import FlatParameters, NUTSConfig, call_with, module_potential, run_nuts
-from vbnn.stores import sample_cache
+from vbnn.stores import unit_store
 
 
 def _linear_regression_problem() -> tuple[nn.Module, torch.Tensor, torch.Tensor, float]:
@@ -88,13 +88,13 @@ def test_flat_parameters_round_trip_and_errors() -> None:
 
 def test_sample_cache_round_trip(tmp_path) -> None:
     settings = {"depth": 2, "activation": "relu", "seed": 3}
-    assert sample_cache.load(tmp_path, settings) is None
+    assert unit_store.load(tmp_path, settings) is None
     arrays = {"samples": np.arange(6.0).reshape(3, 2)}
-    sample_cache.save(tmp_path, settings, arrays, {"ess_min": 12.5})
-    loaded, info = sample_cache.load(tmp_path, settings)
+    unit_store.save(tmp_path, settings, arrays, {"ess_min": 12.5})
+    loaded, info = unit_store.load(tmp_path, settings)
     np.testing.assert_array_equal(loaded["samples"], arrays["samples"])
     assert info == {"ess_min": 12.5}
-    assert sample_cache.load(tmp_path, {**settings, "seed": 4}) is None
+    assert unit_store.load(tmp_path, {**settings, "seed": 4}) is None
     record = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert record["settings"] == settings
     assert not list(tmp_path.glob(".*tmp"))

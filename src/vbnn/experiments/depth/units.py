@@ -14,7 +14,6 @@ re-plots from) what is there.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +33,7 @@ from vbnn.experiments.depth.models import (
 )
 from vbnn.references.gaussian_gap import diagonal_gap, empirical_covariance
 from vbnn.references.nuts import NUTSConfig, run_nuts
-from vbnn.stores import sample_cache
-from vbnn.stores.atomic import write_atomic
+from vbnn.stores import unit_store
 
 
 @dataclass(frozen=True)
@@ -72,10 +70,9 @@ def two_moons(points: int, noise: float, seed: int, dtype: torch.dtype) -> tuple
 
 def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[str, Any]:
     """Run (or load) one unit; returns its flat record of settings, diagnostics and gaps."""
-    key = sample_cache.settings_key(settings.to_dict())
-    path = out / "units" / f"{key}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
+    stored = unit_store.load(out / "units", settings.to_dict())
+    if stored is not None:
+        return stored[1]
     dtype = getattr(torch, settings.dtype)
     seed = settings.seed * 1000 + settings.repeat
     x, y = two_moons(settings.points, settings.noise, seed, dtype)
@@ -87,11 +84,11 @@ def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[
     network = point_network(mean_field, sizes, settings.activation)
     potential, layout = bernoulli_potential(network, x, y, settings.prior_precision)
     nuts = dataclasses.replace(settings.nuts, seed=seed)
-    cached = sample_cache.load(out / "samples", settings.to_dict())
+    cached = unit_store.load(out / "samples", settings.to_dict())
     if cached is None:
         result = run_nuts(potential, layout.flatten(network), nuts, progress)
         samples, diagnostics = result.samples, result.diagnostics
-        sample_cache.save(
+        unit_store.save(
             out / "samples",
             settings.to_dict(),
             {"samples": samples, "log_density": result.log_density, "steps": result.leapfrog_steps},
@@ -112,5 +109,5 @@ def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[
         **diagonal_gap(covariance),
         "settings": settings.to_dict(),
     }
-    write_atomic(path, json.dumps(record, indent=2, sort_keys=True, default=str))
+    unit_store.save(out / "units", settings.to_dict(), None, record)
     return record

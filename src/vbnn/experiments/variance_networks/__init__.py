@@ -9,7 +9,8 @@ Produces, each beside the published numbers of shared/reference/published.json:
   * Fig. 1 of 003: the toy four-class problem with a two-neuron variance bottleneck;
   * Fig. 3 of 003 (phase transition), Figs. 3-5 of 002 (kappa histograms, count above
     log10 kappa0 = 1.5 per epoch, sparse ensembles), Fig. 5 of 003 (pruning by sigma).
-Every finished training run is stored in OUT/runs/ and reused when the same budget is re-run.
+Every finished training run is stored in OUT/runs/ (``vbnn.stores.unit_store``: settings, result
+and weights) and reused when the same budget is re-run.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from vbnn.experiments.variance_networks.parts import (
 )
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
+from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic
 
 DENSE1 = 2  # index of the first dense layer in LeNet5.layers
@@ -64,13 +65,12 @@ def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, 
     train_x, train_y, test_x, test_y = data
     folder = out / "runs"
     model = LeNet5(config, ModelGenerators.for_keys(seed, [0], "init"))
-    record_path, state_path = folder / f"{name}.json", folder / f"{name}.pt"
-    key = {"budget": asdict(budget), "config": repr(config), "seed": seed}
-    if record_path.is_file() and state_path.is_file():
-        record = json.loads(record_path.read_text())
-        if record["key"] == key:
-            model.load_state_dict(torch.load(state_path))
-            return model, record
+    key = {"name": name, "budget": asdict(budget), "config": repr(config), "seed": seed}
+    stored = unit_store.load(folder, key)
+    if stored is not None:
+        state, record = stored
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        return model, record
     tracker = None
     if track:
         extra = None
@@ -86,15 +86,14 @@ def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, 
     seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name)
     model.eval()
     record = {
-        "key": key,
         "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, modes),
         "elbo": evaluate_elbo(model, prior, train_x, train_y, seed),
         "epoch_seconds": seconds,
         "mean_log_alpha": model.mean_log_alpha(),
         "tracking": tracker.frame().to_dict("list") if tracker else None,
     }
-    write_atomic(state_path, lambda file: torch.save(model.state_dict(), file))
-    write_atomic(record_path, json.dumps(record, indent=1))
+    state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    unit_store.save(folder, key, state, record)
     return model, record
 
 

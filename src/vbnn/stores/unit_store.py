@@ -1,0 +1,70 @@
+"""Finished units of work on disk, keyed by the settings that made them: how runs resume.
+
+A unit (a NUTS chain, a trained network, one cell of an experiment) is stored as
+``<directory>/<key>.json`` holding ``{"settings": ..., "info": ...}`` (the settings and any
+JSON-serialisable result) and, when it has arrays (samples, a state dict), as
+``<directory>/<key>.npz`` too. ``key`` is the first 16 hex digits of the SHA-256 of the settings
+as sorted JSON. Every file is written by ``atomic.write_atomic`` and the JSON goes last, so a unit
+exists only when complete: a killed run loses the unit in flight and nothing else, and re-running
+the same command skips every stored unit. (UCI runs resume through the results database instead,
+where they sit beside the Optuna studies that tuned them.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vbnn.stores.atomic import write_atomic
+
+Arrays = dict[str, np.ndarray]
+
+
+def settings_key(settings: dict[str, Any]) -> str:
+    """16 hex digits identifying ``settings`` (must be JSON-serialisable)."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def save(
+    directory: Path, settings: dict[str, Any], arrays: Arrays | None, info: dict[str, Any]
+) -> Path:
+    """Store ``info`` (and ``arrays``, if any) under the key of ``settings``; returns the JSON."""
+    key = settings_key(settings)
+    if arrays is not None:
+
+        def write_arrays(path: Path) -> None:
+            with path.open("wb") as handle:
+                np.savez_compressed(handle, **arrays)
+
+        write_atomic(Path(directory) / f"{key}.npz", write_arrays)
+    record = {"settings": settings, "info": info, "arrays": arrays is not None}
+    text = json.dumps(record, indent=2, sort_keys=True, default=str)
+    return write_atomic(Path(directory) / f"{key}.json", text)  # last: the unit is complete
+
+
+def load(directory: Path, settings: dict[str, Any]) -> tuple[Arrays | None, dict[str, Any]] | None:
+    """(arrays or None, info) stored for ``settings``, or None when the unit is not stored.
+
+    Raises:
+        ValueError: the stored settings differ from ``settings`` (a key collision or an edit),
+            or the unit's arrays are missing; the message names the file.
+    """
+    key = settings_key(settings)
+    record_path, npz = Path(directory) / f"{key}.json", Path(directory) / f"{key}.npz"
+    if not record_path.is_file():
+        return None
+    record = json.loads(record_path.read_text())
+    if record.get("settings") != json.loads(json.dumps(settings, default=str)):
+        raise ValueError(f"unit store {record_path}: stored settings differ from the key's")
+    if not record.get("arrays", True):
+        return None, record["info"]
+    if not npz.is_file():
+        raise ValueError(f"unit store {record_path}: its arrays {npz.name} are missing")
+    with np.load(npz) as data:
+        arrays = {name: data[name] for name in data.files}
+    return arrays, record["info"]
