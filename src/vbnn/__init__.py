@@ -1,8 +1,8 @@
 """vbnn: variational Bayesian neural networks in PyTorch.
 
 The public surface: the families as layers (``FAMILIES`` and their classes), the mode switch,
-priors, networks, and the randomness of model stacks. Experiments live in ``vbnn.experiments`` and
-are run with ``vbnn reproduce NAME``.
+priors, networks, likelihoods, the ELBO, the training loop, and the randomness of model stacks.
+Experiments live in ``vbnn.experiments`` and are run with ``vbnn reproduce NAME``.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -34,7 +34,15 @@ from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.networks.mlp import MLP
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.training.likelihoods import GaussianLikelihood
+from vbnn.training.likelihoods import (
+    BernoulliLikelihood,
+    CategoricalLikelihood,
+    GaussianLikelihood,
+    Likelihood,
+)
+from vbnn.training.loop import LangevinDynamics, NonFiniteLossError
+from vbnn.training.loop import run as train_loop
+from vbnn.training.objectives import elbo, kl_divergence
 
 try:
     __version__ = version("vbnn")
@@ -46,22 +54,27 @@ __all__ = [
     "MLP",
     "ARDPrior",
     "Additive",
+    "BernoulliLikelihood",
     "BernoulliVariance",
     "BinaryDropout",
+    "CategoricalLikelihood",
     "FamilySpec",
     "FixedVariance",
     "ForwardMode",
     "FullCovariance",
     "GaussianLikelihood",
     "GaussianPrior",
+    "LangevinDynamics",
     "LayerDropout",
     "LeNet5",
     "LeNetConfig",
+    "Likelihood",
     "LogUniformPrior",
     "MeanField",
     "Method",
     "ModelGenerators",
     "NeuronDropout",
+    "NonFiniteLossError",
     "Point",
     "StudentTPrior",
     "TrainConfig",
@@ -71,7 +84,10 @@ __all__ = [
     "WeightDropout",
     "ZeroMean",
     "__version__",
+    "elbo",
     "family",
+    "kl_divergence",
+    "train_loop",
     "use_mode",
     "variational_layers",
 ]
