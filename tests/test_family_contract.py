@@ -227,6 +227,24 @@ def test_single_layers_work_in_sequential_with_dtype_device_and_state_dict(name:
         assert out.device.type == "meta"
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_zero_mean_mode_centres_gaussian_families_and_leaves_the_others(name: str) -> None:
+    """003 Theorem 1: N(mu, var) -> N(0, var). With one weight draw shared by the batch, the
+    zero-mean output equals the sampled output minus the mean network's weight contribution;
+    point and binary-dropout layers (no such form) are unchanged."""
+    layer, x = make(name), inputs()
+    weights = layer(x, "weights", ModelGenerators([7, 8, 9]))
+    with use_mode(layer, "zero-mean"):
+        zero = layer(x, None, ModelGenerators([7, 8, 9]))
+    if not layer.has_zero_mean_form:
+        torch.testing.assert_close(zero, weights)
+        return
+    mean_weight, mean_bias = layer.means()
+    no_bias = torch.zeros_like(mean_bias) if mean_bias is not None else None
+    shift = layer.operator.apply(x, mean_weight, no_bias)
+    torch.testing.assert_close(zero, weights - shift)
+
+
 def test_full_covariance_samples_match_its_exact_output_moments() -> None:
     layer = make("fc")
     x = inputs()[:, :2]

@@ -27,6 +27,7 @@ class BinaryDropout(VariationalLayer):
     ``posterior_std`` is ignored."""
 
     family_name = "dropout"
+    has_zero_mean_form = False  # Bernoulli masks, not N(mu, var): the layer stays as it is
 
     def __init__(
         self,

@@ -41,7 +41,9 @@ weight sample per model, shared by the examples.
 
 Sparse ensembles and pruning (002 section 5; 003 Fig. 5) act through two optional boolean masks of
 the weight shape: ``to_mean`` (weight replaced by its mean, no noise) and ``to_zero`` (weight set to
-0). ``zero_mean_approximation`` replaces N(mu, var) by N(0, var) (003, Theorem 1).
+0). ``zero_mean_approximation`` replaces N(mu, var) by N(0, var) (003, Theorem 1) in the families
+whose weights have such a distribution; families with ``has_zero_mean_form = False`` (point
+weights, binary dropout) are left as they are, as the theorem does not concern them.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class VariationalLayer(nn.Module):
     """
 
     exact_lrt = True
+    has_zero_mean_form = True  # False: zero_mean_approximation leaves the layer unchanged
     family_name = ""
 
     def __init__(
@@ -157,12 +160,16 @@ class VariationalLayer(nn.Module):
 
     # --- masks and the zero-mean approximation, applied on top of the family -----------------
     @property
+    def zero_mean(self) -> bool:
+        return self.zero_mean_approximation and self.has_zero_mean_form
+
+    @property
     def masked(self) -> bool:
-        return self.zero_mean_approximation or self.to_mean is not None or self.to_zero is not None
+        return self.zero_mean or self.to_mean is not None or self.to_zero is not None
 
     def effective_moments(self) -> Moments:
         mean, var = self.weight_moments()
-        if self.zero_mean_approximation:
+        if self.zero_mean:
             mean = torch.zeros_like(mean)
         if self.to_mean is not None:
             var = torch.where(self.to_mean, torch.zeros_like(var), var)
@@ -178,7 +185,7 @@ class VariationalLayer(nn.Module):
 
     def effective_sample(self, noise: NoiseSource) -> tuple[torch.Tensor, torch.Tensor | None]:
         weight, bias = self.sample(noise)
-        if self.zero_mean_approximation:
+        if self.zero_mean:
             weight = weight - self.weight_moments()[0]
         if self.to_mean is not None:
             weight = torch.where(self.to_mean, self.effective_moments()[0], weight)
