@@ -30,8 +30,11 @@ from vbnn.layers import (
     use_mode,
     variational_layers,
 )
+from vbnn.layers.shell import use_mode as mode
+from vbnn.networks.conversion import convert
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.networks.mlp import MLP
+from vbnn.networks.predictive import sample
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import (
@@ -43,6 +46,7 @@ from vbnn.training.likelihoods import (
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError
 from vbnn.training.loop import run as train_loop
 from vbnn.training.objectives import elbo, kl_divergence
+from vbnn.training.objectives import kl_divergence as kl
 
 try:
     __version__ = version("vbnn")
@@ -84,9 +88,13 @@ __all__ = [
     "WeightDropout",
     "ZeroMean",
     "__version__",
+    "convert",
     "elbo",
     "family",
+    "kl",
     "kl_divergence",
+    "mode",
+    "sample",
     "train_loop",
     "use_mode",
     "variational_layers",

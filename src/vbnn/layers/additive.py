@@ -17,7 +17,7 @@ from torch import nn
 from vbnn.core.contracts import DropoutPrior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer, clip_log_alpha
-from vbnn.priors.dropout import dropout_kl
+from vbnn.priors.dropout import LogUniformPrior, dropout_kl
 
 MEAN_SQUARED_FLOOR = 1e-8
 DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when posterior_std is None
@@ -32,6 +32,7 @@ class Additive(VariationalLayer):
     """
 
     family_name = "additive"
+    default_prior: object = LogUniformPrior()
 
     def __init__(
         self,

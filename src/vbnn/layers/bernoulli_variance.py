@@ -22,6 +22,7 @@ from torch import nn
 from vbnn.core.contracts import DropoutPrior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer
+from vbnn.priors.dropout import LogUniformPrior
 
 
 class BernoulliVariance(VariationalLayer):
@@ -34,6 +35,7 @@ class BernoulliVariance(VariationalLayer):
     """
 
     family_name = "bernoulli-variance"
+    default_prior: object = LogUniformPrior()
     noise_variance = 1.0  # Var(2 eps - 1)
 
     def __init__(

@@ -28,6 +28,7 @@ class BinaryDropout(VariationalLayer):
 
     family_name = "dropout"
     has_zero_mean_form = False  # Bernoulli masks, not N(mu, var): the layer stays as it is
+    has_kl = False
 
     def __init__(
         self,

@@ -119,6 +119,18 @@ class FullCovariance(VariationalLayer):
         weight = self.mean + self.scale_noise(eps).view_as(self.mean)
         return weight[:, :-1], weight[:, -1]
 
+    @torch.no_grad()
+    def load_means(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """The means from an ``nn.Linear`` weight (O, I) and bias (O,) (see the shell)."""
+        if tuple(weight.shape) != (self.out_features, self.in_features):
+            raise ValueError(
+                f"load_means: weight {tuple(weight.shape)}, expected "
+                f"{(self.out_features, self.in_features)}"
+            )
+        self.mean[:, :-1].copy_(weight.t().expand_as(self.mean[:, :-1]))
+        if bias is not None:
+            self.mean[:, -1].copy_(bias.expand_as(self.mean[:, -1]))
+
     def kl(self, prior: Prior) -> torch.Tensor:
         return prior.kl_full(self.mean.flatten(1), self.scale_lower, self.scale_log_diagonal)
 

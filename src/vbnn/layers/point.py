@@ -19,6 +19,7 @@ class Point(VariationalLayer):
 
     family_name = "point"
     has_zero_mean_form = False  # point weights: 003's Theorem 1 does not apply
+    has_kl = False
     exact_lrt = False  # SAMPLE returns the point weights without drawing noise
 
     def __init__(

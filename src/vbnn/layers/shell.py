@@ -58,6 +58,7 @@ from torch import nn
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource, TorchNoise
 from vbnn.layers.operators import Operator
+from vbnn.priors.gaussian import GaussianPrior
 
 # A variance is floored here before its square root: sqrt has an infinite derivative at 0 and an
 # all-zero receptive field (MNIST borders) gives exactly zero output variance.
@@ -81,6 +82,8 @@ class VariationalLayer(nn.Module):
 
     exact_lrt = True
     has_zero_mean_form = True  # False: zero_mean_approximation leaves the layer unchanged
+    has_kl = True  # False: point weights or the dropout baseline (no KL term in the ELBO)
+    default_prior: object = GaussianPrior(1.0)  # the prior ``vbnn.kl`` uses when given none
     family_name = ""
 
     def __init__(
@@ -157,6 +160,30 @@ class VariationalLayer(nn.Module):
     def means(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(weight mean, bias mean or None); families override it when the moments cost more."""
         return self.weight_moments()[0], self.bias_moments()[0]
+
+    @torch.no_grad()
+    def load_means(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """Set the posterior means from a deterministic layer's weights, for every model.
+
+        Args:
+            weight: ``nn.Linear`` layout (O, I) or ``nn.Conv2d`` layout (O, C, kh, kw).
+            bias: (O,) or None (the layer's bias is then left as it is).
+
+        Families without a weight mean (zero-mean variance layers) keep their own weights and
+        take the bias only.
+        """
+        expected = (self.out_features, self.in_features, *(self.kernel_size or ()))
+        if tuple(weight.shape) != expected:
+            raise ValueError(f"load_means: weight {tuple(weight.shape)}, expected {expected}")
+        dense = weight.t() if self.kernel_size is None else weight
+        target = getattr(self, "weight_mean", None)
+        target = getattr(self, "weight", None) if target is None else target
+        if target is not None:
+            target.copy_(dense.expand_as(target))
+        mean_bias = getattr(self, "bias_mean", None)
+        mean_bias = getattr(self, "bias", None) if mean_bias is None else mean_bias
+        if bias is not None and mean_bias is not None:
+            mean_bias.copy_(bias.expand_as(mean_bias))
 
     # --- masks and the zero-mean approximation, applied on top of the family -----------------
     @property

@@ -19,6 +19,7 @@ import torch
 from vbnn.core.contracts import DropoutPrior
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.bernoulli_variance import BernoulliVariance
+from vbnn.priors.dropout import LogUniformPrior
 
 
 class UniformVariance(BernoulliVariance):
@@ -26,6 +27,7 @@ class UniformVariance(BernoulliVariance):
     Bernoulli layer; ``posterior_std`` is the initial std theta / sqrt 3)."""
 
     family_name = "uniform-variance"
+    default_prior: object = LogUniformPrior()
     noise_variance = 1.0 / 3.0
 
     def unit_noise(self, noise: NoiseSource, like: torch.Tensor) -> torch.Tensor:

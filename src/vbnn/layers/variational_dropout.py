@@ -25,7 +25,7 @@ from torch import nn
 
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer, clip_log_alpha
-from vbnn.priors.dropout import dropout_kl
+from vbnn.priors.dropout import LogUniformPrior, dropout_kl
 
 DEFAULT_LOG_ALPHA = -4.0  # initial log alpha when posterior_std is not given (sqrt(alpha) ~ 0.14)
 
@@ -61,6 +61,7 @@ class VariationalDropout(VariationalLayer):
 
     sharing = AlphaSharing.LAYER
     family_name = "vd"
+    default_prior: object = LogUniformPrior()  # 003 eq. 6
 
     def __init__(
         self,

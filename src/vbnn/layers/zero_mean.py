@@ -20,7 +20,7 @@ from torch import nn
 
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer
-from vbnn.priors.dropout import zero_mean_kl
+from vbnn.priors.dropout import LogUniformPrior, zero_mean_kl
 
 
 class ZeroMean(VariationalLayer):
@@ -32,6 +32,7 @@ class ZeroMean(VariationalLayer):
     """
 
     family_name = "zero-mean"
+    default_prior: object = LogUniformPrior()
 
     def __init__(
         self,

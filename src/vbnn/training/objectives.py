@@ -2,7 +2,7 @@
 
 Each returns a dict of named terms whose key "objective" is the quantity to maximise; the other
 entries name its parts, so a non-finite value can be traced to its source. Terms have one value
-per model, (M,), for a stack and (1,) for one network.
+per model, (M,), for a stack and scalars for one network.
 
 The ELBO of a batch B drawn from a data set of N examples (N = B for full-batch training):
 
@@ -21,7 +21,7 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import NoiseSource
-from vbnn.layers.shell import VariationalLayer, use_mode, variational_layers
+from vbnn.layers.shell import VariationalLayer, stack_size, use_mode, variational_layers
 from vbnn.training.likelihoods import Likelihood
 
 Terms = dict[str, torch.Tensor]
@@ -46,14 +46,22 @@ def network_output(
         return model(x)
 
 
-def kl_divergence(model: nn.Module, prior: Prior) -> torch.Tensor:
-    """KL(q || prior) summed over the family layers of ``model``: (M,), or (1,) for one network."""
-    if hasattr(model, "kl"):
-        return model.kl(prior)
-    layers = variational_layers(model)
-    if not layers:
-        raise ValueError(f"{type(model).__name__} holds no vbnn family layer: no KL to compute")
-    return sum(layer.kl(prior) for layer in layers)
+def kl_divergence(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
+    """KL(q || prior) summed over the family layers of ``model``: (M,) for a stack, a scalar for
+    one network.
+
+    ``prior`` None gives every layer its family's ``default_prior`` (N(0, 1) for the Gaussian
+    families, log-uniform for variational dropout and the variance layers); layers without a KL
+    term (point weights, binary dropout) add nothing.
+    """
+    if prior is not None and hasattr(model, "kl"):
+        total = model.kl(prior)
+    else:
+        layers = [layer for layer in variational_layers(model) if layer.has_kl]
+        if not layers:
+            raise ValueError(f"{type(model).__name__} holds no vbnn family layer with a KL term")
+        total = sum(layer.kl(layer.default_prior if prior is None else prior) for layer in layers)
+    return total.squeeze(0) if stack_size(model) is None else total
 
 
 def expected_log_likelihood(
@@ -67,7 +75,8 @@ def expected_log_likelihood(
     """Monte-Carlo E_q[ sum_n log p(y_n | x_n, W) ] over the batch with ``samples`` draws.
 
     Returns:
-        (M,) (or (N,)-summed scalar per model) unbiased estimate for the examples of the batch.
+        Unbiased estimate for the examples of the batch: (M,) for a stack, a scalar for one
+        network.
     """
     if samples < 1:
         raise ValueError(f"expected_log_likelihood: samples must be >= 1, got {samples}")
@@ -81,7 +90,7 @@ def expected_log_likelihood(
 def elbo(
     model: nn.Module,
     likelihood: Likelihood,
-    prior: Prior,
+    prior: Prior | None,
     x: torch.Tensor,
     y: torch.Tensor,
     noise: NoiseSource | None = None,
@@ -89,7 +98,8 @@ def elbo(
     samples: int = 1,
     dataset_size: int | None = None,
 ) -> Terms:
-    """ELBO terms of a batch (module docstring); ``dataset_size`` None: the batch is the data."""
+    """ELBO terms of a batch (module docstring); ``dataset_size`` None: the batch is the data;
+    ``prior`` None: each layer's family default (``kl_divergence``)."""
     data = expected_log_likelihood(model, likelihood, x, y, noise, samples)
     if dataset_size is not None:
         data = data * (dataset_size / y.shape[-1])

@@ -1,0 +1,116 @@
+"""vbnn.convert, vbnn.kl, vbnn.sample and vbnn.mode on a user's own modules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import vbnn
+from vbnn.core.gaussian import kl_diagonal_gaussian
+from vbnn.layers.shell import VariationalLayer
+
+WITH_MEANS = [name for name, spec in vbnn.FAMILIES.items() if spec.name not in
+              ("zero-mean", "bernoulli-variance", "uniform-variance")]  # fmt: skip
+
+
+def small_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, stride=2, padding=1, dilation=1),
+        nn.ReLU(),
+        nn.Conv2d(4, 3, 3, padding=2, dilation=2),
+        nn.Flatten(),
+        nn.Linear(3 * 4 * 4, 5),
+    ).double()
+
+
+@pytest.mark.parametrize("family", sorted(vbnn.FAMILIES))
+def test_converted_network_in_eval_mode_is_the_original_network(family: str) -> None:
+    """Means come from the original weights: the posterior-mean network is the network."""
+    original = small_cnn()
+    x = torch.randn(6, 1, 8, 8, dtype=torch.float64)
+    if not vbnn.FAMILIES[family].convolution:
+        with pytest.raises(ValueError, match=r"nn\.Conv2d; family 'fc' is dense only"):
+            vbnn.convert(original, family)
+        return
+    converted = vbnn.convert(original, family).eval()
+    replaced = [m for m in converted.modules() if isinstance(m, VariationalLayer)]
+    assert len(replaced) == 3 and all(type(m) is vbnn.FAMILIES[family].layer for m in replaced)
+    kinds = [nn.Conv2d, nn.ReLU, nn.Conv2d, nn.Flatten, nn.Linear]
+    assert [type(m) for m in original] == kinds  # the original is left as it was
+    if family in WITH_MEANS:
+        torch.testing.assert_close(converted(x), original(x))
+    assert converted.train()(x).shape == (6, 5)
+
+
+def test_convert_keeps_named_layers_and_names_bad_input() -> None:
+    original = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+    converted = vbnn.convert(original, "vd-layer", keep=["2"], posterior_std=0.1)
+    assert isinstance(converted[0], VariationalLayer) and type(converted[2]) is nn.Linear
+    with pytest.raises(ValueError, match=r"keep=\['3'\] are not nn.Linear/nn.Conv2d layers"):
+        vbnn.convert(original, "mf", keep=["3"])
+    with pytest.raises(ValueError, match="unknown family 'gauss'; choose from mf, gd"):
+        vbnn.convert(original, "gauss")
+    grouped = nn.Sequential(nn.Conv2d(2, 2, 3, groups=2))
+    with pytest.raises(ValueError, match=r"0 has groups=2"):
+        vbnn.convert(grouped, "mf")
+    full = vbnn.convert(original, "fc").eval()  # dense full covariance
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(full(x), original(x))
+
+
+def test_kl_sums_every_layer_against_each_family_default_prior() -> None:
+    """MF with N(0, 1): sum of the closed-form diagonal KLs; VD with log-uniform: its own KL;
+    a kept deterministic layer adds nothing."""
+    original = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2), nn.Linear(2, 1))
+    mf = vbnn.convert(original, "mf", keep=["3"], posterior_std=0.2)
+    expected = sum(
+        kl_diagonal_gaussian(layer.weight_mean, layer.weight_std(), 1.0)
+        + kl_diagonal_gaussian(layer.bias_mean, layer.bias_std(), 1.0)
+        for layer in (mf[0], mf[2])
+    )
+    assert vbnn.kl(mf).shape == ()
+    torch.testing.assert_close(vbnn.kl(mf), expected[0])
+    torch.testing.assert_close(vbnn.kl(mf, vbnn.GaussianPrior(2.0)),
+                               mf[0].kl(vbnn.GaussianPrior(2.0))[0]
+                               + mf[2].kl(vbnn.GaussianPrior(2.0))[0])  # fmt: skip
+    vd = vbnn.convert(original, "vd-weight")
+    torch.testing.assert_close(
+        vbnn.kl(vd), sum(vd[i].kl(vbnn.LogUniformPrior())[0] for i in (0, 2, 3))
+    )
+    with pytest.raises(ValueError, match="holds no vbnn family layer with a KL term"):
+        vbnn.kl(vbnn.convert(original, "point"))
+
+
+def test_sample_moments_of_a_linear_model_match_the_exact_predictive() -> None:
+    """One MF linear layer: f(x) = x w + b is Gaussian with mean x mu + mu_b and variance
+    x^2 var_w + var_b; 4000 function samples match both within their standard errors."""
+    torch.manual_seed(3)
+    layer = vbnn.convert(nn.Linear(2, 1).double(), "mf", posterior_std=0.5)
+    x = torch.randn(5, 2, dtype=torch.float64)
+    samples = vbnn.sample(layer, x, 4000).squeeze(-1)  # (K, N)
+    mean = (x @ layer.weight_mean[0] + layer.bias_mean[0]).squeeze(-1).detach()
+    variance = (x**2 @ layer.weight_std()[0] ** 2 + layer.bias_std()[0] ** 2).squeeze(-1).detach()
+    z = (samples.mean(0) - mean) / (variance / 4000).sqrt()
+    assert z.abs().max() < 4
+    relative = samples.var(0) / variance - 1  # standard error of a variance: sqrt(2 / (K - 1))
+    assert relative.abs().max() < 4 * math.sqrt(2 / 3999)
+
+
+def test_sample_in_weights_mode_keeps_one_function_per_sample_across_chunks() -> None:
+    original = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+    model = vbnn.convert(original, "mf", posterior_std=0.3)
+    x = torch.randn(9, 2)
+    torch.manual_seed(5)
+    whole = vbnn.sample(model, x, 3)
+    torch.manual_seed(5)
+    chunked = vbnn.sample(model, x, 3, batch_size=4)
+    torch.testing.assert_close(chunked, whole)
+    assert not torch.equal(whole[0], whole[1])
+    with vbnn.mode(model, "mean"):
+        torch.testing.assert_close(model(x), model.eval()(x))
+    with pytest.raises(ValueError, match="mode 'mean'; choose 'weights', 'sample' or 'zero-mean'"):
+        vbnn.sample(model, x, 2, mode="mean")
