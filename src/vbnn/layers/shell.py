@@ -128,6 +128,10 @@ class VariationalLayer(nn.Module):
         dtype = dtype or torch.get_default_dtype()
         shape = self.operator.weight_shape(self.num_models)
         draw = self.init_noise.randn(*shape[1:], dtype=dtype)
+        # LeCun as draw / sqrt(fan_in), He as draw * sqrt(2 / fan_in): the same float operations
+        # as before the family contract, so trained numbers stay bit-identical
+        if gain == 1.0:
+            return draw / math.sqrt(self.operator.fan_in())
         return draw * math.sqrt(gain / self.operator.fan_in())
 
     def zeros_bias(self, dtype: torch.dtype | None) -> torch.Tensor:
