@@ -7,6 +7,7 @@ Experiments live in ``vbnn.experiments`` and are run with ``vbnn reproduce NAME`
 
 from importlib.metadata import PackageNotFoundError, version
 
+from vbnn import metrics
 from vbnn.core.contracts import ForwardMode, Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import (
@@ -93,6 +94,7 @@ __all__ = [
     "family",
     "kl",
     "kl_divergence",
+    "metrics",
     "mode",
     "sample",
     "train_loop",
