@@ -38,6 +38,7 @@ from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.regression.estimator import BayesianRegressor
 from vbnn.training.likelihoods import (
     BernoulliLikelihood,
     CategoricalLikelihood,
@@ -59,6 +60,7 @@ __all__ = [
     "MLP",
     "ARDPrior",
     "Additive",
+    "BayesianRegressor",
     "BernoulliLikelihood",
     "BernoulliVariance",
     "BinaryDropout",

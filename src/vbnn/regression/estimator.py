@@ -1,0 +1,199 @@
+"""``BayesianRegressor``: a scikit-learn estimator around the UCI engine's training.
+
+``fit(X, y)`` standardises X and y (the scalers are kept), trains one network of any family by
+full-batch Adam on the ELBO (``training.full_batch.fit``, the settings of the overpruning paper
+by default), and ``predict(X, return_std=True)`` gives the mean and the total std of the
+predictive mixture over K samples,
+
+    Var[y | x] = Var_k[f_k(x)] + sigma^2        (epistemic + aleatoric),
+
+both in the units of y (``predict_components`` gives the two parts). ``score(X, y)`` is the mean
+test log-likelihood in nats (``metrics.gaussian_mixture_log_likelihood``), so model selection
+maximises it. Parameters follow scikit-learn's rules (stored as given, checked in ``fit``), so
+the estimator works with ``clone``, ``cross_val_score`` and grid searches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+from vbnn.core.randomness import ModelGenerators
+from vbnn.metrics import gaussian_mixture_log_likelihood
+from vbnn.regression.engine import build_stack
+from vbnn.regression.saved_models import load_model, save_model
+from vbnn.training.full_batch import fit as fit_stack
+
+
+def as_arrays(x, y=None, name: str = "X") -> tuple[np.ndarray, np.ndarray | None]:
+    """X as (N, I) float64 and y as (N,), with errors naming the argument, shape and row.
+
+    Raises:
+        ValueError: X not 2-D (a 1-D X is one feature: pass X.reshape(-1, 1)), y not 1-D,
+            different lengths, no rows, or a NaN/inf (the first row holding one is named).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(
+            f"{name} must be 2-D (n_samples, n_features) with at least one row, got shape "
+            f"{x.shape}" + (" (one feature? use X.reshape(-1, 1))" if x.ndim == 1 else "")
+        )
+    arrays = [(name, x)]
+    if y is not None:
+        y = np.asarray(y, dtype=np.float64)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        if y.ndim != 1 or len(y) != len(x):
+            raise ValueError(f"y must be 1-D with {len(x)} values (one per row of {name}), "
+                             f"got shape {y.shape}")  # fmt: skip
+        arrays.append(("y", y))
+    for label, values in arrays:
+        bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+        if bad.any():
+            raise ValueError(f"{label} has NaN or inf in row {int(np.flatnonzero(bad)[0])}")
+    return x, y
+
+
+class BayesianRegressor(RegressorMixin, BaseEstimator):
+    """A Bayesian MLP regressor of any family (module docstring).
+
+    Args:
+        family: a ``vbnn.FAMILIES`` name trained by VI ("mf", "gd", "fc", "vd-layer", ...).
+        hidden: hidden widths.
+        activation: "tanh", "relu", "leaky_relu" or "identity".
+        iterations: full-batch Adam steps.
+        learning_rate: Adam step size.
+        prior_std: std of the N(0, s^2) prior (Gaussian families; the dropout families use their
+            log-uniform prior).
+        posterior_std: initial posterior std (GD: its fixed std).
+        kl_weight: multiplies the KL (1: the ELBO).
+        samples: K, predictive samples in ``predict`` and ``score``.
+        seed: seeds the initialisation, the training noise and the predictive samples.
+    """
+
+    def __init__(
+        self,
+        family: str = "mf",
+        hidden: tuple[int, ...] = (50,),
+        activation: str = "tanh",
+        iterations: int = 2000,
+        learning_rate: float = 0.005,
+        prior_std: float = 1.0,
+        posterior_std: float = 1e-3,
+        kl_weight: float = 1.0,
+        samples: int = 100,
+        seed: int = 0,
+    ) -> None:
+        self.family = family
+        self.hidden = hidden
+        self.activation = activation
+        self.iterations = iterations
+        self.learning_rate = learning_rate
+        self.prior_std = prior_std
+        self.posterior_std = posterior_std
+        self.kl_weight = kl_weight
+        self.samples = samples
+        self.seed = seed
+
+    def _config(self) -> TrainConfig:
+        return TrainConfig(
+            method=Method.VI,
+            family=self.family,
+            hidden=tuple(self.hidden),
+            activation=self.activation,
+            iterations=self.iterations,
+            learning_rate=self.learning_rate,
+            prior_std=self.prior_std,
+            posterior_std=self.posterior_std,
+            kl_weight=self.kl_weight,
+            test_samples=self.samples,
+            seed=self.seed,
+            dtype="float64",
+        )
+
+    def fit(self, X, y) -> BayesianRegressor:
+        """Standardise, then train for ``iterations`` steps. Returns self."""
+        x, y = as_arrays(X, y)
+        config = self._config()
+        self.x_mean_, self.x_scale_ = x.mean(0), np.where(x.std(0) > 0, x.std(0), 1.0)
+        self.y_mean_, self.y_scale_ = float(y.mean()), float(y.std() or 1.0)
+        self.n_features_in_ = x.shape[1]
+        inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0)
+        targets = torch.as_tensor((y - self.y_mean_) / self.y_scale_).unsqueeze(0)
+        self.model_, self.likelihood_ = build_stack(config, x.shape[1], [0])
+        streams = ModelGenerators.for_keys(config.seed, [0], "train")
+        fit_stack(config, self.model_, self.likelihood_, inputs, targets, streams)
+        self.config_ = config
+        return self
+
+    @torch.no_grad()
+    def _samples(self, X) -> tuple[torch.Tensor, float]:
+        """(K, N) network outputs and the noise std, in the units of y."""
+        if not hasattr(self, "model_"):
+            raise RuntimeError("BayesianRegressor: call fit before predict or score")
+        x, _ = as_arrays(X)
+        if x.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {x.shape[1]} features; the model was fit on "
+                             f"{self.n_features_in_}")  # fmt: skip
+        inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0)
+        noise = ModelGenerators.for_keys(self.seed, [0], "eval")
+        outputs = torch.stack(
+            [self.model_(inputs, ForwardMode.SAMPLE, noise)[0, :, 0] for _ in range(self.samples)]
+        )
+        return outputs * self.y_scale_ + self.y_mean_, float(
+            self.likelihood_.std()[0]
+        ) * self.y_scale_
+
+    def predict_components(self, X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mean, epistemic std, aleatoric std) of the predictive, each (N,), units of y."""
+        outputs, noise_std = self._samples(X)
+        epistemic = outputs.var(0, unbiased=False).sqrt()
+        aleatoric = torch.full_like(epistemic, noise_std)
+        return outputs.mean(0).numpy(), epistemic.numpy(), aleatoric.numpy()
+
+    def predict(self, X, return_std: bool = False):
+        """Predictive mean (N,); with ``return_std`` also the total std sqrt(epi^2 + alea^2)."""
+        mean, epistemic, aleatoric = self.predict_components(X)
+        if not return_std:
+            return mean
+        return mean, np.sqrt(epistemic**2 + aleatoric**2)
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Mean test log-likelihood (nats per example) of the K-sample predictive mixture."""
+        if sample_weight is not None:
+            raise ValueError("BayesianRegressor.score: sample_weight is not supported")
+        _, y = as_arrays(X, y)
+        outputs, noise_std = self._samples(X)
+        per_example = gaussian_mixture_log_likelihood(
+            outputs, torch.tensor(noise_std, dtype=outputs.dtype), torch.as_tensor(y)
+        )
+        return float(per_example.mean())
+
+    def save(self, folder: str | Path) -> Path:
+        """The trained network (``regression.saved_models``) and the scalers, in one folder."""
+        if not hasattr(self, "model_"):
+            raise RuntimeError("BayesianRegressor: nothing to save before fit")
+        scalers = {"x_mean": self.x_mean_.tolist(), "x_scale": self.x_scale_.tolist(),
+                   "y_mean": self.y_mean_, "y_scale": self.y_scale_,
+                   "estimator": self.get_params()}  # fmt: skip
+        return save_model(folder, self.model_, self.likelihood_, self.config_,
+                          self.n_features_in_, [0], metadata=scalers)  # fmt: skip
+
+    @classmethod
+    def load(cls, folder: str | Path) -> BayesianRegressor:
+        """An estimator from ``save``'s folder, ready to predict."""
+        saved = load_model(folder)
+        scalers = saved.metadata
+        params = dict(scalers["estimator"])
+        params["hidden"] = tuple(params["hidden"])
+        estimator = cls(**params)
+        estimator.model_, estimator.likelihood_ = saved.model, saved.likelihood
+        estimator.config_, estimator.n_features_in_ = saved.config, saved.in_features
+        estimator.x_mean_ = np.asarray(scalers["x_mean"])
+        estimator.x_scale_ = np.asarray(scalers["x_scale"])
+        estimator.y_mean_, estimator.y_scale_ = scalers["y_mean"], scalers["y_scale"]
+        return estimator

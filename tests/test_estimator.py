@@ -1,0 +1,68 @@
+"""vbnn.BayesianRegressor: scikit-learn's estimator API around the engine's training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import cross_val_score
+
+import vbnn
+
+
+def linear_data(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2, 2, size=(n, 1)) * 3.0 + 10.0  # raw units: the scalers must undo this
+    return x, 2.0 * x[:, 0] - 5.0 + 0.3 * rng.normal(size=n)
+
+
+def test_linear_mean_field_recovers_least_squares_and_the_noise_std() -> None:
+    """hidden=() is Bayesian linear regression: with N = 400 and a N(0, 1) prior on the
+    standardised weights the posterior mean is the least-squares line to within its posterior
+    std, and the learned noise std is the residual std of that line."""
+    x, y = linear_data()
+    model = vbnn.BayesianRegressor(hidden=(), iterations=3000, learning_rate=0.01).fit(x, y)
+    grid = np.linspace(4.0, 16.0, 7).reshape(-1, 1)
+    mean, epistemic, aleatoric = model.predict_components(grid)
+    design = np.column_stack([x[:, 0], np.ones(len(x))])
+    slope, intercept = np.linalg.lstsq(design, y, rcond=None)[0]
+    residual_std = np.std(y - design @ [slope, intercept])
+    assert np.all(np.abs(mean - (slope * grid[:, 0] + intercept)) < 4 * epistemic + 0.02)
+    assert abs(aleatoric[0] / residual_std - 1) < 0.1
+    assert np.all(epistemic < 0.2 * aleatoric)  # 400 points: little parameter uncertainty
+    _, total = model.predict(grid, return_std=True)
+    np.testing.assert_allclose(total, np.sqrt(epistemic**2 + aleatoric**2))
+    assert model.score(x, y) == pytest.approx(-np.log(residual_std * np.sqrt(2 * np.pi)) - 0.5,
+                                              abs=0.05)  # fmt: skip
+
+
+def test_estimator_works_with_clone_and_cross_val_score_and_round_trips(tmp_path) -> None:
+    x, y = linear_data(120, seed=1)
+    estimator = vbnn.BayesianRegressor(family="vd-layer", hidden=(8,), iterations=150)
+    assert clone(estimator).get_params() == estimator.get_params()
+    scores = cross_val_score(estimator, x, y, cv=2)
+    assert scores.shape == (2,) and np.all(np.isfinite(scores))
+    fitted = estimator.fit(x, y)
+    loaded = vbnn.BayesianRegressor.load(fitted.save(tmp_path / "model"))
+    np.testing.assert_array_equal(loaded.predict(x[:5]), fitted.predict(x[:5]))
+    assert loaded.get_params() == fitted.get_params()
+
+
+def test_bad_input_is_named() -> None:
+    x, y = linear_data(20)
+    estimator = vbnn.BayesianRegressor(iterations=5)
+    with pytest.raises(RuntimeError, match="call fit before predict"):
+        estimator.predict(x)
+    with pytest.raises(ValueError, match=r"X must be 2-D .* got shape \(20,\) \(one feature"):
+        estimator.fit(x[:, 0], y)
+    with pytest.raises(ValueError, match=r"y must be 1-D with 20 values .* got shape \(19,\)"):
+        estimator.fit(x, y[:19])
+    bad = x.copy()
+    bad[7, 0] = np.nan
+    with pytest.raises(ValueError, match="X has NaN or inf in row 7"):
+        estimator.fit(bad, y)
+    estimator.fit(x, y)
+    with pytest.raises(ValueError, match="X has 2 features; the model was fit on 1"):
+        estimator.predict(np.hstack([x, x]))
+    with pytest.raises(ValueError, match="unknown family 'gauss'"):
+        vbnn.BayesianRegressor(family="gauss").fit(x, y)
