@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vbnn.cli import main
@@ -75,3 +76,26 @@ def test_errors_exit_2_with_a_message(data_dir: Path, capsys: pytest.CaptureFixt
 @pytest.mark.parametrize(("text", "ids"), [("0-3", [0, 1, 2, 3]), ("5", [5]), ("1,4-5", [1, 4, 5])])
 def test_parse_splits(text: str, ids: list[int]) -> None:
     assert parse_splits(text) == ids
+
+
+def test_fit_reads_a_users_csv_and_names_bad_cells(tmp_path, capsys) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 2))
+    y = x @ [1.5, -0.5] + 0.1 * rng.normal(size=60)
+    table = tmp_path / "mine.csv"
+    table.write_text(
+        "a,b,price\n" + "\n".join(f"{p},{q},{r}" for (p, q), r in zip(x, y, strict=True)) + "\n"
+    )
+    saved = tmp_path / "model"
+    argv = ["fit", "--csv", str(table), "--target", "price", "--iterations", "300",
+            "--hidden", "8", "--save", str(saved)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "test log-likelihood" in out and saved.is_dir()
+    lines = table.read_text().splitlines()
+    lines[5] = "0.1,oops,2.0"
+    table.write_text("\n".join(lines) + "\n")
+    assert main(argv) == 2
+    assert "mine.csv, line 6, column 'b': non-numeric value 'oops'" in capsys.readouterr().err
+    assert main(["fit", "--csv", str(table), "--target", "cost"]) == 2
+    assert "no column 'cost'; the columns are ['a', 'b', 'price']" in capsys.readouterr().err
