@@ -1,0 +1,85 @@
+"""Figures a user looks at: the predictive band of a 1-D regression and a reliability diagram.
+
+Each function draws on a new matplotlib figure (Agg backend), writes it to ``path`` atomically
+when given one, and returns the figure so that a notebook can show or restyle it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vbnn.metrics import expected_calibration_error, reliability_table
+from vbnn.stores.atomic import write_atomic
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    return pyplot
+
+
+def _save(figure, path: str | Path | None) -> None:
+    if path is not None:
+        suffix = Path(path).suffix.lstrip(".") or "png"
+        write_atomic(path, lambda file: figure.savefig(file, dpi=120, format=suffix))
+
+
+def plot_predictive_band(
+    x, mean, std, x_train=None, y_train=None, path: str | Path | None = None, level: float = 2.0
+):
+    """The predictive mean of a 1-D regression with a band of +-``level`` std, and the data.
+
+    Args:
+        x, mean, std: (N,) sorted or not (they are sorted by x here).
+        x_train, y_train: optional training points, drawn as dots.
+    """
+    x, mean, std = (np.asarray(v, dtype=float).reshape(-1) for v in (x, mean, std))
+    if not len(x) == len(mean) == len(std):
+        raise ValueError(
+            f"x, mean, std must have one length, got {len(x)}, {len(mean)}, {len(std)}"
+        )
+    order = np.argsort(x)
+    x, mean, std = x[order], mean[order], std[order]
+    pyplot = _pyplot()
+    figure, axis = pyplot.subplots(figsize=(6, 4))
+    axis.fill_between(x, mean - level * std, mean + level * std, alpha=0.3,
+                      label=f"mean +- {level:g} std")  # fmt: skip
+    axis.plot(x, mean, label="predictive mean")
+    if x_train is not None and y_train is not None:
+        axis.scatter(np.ravel(x_train), np.ravel(y_train), s=8, color="black", label="data")
+    axis.set(xlabel="x", ylabel="y")
+    axis.legend()
+    figure.tight_layout()
+    _save(figure, path)
+    return figure
+
+
+def plot_reliability(probabilities, labels, bins: int = 15, path: str | Path | None = None):
+    """Accuracy against confidence per equal-width bin, with the ECE (``bins`` stated) in the
+    title; bars show the share of examples per bin."""
+    probabilities, labels = torch.as_tensor(probabilities), torch.as_tensor(labels)
+    table = reliability_table(probabilities, labels, bins)
+    ece = float(expected_calibration_error(probabilities, labels, bins))
+    pyplot = _pyplot()
+    figure, (top, bottom) = pyplot.subplots(2, 1, figsize=(5, 6), sharex=True,
+                                            gridspec_kw={"height_ratios": [3, 1]})  # fmt: skip
+    centres = ((table["lower"] + table["upper"]) / 2).numpy()
+    width = float(table["upper"][0] - table["lower"][0])
+    filled = table["count"].numpy() > 0
+    top.bar(centres[filled], table["accuracy"].numpy()[filled], width=width, edgecolor="black",
+            label="accuracy")  # fmt: skip
+    top.plot([0, 1], [0, 1], linestyle="--", color="grey", label="perfect calibration")
+    top.set(ylabel="accuracy", title=f"ECE {100 * ece:.2f} % ({bins} equal-width bins)")
+    top.legend()
+    share = table["count"].numpy() / max(1, int(table["count"].sum()))
+    bottom.bar(centres, share, width=width, edgecolor="black")
+    bottom.set(xlabel="confidence (max probability)", ylabel="share")
+    figure.tight_layout()
+    _save(figure, path)
+    return figure
