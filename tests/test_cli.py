@@ -99,3 +99,22 @@ def test_fit_reads_a_users_csv_and_names_bad_cells(tmp_path, capsys) -> None:
     assert "mine.csv, line 6, column 'b': non-numeric value 'oops'" in capsys.readouterr().err
     assert main(["fit", "--csv", str(table), "--target", "cost"]) == 2
     assert "no column 'cost'; the columns are ['a', 'b', 'price']" in capsys.readouterr().err
+
+
+def test_uci_defaults_come_from_the_tuned_presets_and_say_so(data_dir, capsys) -> None:
+    from vbnn.regression.presets import GD_POSTERIOR_STD, PRESETS
+
+    base = ["uci", "--dataset", "boston", "--method", "gd", "--splits", "0", "--iterations", "5",
+            "--test-samples", "2", "--data-dir", str(data_dir), "--json", "--no-progress"]  # fmt: skip
+    assert main(base) == 0
+    captured = capsys.readouterr()
+    used = json.loads(captured.out)["config"]
+    assert used["posterior_std"] == PRESETS["boston"]["gd"]["posterior_std"]
+    assert "tuned by the Table 1 reproduction on split 0" in captured.err
+    assert main([*base, "--posterior-std", "0.2"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["posterior_std"] == 0.2
+    kin8nm = [a if a != "boston" else "kin8nm" for a in base]
+    assert main(kin8nm) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["config"]["posterior_std"] == GD_POSTERIOR_STD
+    assert "vbnn's stated GD default" in captured.err

@@ -24,6 +24,7 @@ from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
 from vbnn.regression.engine import run_splits
 from vbnn.regression.estimator import BayesianRegressor
+from vbnn.regression.presets import GD_POSTERIOR_STD, preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
 from vbnn.regression.resumable import run_splits_saving_models
 from vbnn.regression.saved_models import load_model
@@ -48,15 +49,29 @@ def load_dataset(name: str, data_dir: str | None) -> RegressionDataset:
     return load_uci(name, data_dir)
 
 
+TUNED = ("learning_rate", "prior_std", "posterior_std")  # flags that default to a preset
+
+
 def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
+    """The run's config: explicit flags, else the data set's preset (``regression.presets``),
+    else the ``TrainConfig`` defaults; says on stderr which preset values it used."""
+    defaults = TrainConfig()
+    values, source = preset(getattr(args, "dataset", ""), method)
+    chosen = {}
+    for name in TUNED:
+        given = getattr(args, name)
+        chosen[name] = given if given is not None else values.get(name, getattr(defaults, name))
+    used = {name: chosen[name] for name in values if getattr(args, name) is None}
+    if used:
+        shown = ", ".join(f"{name}={value:g}" for name, value in used.items())
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in used)
+        print(f"{method.value}: {shown} ({source}; {flags} to override)", file=sys.stderr)
     return TrainConfig(
         method=method,
         family=getattr(args, "family", None) if method is Method.VI else None,
         hidden=tuple(args.hidden),
         activation=args.activation,
         iterations=args.iterations,
-        prior_std=args.prior_std,
-        posterior_std=args.posterior_std,
         noise_std=args.noise_std,
         kl_weight=args.kl_weight,
         test_samples=args.test_samples,
@@ -67,6 +82,7 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
         compile=args.compile,
         burn_in=args.burn_in,
         thinning=args.thinning,
+        **chosen,
     )
 
 
@@ -151,6 +167,7 @@ def command_demo(args: argparse.Namespace) -> None:
             "diabetes data (442 rows, 10 inputs), 20 seeded 90/10 splits."
         )
         print(note, file=sys.stderr)
+    args.dataset = dataset.name  # the presets of boston (none for the embedded default)
     _print_results(run_methods(dataset, args, list(TABLE1_METHODS)), args.json, note)
 
 
@@ -171,12 +188,17 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     defaults = TrainConfig()
     parser.add_argument("--splits", type=parse_splits, default=None, help="e.g. 0-19 (all)")
     parser.add_argument("--iterations", type=int, default=None, help="5000; ES 2000")
-    parser.add_argument("--prior-std", type=float, default=defaults.prior_std)
+    preset_note = "default: the data set's tuned preset, else"
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help=f"Adam step ({preset_note} {defaults.learning_rate})")  # fmt: skip
+    parser.add_argument("--prior-std", type=float, default=None,
+                        help=f"prior std ({preset_note} {defaults.prior_std})")  # fmt: skip
     parser.add_argument(
         "--posterior-std",
         type=float,
-        default=defaults.posterior_std,
-        help="initial posterior std (MF, FC); the fixed std of GD",
+        default=None,
+        help="initial posterior std (MF, FC); the fixed std of GD "
+        f"({preset_note} {defaults.posterior_std}; GD {GD_POSTERIOR_STD})",
     )
     parser.add_argument("--noise-std", type=float, default=None, help="fix the noise std")
     parser.add_argument("--kl-weight", type=float, default=defaults.kl_weight)
