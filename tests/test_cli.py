@@ -105,7 +105,8 @@ def test_uci_defaults_come_from_the_tuned_presets_and_say_so(data_dir, capsys) -
     from vbnn.regression.presets import GD_POSTERIOR_STD, PRESETS
 
     base = ["uci", "--dataset", "boston", "--method", "gd", "--splits", "0", "--iterations", "5",
-            "--test-samples", "2", "--data-dir", str(data_dir), "--json", "--no-progress"]  # fmt: skip
+            "--test-samples", "2", "--data-dir", str(data_dir), "--json",
+            "--no-progress"]  # fmt: skip
     assert main(base) == 0
     captured = capsys.readouterr()
     used = json.loads(captured.out)["config"]
