@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vbnn.cli import main
@@ -43,3 +44,22 @@ def test_diagnose_missing_model_is_a_clear_error(
 ) -> None:
     assert main(["diagnose", "pruning", "--model", str(tmp_path / "none")]) == 2
     assert "model.json: not found" in capsys.readouterr().err
+
+
+def test_diagnose_a_model_fitted_on_your_own_table(tmp_path, capsys) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(50, 3))
+    table = tmp_path / "own.csv"
+    rows = [f"{a},{b},{c},{a - 2 * c}" for a, b, c in x]
+    table.write_text("a,b,c,y\n" + "\n".join(rows) + "\n")
+    model = tmp_path / "model"
+    fit = ["fit", "--csv", str(table), "--target", "y", "--iterations", "50", "--hidden", "6",
+           "--save", str(model)]  # fmt: skip
+    assert main(fit) == 0
+    assert main(["diagnose", "pruning", "--model", str(model)]) == 2
+    assert "names no UCI data set; give its training inputs" in capsys.readouterr().err
+    code = main(["diagnose", "pruning", "--model", str(model), "--csv", str(table),
+                 "--target", "y", "--out", str(tmp_path / "out")])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "pruned hidden units" in out and "paper" not in out
+    assert (tmp_path / "out" / "figure2.png").is_file()

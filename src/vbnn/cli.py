@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from vbnn.core.contracts import TABLE1_METHODS, Activation, Method, RunResult, TrainConfig
 from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
@@ -18,7 +19,7 @@ from vbnn.data.embedded import load_diabetes_splits
 from vbnn.data.paths import resolve_data_dir
 from vbnn.data.splits import parse_splits
 from vbnn.data.table import read_table
-from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
+from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved, is_paper_setting
 from vbnn.experiments import REPRODUCTIONS
 from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
@@ -139,19 +140,34 @@ def command_uci(args: argparse.Namespace) -> None:
 
 
 def command_diagnose_pruning(args: argparse.Namespace) -> None:
-
     saved = load_model(args.model)
-    if saved.dataset is None:
-        raise ValueError(f"{args.model}: the saved model does not name its data set")
-    report = diagnose_saved(saved, load_dataset(saved.dataset, args.data_dir), args.out)
+    dataset, inputs = None, None
+    if args.csv is not None:
+        if args.target is None:
+            raise ValueError("--csv needs --target (the column the model predicts)")
+        x, _, _ = read_table(args.csv, args.target)
+        scalers = saved.metadata
+        if "x_mean" in scalers:  # saved by BayesianRegressor / vbnn fit: its own scalers
+            x = (x - np.asarray(scalers["x_mean"])) / np.asarray(scalers["x_scale"])
+        else:
+            x = (x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0)
+        inputs = torch.as_tensor(x)
+    elif saved.dataset is None:
+        raise ValueError(f"{args.model}: the model names no UCI data set; give its training "
+                         "inputs with --csv FILE --target COLUMN")  # fmt: skip
+    else:
+        dataset = load_dataset(saved.dataset, args.data_dir)
+    report = diagnose_saved(saved, dataset, args.out, inputs=inputs)
     with pd.option_context("display.float_format", "{:.4f}".format, "display.width", 160):
         if args.units:
             for split, table in report.units.items():
-                print(f"\nsplit {split}: per hidden unit")
+                print(f"\nmodel {split}: per hidden unit")
                 print(table.to_string())
-        print(f"\n{saved.config.method.value.upper()} on {saved.dataset}: pruned hidden units")
+        where = saved.dataset or args.csv
+        print(f"\n{saved.config.method.value.upper()} on {where}: pruned hidden units")
         print(report.counts.to_string(index=False))
-    print(f"(paper, MF on boston: {PAPER_PRUNED} of {PAPER_UNITS})")
+    if is_paper_setting(saved):
+        print(f"(paper, MF on boston: {PAPER_PRUNED} of {PAPER_UNITS})")
     for path in report.written:
         print(f"wrote {path}")
 
@@ -306,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     pruning.add_argument("--data-dir", default=None, help="overrides $VBNN_DATA_DIR")
     pruning.add_argument("--out", default=None, metavar="DIR", help="write CSVs and figures")
     pruning.add_argument("--units", action="store_true", help="print the per-unit tables")
+    pruning.add_argument("--csv", default=None, metavar="FILE", help="training table (own data)")
+    pruning.add_argument("--target", default=None, metavar="COLUMN", help="its target column")
     pruning.set_defaults(handler=command_diagnose_pruning)
 
     reproduce = commands.add_parser("reproduce", help="regenerate a paper's tables and figures")

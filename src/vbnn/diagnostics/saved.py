@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import stack_splits
@@ -27,27 +28,47 @@ class PruningReport:
     written: list[Path]
 
 
+def is_paper_setting(saved: SavedModel) -> bool:
+    """Whether the paper's count (MF, 50 tanh units, boston) is the comparison for ``saved``."""
+    config = saved.config
+    return (saved.dataset == "boston" and config.method.value == "mf"
+            and tuple(config.hidden) == (50,) and config.activation.value == "tanh")  # fmt: skip
+
+
 def diagnose_saved(
     saved: SavedModel,
-    dataset: RegressionDataset,
+    dataset: RegressionDataset | None,
     out: str | Path | None = None,
     seed: int = 0,
     figure5_units: int | None = None,
+    inputs: torch.Tensor | None = None,
 ) -> PruningReport:
     """Diagnose every model of a saved stack on its own training inputs (standardised).
 
+    The inputs are the UCI ``dataset``'s training rows of each saved split, or, for a model
+    trained on other data, ``inputs`` (N, I), already standardised as the model saw them.
     With ``out``, writes ``pruning_counts.csv``, ``units_split_<k>.csv`` and the Figure 2 and
     Figure 5 panels of the first model (``figure2.png``, ``figure5.png``; Figure 5 shows the
-    first ``figure5_units`` units, all by default).
+    first ``figure5_units`` units, all by default). The paper's count is quoted only for the
+    paper's own setting (``is_paper_setting``).
     """
-    if saved.dataset is not None and saved.dataset != dataset.name:
-        raise ValueError(
-            f"diagnose_saved: the model was trained on {saved.dataset!r}, data is {dataset.name!r}"
-        )
-    data = stack_splits(dataset, saved.keys, saved.config.torch_dtype)
+    if dataset is not None:
+        if saved.dataset is not None and saved.dataset != dataset.name:
+            raise ValueError(f"diagnose_saved: the model was trained on {saved.dataset!r}, "
+                             f"data is {dataset.name!r}")  # fmt: skip
+        x_train = stack_splits(dataset, saved.keys, saved.config.torch_dtype).x_train
+        data_name = dataset.name
+    elif inputs is not None:
+        if inputs.dim() != 2 or inputs.shape[1] != saved.in_features:
+            raise ValueError(f"diagnose_saved: inputs {tuple(inputs.shape)}, expected "
+                             f"(N, {saved.in_features})")  # fmt: skip
+        x_train = inputs.to(saved.config.torch_dtype).expand(len(saved.keys), *inputs.shape)
+        data_name = "the given inputs"
+    else:
+        raise ValueError("diagnose_saved: give the UCI data set or the model's training inputs")
     diagnostics = diagnose_units(
         saved.model,
-        data.x_train,
+        x_train,
         saved.config.prior_std,
         ModelGenerators.for_keys(seed, saved.keys, "eval"),
         samples=25,
@@ -73,8 +94,10 @@ def diagnose_saved(
         for split, table in tables.items():
             table.to_csv(out / f"units_split_{split}.csv")
             written.append(out / f"units_split_{split}.csv")
-        name = f"{saved.config.method.value.upper()} on {dataset.name}, split {saved.keys[0]}"
-        count = f"{int(pruned[0])} of {units} units pruned (paper: {PAPER_PRUNED} of {PAPER_UNITS})"
+        name = f"{saved.config.method.value.upper()} on {data_name}, model {saved.keys[0]}"
+        count = f"{int(pruned[0])} of {units} units pruned"
+        if is_paper_setting(saved):
+            count += f" (paper: {PAPER_PRUNED} of {PAPER_UNITS})"
         written.append(
             plot_units(
                 diagnostics,
