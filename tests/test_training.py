@@ -244,3 +244,16 @@ def test_compiled_step_matches_the_eager_step(method: Method) -> None:
     assert eager.keys() == compiled_state.keys()
     for name, value in eager.items():
         torch.testing.assert_close(compiled_state[name], value, rtol=1e-4, atol=1e-5)
+
+
+def test_fit_names_non_finite_data_and_a_target_that_would_broadcast() -> None:
+    generators = ModelGenerators([0, 1])
+    model = MLP("mf", [2, 4, 1], "tanh", generators)
+    likelihood = GaussianLikelihood(2)
+    x, y = torch.randn(2, 6, 2), torch.randn(2, 6)
+    config = TrainConfig(method=Method.MF, iterations=2)
+    x[1, 4, 0] = float("inf")
+    with pytest.raises(ValueError, match="inputs hold NaN or inf in model 1, row 4"):
+        fit(config, model, likelihood, x, y, generators)
+    with pytest.raises(ValueError, match=r"targets \(1, 6, 1\) must be \(M, N\) = \(2, 6\)"):
+        fit(config, model, likelihood, x.nan_to_num(), y[:1].unsqueeze(-1), generators)

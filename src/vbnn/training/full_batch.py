@@ -181,6 +181,14 @@ def fit(
     Raises:
         NonFiniteLossError: at the first step whose loss is NaN or inf.
     """
+    if y.shape != x.shape[:2]:
+        raise ValueError(f"fit: targets {tuple(y.shape)} must be (M, N) = {tuple(x.shape[:2])} "
+                         "for inputs (M, N, I)")  # fmt: skip
+    for label, values in (("inputs", x), ("targets", y)):
+        bad = ~torch.isfinite(values.reshape(*values.shape[:2], -1)).all(-1)
+        if bool(bad.any()):
+            model_index, row = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"fit: {label} hold NaN or inf in model {model_index}, row {row}")
     modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
     optimizer = torch.optim.Adam(
         parameter_groups(config, modules), lr=config.learning_rate, betas=config.betas, fused=True
