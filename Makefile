@@ -1,11 +1,11 @@
-# Two entry points for a fresh machine: `make demo` and `make test`.
+# Two entry points for a fresh machine: `make demo` and `make test` (`make docs` builds the site).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # ../shared/data when it exists; otherwise vbnn's own default (~/.cache/vbnn/data)
 export VBNN_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test docs lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,11 +26,16 @@ demo: install
 test: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest -q
+
+# the documentation site (docs/, mkdocs.yml) into site/; --strict: any warning is an error
+docs: install
+	$(BIN)/mkdocs build --strict
 
 lint: install
 	$(BIN)/ruff check --fix src tests benchmarks
 	$(BIN)/ruff format src tests benchmarks
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info
+	rm -rf $(VENV) build dist site src/*.egg-info

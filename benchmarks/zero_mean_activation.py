@@ -1,4 +1,5 @@
-"""Does a zero-mean dense1 in LeNet-5 learn after softplus, ReLU or |.|? (README, variance networks)
+"""Does a zero-mean dense1 in LeNet-5 learn after softplus, ReLU or |.|?
+(reproductions/variance-networks/README.md)
 
 Trains LeNet-5 with dense1 a zero-mean variance layer on the first IMAGES training images of
 MNIST and prints one-sample, ensemble (K = 10) and mean-propagation accuracy on 1000 test images.

@@ -154,7 +154,8 @@ def test_zero_mean_network_mean_propagation_is_constant_in_the_input() -> None:
 def test_tanh_network_without_biases_is_odd_in_the_zero_mean_layer_noise(bias: bool) -> None:
     """After a zero-mean dense1, tanh and a bias-free dense2 the logits are odd in dense1's noise:
     eps and -eps are equally likely and give opposite logits, so a single sample predicts any
-    class with probability at most 1/2 (README, appendix C). Biases break the symmetry."""
+    class with probability at most 1/2 (reproductions/variance-networks/README.md, appendix C).
+    Biases break the symmetry."""
     families = ("deterministic", "deterministic", "zero-mean", "deterministic")
     model = LeNet5(LeNetConfig(families, "tanh", bias=bias), ModelGenerators([0]), torch.float64)
     if bias:

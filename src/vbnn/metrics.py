@@ -225,7 +225,8 @@ def classification_nll(probabilities: torch.Tensor, labels: torch.Tensor) -> tor
     it contributes -log eps (36.04 nats in float64).
 
     Args:
-        probabilities: (N, C) predictive probabilities. labels: (N,) integer classes in [0, C).
+        probabilities: (N, C) predictive probabilities.
+        labels: (N,) integer classes in [0, C).
 
     Returns:
         0-d tensor.
@@ -240,7 +241,8 @@ def accuracy(probabilities: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Share of examples whose argmax class equals the label (ties go to the lowest class).
 
     Args:
-        probabilities: (N, C). labels: (N,) integer classes in [0, C).
+        probabilities: (N, C).
+        labels: (N,) integer classes in [0, C).
 
     Returns:
         0-d tensor in [0, 1].
@@ -256,7 +258,8 @@ def brier_score(probabilities: torch.Tensor, labels: torch.Tensor) -> torch.Tens
     ``brier_score_loss`` on the positive class), as both classes' errors are counted.
 
     Args:
-        probabilities: (N, C). labels: (N,) integer classes in [0, C).
+        probabilities: (N, C).
+        labels: (N,) integer classes in [0, C).
 
     Returns:
         0-d tensor.
@@ -276,7 +279,8 @@ def reliability_table(
     the lower bin. The prediction is the argmax class.
 
     Args:
-        probabilities: (N, C). labels: (N,) integer classes in [0, C).
+        probabilities: (N, C).
+        labels: (N,) integer classes in [0, C).
         bins: the number of bins B >= 1.
 
     Returns:
@@ -310,7 +314,8 @@ def expected_calibration_error(
     on B (15 by default, as in Guo et al. 2017): report it with the number of bins.
 
     Args:
-        probabilities: (N, C). labels: (N,) integer classes in [0, C).
+        probabilities: (N, C).
+        labels: (N,) integer classes in [0, C).
         bins: the number of bins B >= 1.
 
     Returns:

@@ -7,12 +7,17 @@ when given one, and returns the figure so that a notebook can show or restyle it
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from vbnn.metrics import expected_calibration_error, reliability_table
 from vbnn.stores.atomic import write_atomic
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the module
+    from matplotlib.figure import Figure
+    from numpy.typing import ArrayLike
 
 
 def _pyplot():
@@ -31,13 +36,27 @@ def _save(figure, path: str | Path | None) -> None:
 
 
 def plot_predictive_band(
-    x, mean, std, x_train=None, y_train=None, path: str | Path | None = None, level: float = 2.0
-):
+    x: ArrayLike,
+    mean: ArrayLike,
+    std: ArrayLike,
+    x_train: ArrayLike | None = None,
+    y_train: ArrayLike | None = None,
+    path: str | Path | None = None,
+    level: float = 2.0,
+) -> Figure:
     """The predictive mean of a 1-D regression with a band of +-``level`` std, and the data.
 
     Args:
-        x, mean, std: (N,) sorted or not (they are sorted by x here).
-        x_train, y_train: optional training points, drawn as dots.
+        x: (N,) inputs, sorted or not (the three arrays are sorted by x here).
+        mean: (N,) predictive means at ``x``.
+        std: (N,) predictive standard deviations at ``x``.
+        x_train: optional training inputs, drawn as dots with ``y_train``.
+        y_train: optional training targets.
+        path: where to write the figure (its suffix picks the format); None writes nothing.
+        level: the band's half-width in standard deviations.
+
+    Returns:
+        The matplotlib figure.
     """
     x, mean, std = (np.asarray(v, dtype=float).reshape(-1) for v in (x, mean, std))
     if not len(x) == len(mean) == len(std):
@@ -60,9 +79,24 @@ def plot_predictive_band(
     return figure
 
 
-def plot_reliability(probabilities, labels, bins: int = 15, path: str | Path | None = None):
+def plot_reliability(
+    probabilities: ArrayLike | torch.Tensor,
+    labels: ArrayLike | torch.Tensor,
+    bins: int = 15,
+    path: str | Path | None = None,
+) -> Figure:
     """Accuracy against confidence per equal-width bin, with the ECE (``bins`` stated) in the
-    title; bars show the share of examples per bin."""
+    title; bars show the share of examples per bin.
+
+    Args:
+        probabilities: (N, C) predictive probabilities.
+        labels: (N,) integer classes in [0, C).
+        bins: the number of equal-width confidence bins (``metrics.reliability_table``).
+        path: where to write the figure (its suffix picks the format); None writes nothing.
+
+    Returns:
+        The matplotlib figure.
+    """
     probabilities, labels = torch.as_tensor(probabilities), torch.as_tensor(labels)
     table = reliability_table(probabilities, labels, bins)
     ece = float(expected_calibration_error(probabilities, labels, bins))

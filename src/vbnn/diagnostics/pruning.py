@@ -172,10 +172,10 @@ def pruned_units(
     confidently around zero": |E v_jo| + 2 std(v_jo) < output_tolerance (about 98% of q(v_jo)
     inside +-tolerance). Whether that holds depends on the data size: the std of a pruned unit's
     output weight settles where its KL saving balances the output noise it injects, which the
-    likelihood charges about N times. Measured (vbnn README, issue 3): boston MF (N = 455)
-    std(v_j) ~ 0.016 for pruned units, so they are confidently at zero; in the prior-network
-    simulation with N = 5 it is ~0.5, with N = 100 ~0.13, yet incoming weights sit at the prior
-    (KL ~ 0.005) and the SNR is below 1, as for boston.
+    likelihood charges about N times. Measured (reproductions/overpruning/README.md): boston MF
+    (N = 455) std(v_j) ~ 0.016 for pruned units, so they are confidently at zero; in the
+    prior-network simulation with N = 5 it is ~0.5, with N = 100 ~0.13, yet incoming weights sit
+    at the prior (KL ~ 0.005) and the SNR is below 1, as for boston.
 
     On boston MF (20 splits, 5000 iterations, prior N(0, 1)) the 123 of 1000 units with an
     incoming KL above 0.05 all have one above 0.9 and an output SNR of at least 3.96 (the KL

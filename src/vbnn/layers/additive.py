@@ -26,9 +26,10 @@ DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when pos
 class Additive(VariationalLayer):
     """N(mu, sigma^2) weights; dense, or conv2d when ``kernel_size`` is set.
 
+    The other arguments are those of ``VariationalDropout``.
+
     Args:
         posterior_std: initial sigma of every weight (None: 0.1 / sqrt(fan_in)).
-        Other arguments as ``VariationalDropout``.
     """
 
     family_name = "additive"

@@ -28,10 +28,11 @@ from vbnn.priors.dropout import LogUniformPrior
 class BernoulliVariance(VariationalLayer):
     """theta (2 Bernoulli(1/2) - 1) weights; dense, or conv2d when ``kernel_size`` is set.
 
+    The other arguments are those of ``VariationalDropout``.
+
     Args:
         posterior_std: initial theta (= std of the weight); None: 1 / sqrt(fan_in).
         moment_matching: SAMPLE uses the Gaussian with the output's exact moments.
-        Other arguments as ``VariationalDropout``.
     """
 
     family_name = "bernoulli-variance"

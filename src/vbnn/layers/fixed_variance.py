@@ -20,9 +20,10 @@ from vbnn.layers.shell import Moments, VariationalLayer
 class FixedVariance(VariationalLayer):
     """q(W, b) = prod N(mu, s^2), s fixed; LRT in SAMPLE mode; dense, or conv2d.
 
+    The other arguments are those of ``MeanField``.
+
     Args:
         posterior_std: the fixed s (> 0); a (M,) tensor gives each model of a stack its own.
-        Other arguments as ``MeanField``.
     """
 
     family_name = "gd"

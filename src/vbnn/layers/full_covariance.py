@@ -54,9 +54,11 @@ def _strictly_lower(gradient: torch.Tensor) -> torch.Tensor:
 class FullCovariance(VariationalLayer):
     """Dense layer with a full-covariance Gaussian over (W, b); weight samples in SAMPLE mode.
 
+    The other arguments are those of ``MeanField``; ``kernel_size`` and ``bias=False`` are
+    refused.
+
     Args:
         posterior_std: initial std of every parameter (the diagonal of L; A starts at zero).
-        Other arguments as ``MeanField``; ``kernel_size`` and ``bias=False`` are refused.
     """
 
     family_name = "fc"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,7 +49,9 @@ class MeanField(VariationalLayer):
     """q(W, b) = prod N(mu, sigma^2); LRT in SAMPLE mode; dense, or conv2d with ``kernel_size``.
 
     Args:
-        in_features, out_features, generators: as ``VariationalLayer``.
+        in_features: as ``VariationalLayer``.
+        out_features: as ``VariationalLayer``.
+        generators: as ``VariationalLayer``.
         posterior_std: initial sigma of every weight and bias; a (M,) tensor gives each model of
             a stack its own.
         dtype: parameter dtype (None: torch's default).
@@ -69,7 +72,7 @@ class MeanField(VariationalLayer):
         *,
         parameterization: StdParameterization | str = StdParameterization.LOG,
         init: Initialization | str = Initialization.LECUN,
-        **shell,
+        **shell: Any,
     ) -> None:
         super().__init__(in_features, out_features, generators, **shell)
         self.parameterization = StdParameterization(parameterization)

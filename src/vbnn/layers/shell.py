@@ -71,11 +71,15 @@ class VariationalLayer(nn.Module):
     """The shell of every family (see the module docstring).
 
     Args:
-        in_features, out_features: I and O (input and output channels for a convolution).
+        in_features: I (input channels for a convolution).
+        out_features: O (output channels for a convolution).
         generators: a ``ModelGenerators`` of M streams: a stack of M models, initialised from
             those streams; a ``torch.Generator``: one model initialised from it; None: one model
             (or ``num_models``) initialised from torch's global RNG.
-        kernel_size, stride, padding, dilation: a 2-D convolution as ``nn.Conv2d`` (None: dense).
+        kernel_size: a 2-D convolution's kernel as ``nn.Conv2d`` (None: a dense layer).
+        stride: of the convolution, as ``nn.Conv2d``.
+        padding: of the convolution, as ``nn.Conv2d``.
+        dilation: of the convolution, as ``nn.Conv2d``.
         bias: whether the layer has a bias.
         num_models: stack size when no ``generators`` are given (None: a single model).
     """

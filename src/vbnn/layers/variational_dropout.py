@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from typing import Any
 
 import torch
 from torch import nn
@@ -52,7 +53,9 @@ class VariationalDropout(VariationalLayer):
     """Gaussian dropout posterior N(mu, alpha mu^2); dense, or conv2d when ``kernel_size`` is set.
 
     Args:
-        in_features, out_features, generators: as ``VariationalLayer``.
+        in_features: as ``VariationalLayer``.
+        out_features: as ``VariationalLayer``.
+        generators: as ``VariationalLayer``.
         posterior_std: initial sqrt(alpha), the std as a fraction of |mu| (None: log alpha = -4).
         dtype: parameter dtype (None: torch's default).
         sharing: one alpha per layer, per output neuron (channel) or per weight.
@@ -72,7 +75,7 @@ class VariationalDropout(VariationalLayer):
         dtype: torch.dtype | None = None,
         *,
         sharing: AlphaSharing | str | None = None,
-        **shell,
+        **shell: Any,
     ) -> None:
         super().__init__(in_features, out_features, generators, **shell)
         if sharing is not None:

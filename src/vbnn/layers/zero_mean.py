@@ -26,9 +26,10 @@ from vbnn.priors.dropout import LogUniformPrior, zero_mean_kl
 class ZeroMean(VariationalLayer):
     """N(0, sigma^2) weights; dense, or conv2d when ``kernel_size`` is set.
 
+    The other arguments are those of ``VariationalDropout``.
+
     Args:
         posterior_std: initial sigma (None: 1 / sqrt(fan_in), the LeCun scale).
-        Other arguments as ``VariationalDropout``.
     """
 
     family_name = "zero-mean"

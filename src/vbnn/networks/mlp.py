@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import pairwise
+from typing import Any
 
 import torch
 from torch import nn
@@ -61,7 +62,7 @@ class MLP(nn.Module):
         generators: ModelGenerators | None = None,
         posterior_std: float | torch.Tensor = 1e-4,
         dtype: torch.dtype | None = None,
-        **options,
+        **options: Any,
     ) -> None:
         super().__init__()
         if len(sizes) < 2:

@@ -124,8 +124,8 @@ def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
     The D (D - 1) / 2 off-diagonal entries of an FC layer's Cholesky factor receive almost pure
     Monte-Carlo noise, so at the paper's rate they random-walk: on boston, after 250 steps the
     off-diagonal part alone gives each weight a variance near 1 (the prior's), and FC never
-    recovers (README.md, "FC and Adam"). ``config.cholesky_learning_rate`` sets their
-    rate apart; None keeps the paper's single rate.
+    recovers (reproductions/overpruning/README.md, "FC and Adam").
+    ``config.cholesky_learning_rate`` sets their rate apart; None keeps the paper's single rate.
     """
     trainable = [(n, p) for n, p in modules.named_parameters() if p.requires_grad]
     if config.cholesky_learning_rate is None:

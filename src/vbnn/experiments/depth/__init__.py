@@ -106,7 +106,8 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
         samples=args.samples if args.samples is not None else (100 if quick else 1000),
         max_tree_depth=args.max_tree_depth or (6 if quick else 7),
     )
-    # one repeat by default: the full protocol costs ~2.4 h a repeat with 2 workers (README)
+    # one repeat by default: the full protocol costs ~2.4 h a repeat with 2 workers
+    # (reproductions/depth/README.md)
     repeats = args.repeats or 1
     shared = {
         "points": args.points or (1000 if quick else 10_000),

@@ -59,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-alpha-lr",
         type=float,
         default=None,
-        help="Adam step of log alpha (default: 1e-3 like the rest; a deviation, see README)",
+        help="Adam step of log alpha (default: 1e-3 like the rest; a deviation, see "
+        "reproductions/variance-networks/README.md)",
     )
 
 

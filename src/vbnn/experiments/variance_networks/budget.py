@@ -12,7 +12,7 @@ TABLE1 = {"zero-mean": "zero-mean", "layer": "vd-layer", "neuron": "vd-neuron",
 # except the zero-mean row: 002 section 6 trains its zero-centred dense layer "from scratch" with
 # |.| instead of ReLU. After softplus a zero-mean layer carries almost no signal, as
 # E softplus(s eps) = log 2 + s^2 / 8 + ... hardly depends on s, and the network collapses to the
-# class prior (measured: 11.35 % after 5 epochs of full MNIST; README.md).
+# class prior (measured: 11.35 % after 5 epochs of full MNIST; reproductions/variance-networks/).
 TABLE1_ACTIVATION = {"zero-mean": "abs"}
 TANH = {"det-det-det-det": ("deterministic",) * 4,
         "det-var-det-det": ("deterministic", VARIANCE, "deterministic", "deterministic"),
@@ -41,7 +41,8 @@ BUDGETS = {
     "tiny": Budget("tiny", 64, 32, 1, 2, 32, 16, 5, 10, 32),
     "quick": Budget("quick", 5000, 1000, 4, 10, 500, 500, 1500, 100, 1000),
     # full: all 60000 training images, 20 epochs (the papers train ~200): 16-40 s per epoch per
-    # run at OMP_NUM_THREADS=1 (the 5-epoch run's ``epoch_seconds``), 11 runs (README.md)
+    # run at OMP_NUM_THREADS=1 (the 5-epoch run's ``epoch_seconds``), 11 runs
+    # (reproductions/variance-networks/README.md)
     "full": Budget("full", 60000, 10000, 20, 20, 2000, 1000, 3000, 250, 2000),
 }
 
