@@ -10,7 +10,7 @@ export VBNN_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch first, pinned, so that nothing later pulls a CUDA build (DEVELOPERS.md)
+# torch first, pinned: any other version of it would pull CUDA packages
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
