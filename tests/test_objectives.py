@@ -99,8 +99,10 @@ def test_elbo_runs_on_a_user_sequential_and_sums_every_layer_kl() -> None:
     torch.testing.assert_close(terms["objective"], terms["log-likelihood"] - 0.5 * expected_kl)
     net.train()  # the mode comes from the objective, not from train/eval
     torch.testing.assert_close(network_output(net, x, "mean"), net.eval()(x))
-    with pytest.raises(TypeError, match="Sequential takes no noise source"):
-        network_output(net, x, "sample", ModelGenerators([0]))
+    first = network_output(net, x, "weights", ModelGenerators([0]))  # seeded streams
+    torch.testing.assert_close(network_output(net, x, "weights", ModelGenerators([0])), first)
+    assert not torch.equal(network_output(net, x, "weights", ModelGenerators([1])), first)
+    assert all(layer.shared_noise is None for layer in (net[0], net[2]))  # restored
 
 
 def test_the_loop_names_the_iteration_of_a_non_finite_objective() -> None:

@@ -114,3 +114,32 @@ def test_sample_in_weights_mode_keeps_one_function_per_sample_across_chunks() ->
         torch.testing.assert_close(model(x), model.eval()(x))
     with pytest.raises(ValueError, match="mode 'mean'; choose 'weights', 'sample' or 'zero-mean'"):
         vbnn.sample(model, x, 2, mode="mean")
+
+
+def test_phase_transition_tracking_and_plot_work_for_a_converted_model(tmp_path) -> None:
+    from vbnn.classification.training import (
+        ClassifierConfig,
+        PhaseTransitionTracker,
+        plot_phase_transition,
+        train_classifier,
+    )
+
+    torch.manual_seed(0)
+    cnn = nn.Sequential(nn.Conv2d(1, 3, 5), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 24 * 24, 10))
+    model = vbnn.convert(cnn, "vd-layer", keep=["0"])
+    images, labels = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+    tracker = PhaseTransitionTracker(images[:16], labels[:16], samples=2)
+    config = ClassifierConfig(epochs=2, batch_size=32)
+    train_classifier(model, vbnn.LogUniformPrior(), images, labels, config, tracker, False)
+    frame = tracker.frame()
+    assert list(frame["epoch"]) == [1, 2]
+    expected = float(model[3].mean_log_alpha().flatten()[0])
+    assert frame["log_alpha_3"].iloc[-1] == pytest.approx(expected)
+    assert {"deterministic", "sample", "ensemble", "zero-mean"} <= set(frame.columns)
+    plot_phase_transition(frame, tmp_path / "phase.png")
+    assert (tmp_path / "phase.png").stat().st_size > 0
+
+
+def test_unknown_method_lists_the_choices() -> None:
+    with pytest.raises(ValueError, match="unknown method 'bbb'; choose from es, map, mf"):
+        vbnn.TrainConfig(method="bbb")

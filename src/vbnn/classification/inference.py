@@ -21,6 +21,7 @@ from torch import nn
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.shell import VariationalLayer, stack_size
+from vbnn.training.objectives import network_output
 
 
 def as_input(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -69,9 +70,10 @@ def predict_probabilities(
     for start in range(0, x.shape[rows], batch_size):
         chunk = x.narrow(rows, start, min(batch_size, x.shape[rows] - start))
         if mode is InferenceMode.DETERMINISTIC:
-            outputs.append(torch.softmax(model(chunk, ForwardMode.MEAN), -1))
+            outputs.append(torch.softmax(network_output(model, chunk, ForwardMode.MEAN), -1))
         elif mode is InferenceMode.SAMPLE:
-            outputs.append(torch.softmax(model(chunk, ForwardMode.WEIGHTS, generators), -1))
+            weights = network_output(model, chunk, ForwardMode.WEIGHTS, generators)
+            outputs.append(torch.softmax(weights, -1))
         elif mode is InferenceMode.ENSEMBLE:
             outputs.append(_ensemble(model, chunk, generators, samples))
         else:
@@ -83,7 +85,7 @@ def predict_probabilities(
 def _ensemble(model, x, generators, samples: int) -> torch.Tensor:
     total = 0.0
     for _ in range(samples):
-        total = total + torch.softmax(model(x, ForwardMode.WEIGHTS, generators), -1)
+        total = total + torch.softmax(network_output(model, x, ForwardMode.WEIGHTS, generators), -1)
     return total / samples
 
 

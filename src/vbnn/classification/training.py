@@ -24,7 +24,7 @@ from torch import nn
 from vbnn.classification.inference import accuracy, as_input, predict_probabilities
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.shell import stack_size
+from vbnn.layers.shell import VariationalLayer, stack_size
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.loop import run
 from vbnn.training.objectives import elbo, network_output
@@ -181,8 +181,21 @@ def accuracies(
     return out
 
 
+def mean_log_alpha(model: nn.Module) -> dict[str, float]:
+    """Mean log alpha of model 0 in every layer that has one (variational dropout, additive),
+    keyed by the layer's name in ``model`` (``LeNet5`` names them conv1 .. dense2)."""
+    if hasattr(model, "mean_log_alpha"):
+        return model.mean_log_alpha()
+    return {
+        name: float(layer.mean_log_alpha().flatten()[0])
+        for name, layer in model.named_modules()
+        if isinstance(layer, VariationalLayer) and hasattr(layer, "mean_log_alpha")
+    }
+
+
 class PhaseTransitionTracker:
-    """Epoch callback: accuracy in all four inference modes and each layer's mean log alpha
+    """Epoch callback for any classifier (``LeNet5``, or a module from ``vbnn.convert``):
+    accuracy in all four inference modes and each layer's mean log alpha
     (003 Fig. 3), optionally the number of kappa above threshold (002 Fig. 4) via ``extra``.
 
     Rows accumulate in ``self.rows``; ``frame()`` gives a pandas table.
@@ -204,7 +217,7 @@ class PhaseTransitionTracker:
     def __call__(self, epoch: int, model: nn.Module) -> None:
         row: dict[str, float] = {"epoch": epoch}
         row.update(accuracies(model, self.images, self.labels, self.samples, self.seed))
-        row.update({f"log_alpha_{k}": v for k, v in model.mean_log_alpha().items()})
+        row.update({f"log_alpha_{k}": v for k, v in mean_log_alpha(model).items()})
         if self.extra is not None:
             row.update(self.extra(epoch, model))
         self.rows.append(row)

@@ -216,6 +216,9 @@ class TrainConfig:
     compile: bool = False
 
     def __post_init__(self) -> None:
+        if self.method not in {m.value for m in Method} | set(Method):
+            choices = ", ".join(m.value for m in Method)
+            raise ValueError(f"TrainConfig: unknown method {self.method!r}; choose from {choices}")
         object.__setattr__(self, "method", Method(self.method))
         object.__setattr__(self, "activation", Activation(self.activation))
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))

@@ -48,6 +48,7 @@ weights, binary dropout) are left as they are, as the theorem does not concern t
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,6 +123,7 @@ class VariationalLayer(nn.Module):
             self.init_noise = TorchNoise(self.num_models, generators)
         self.generator: torch.Generator | None = None
         self.forced_mode: ForwardMode | None = None
+        self.shared_noise: NoiseSource | None = None  # set by ``use_noise``
         self.zero_mean_approximation = False
         self.to_mean: torch.Tensor | None = None
         self.to_zero: torch.Tensor | None = None
@@ -257,7 +259,8 @@ class VariationalLayer(nn.Module):
         self.operator.check(x, self.num_models if self.stacked else None)
         if not self.stacked:
             x = x.unsqueeze(0)
-        noise = generators if generators is not None else self.noise_source()
+        noise = generators if generators is not None else self.shared_noise
+        noise = noise if noise is not None else self.noise_source()
         out = self.propagate(x, mode, noise)
         return out if self.stacked else out.squeeze(0)
 
@@ -346,6 +349,33 @@ def use_mode(module: nn.Module, mode: ForwardMode | str) -> Iterator[nn.Module]:
     finally:
         for layer, (forced, zero) in zip(layers, previous, strict=True):
             layer.forced_mode, layer.zero_mean_approximation = forced, zero
+
+
+def takes_mode(module: nn.Module) -> bool:
+    """Whether ``module`` is called as ``module(x, mode, generators)``: family layers, the
+    package's networks, and any module whose ``forward`` has a ``mode`` parameter."""
+    if isinstance(module, VariationalLayer) or getattr(module, "takes_mode", False):
+        return True
+    try:
+        return "mode" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@contextmanager
+def use_noise(module: nn.Module, noise: NoiseSource | None) -> Iterator[nn.Module]:
+    """Within the block every family layer of ``module`` draws from ``noise`` (e.g. a
+    ``ModelGenerators``) unless a call passes its own; None changes nothing. This is how a
+    trainer gives a plain ``nn.Module`` (an ``nn.Sequential``) seeded per-model streams."""
+    layers = variational_layers(module) if noise is not None else []
+    previous = [layer.shared_noise for layer in layers]
+    try:
+        for layer in layers:
+            layer.shared_noise = noise
+        yield module
+    finally:
+        for layer, value in zip(layers, previous, strict=True):
+            layer.shared_noise = value
 
 
 # log alpha is clipped to this range for numerical safety. The upper end is wide enough for the

@@ -16,7 +16,7 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import NoiseSource
-from vbnn.layers.shell import use_mode, variational_layers
+from vbnn.layers.shell import takes_mode, use_mode, use_noise, variational_layers
 
 
 @torch.no_grad()
@@ -33,9 +33,8 @@ def sample(
     Args:
         mode: "weights" (one weight draw per pass, default), "sample" (LRT) or "zero-mean".
         batch_size: examples per pass (None: all of them).
-        noise: a noise source for networks that take one (``MLP``, ``LeNet5``, family layers);
-            None: the layers' own ``generator`` or torch's global RNG (seed it for repeatable
-            samples).
+        noise: a noise source (e.g. ``ModelGenerators([seed])``) for any network; None: the
+            layers' own ``generator`` or torch's global RNG (seed it for repeatable samples).
 
     Raises:
         ValueError: ``num_samples`` or ``batch_size`` < 1, a mode outside the three, or a model
@@ -58,7 +57,11 @@ def sample(
                 for stream, state in zip(streams, states, strict=True):
                     stream.set_state(state)
                 chunk = x[start : start + step]
-                value = model(chunk) if noise is None else model(chunk, None, noise)
+                if takes_mode(model):
+                    value = model(chunk, None, noise)
+                else:
+                    with use_noise(model, noise):
+                        value = model(chunk)
                 if out is None:
                     out = value.new_empty((num_samples, rows, *value.shape[1:]))
                 out[k, start : start + len(chunk)] = value

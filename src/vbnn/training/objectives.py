@@ -21,7 +21,13 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import NoiseSource
-from vbnn.layers.shell import VariationalLayer, stack_size, use_mode, variational_layers
+from vbnn.layers.shell import (
+    stack_size,
+    takes_mode,
+    use_mode,
+    use_noise,
+    variational_layers,
+)
 from vbnn.training.likelihoods import Likelihood
 
 Terms = dict[str, torch.Tensor]
@@ -30,19 +36,15 @@ Terms = dict[str, torch.Tensor]
 def network_output(
     model: nn.Module, x: torch.Tensor, mode: ForwardMode | str, noise: NoiseSource | None = None
 ) -> torch.Tensor:
-    """``model``'s output for ``x`` with every family layer in ``mode``.
+    """``model``'s output for ``x`` with every family layer in ``mode``, drawing from ``noise``.
 
-    Networks of this package (and family layers) take ``(x, mode, generators)``; any other module
-    is called as ``model(x)`` inside ``use_mode``, its layers drawing from their own generators.
+    Modules that take ``(x, mode, generators)`` (``layers.shell.takes_mode``) get them; any other
+    is called as ``model(x)`` inside ``use_mode`` and ``use_noise`` (``noise`` None: its layers
+    draw from their own generator or torch's global RNG).
     """
-    if isinstance(model, VariationalLayer) or getattr(model, "takes_mode", False):
+    if takes_mode(model):
         return model(x, mode, noise)
-    if noise is not None:
-        raise TypeError(
-            f"{type(model).__name__} takes no noise source: its family layers draw from their "
-            "own `generator` (or torch's global RNG); pass noise=None"
-        )
-    with use_mode(model, mode):
+    with use_mode(model, mode), use_noise(model, noise):
         return model(x)
 
 
