@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
 import numpy as np
 
-from vbnn.data.uci import DataError
+from vbnn.data.uci import DataError, parse_number
 
 
 def read_table(path: str | Path, target: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -37,18 +36,8 @@ def read_table(path: str | Path, target: str) -> tuple[np.ndarray, np.ndarray, l
             continue
         if len(row) != len(header):
             raise DataError(f"{path}, line {number}: {len(row)} fields, expected {len(header)}")
-        parsed = []
-        for name, cell in zip(header, row, strict=True):
-            try:
-                value = float(cell)
-            except ValueError:
-                raise DataError(
-                    f"{path}, line {number}, column {name!r}: non-numeric value {cell!r}"
-                ) from None
-            if not math.isfinite(value):
-                raise DataError(f"{path}, line {number}, column {name!r}: {cell!r} is not finite")
-            parsed.append(value)
-        values.append(parsed)
+        values.append([parse_number(cell, f"{path}, line {number}, column {name!r}")
+                       for name, cell in zip(header, row, strict=True)])  # fmt: skip
     if not values:
         raise DataError(f"{path}: no data rows")
     table = np.asarray(values, dtype=np.float64)

@@ -68,6 +68,17 @@ def _read_lines(path: Path) -> list[str]:
     return path.read_text().splitlines()
 
 
+def parse_number(token: str, where: str) -> float:
+    """``token`` as a finite float; a ``DataError`` naming ``where`` (file, line, column)."""
+    try:
+        value = float(token)
+    except ValueError:
+        raise DataError(f"{where}: non-numeric value {token!r}") from None
+    if not math.isfinite(value):
+        raise DataError(f"{where}: {token!r} is not finite")
+    return value
+
+
 def read_matrix(path: Path) -> np.ndarray:
     """Whitespace-separated numeric rows, all of one length, finite."""
     rows: list[list[float]] = []
@@ -82,18 +93,8 @@ def read_matrix(path: Path) -> np.ndarray:
             raise DataError(
                 f"{path}, line {number}: {len(tokens)} columns, expected {width} like line 1"
             )
-        values = []
-        for column, token in enumerate(tokens, start=1):
-            try:
-                value = float(token)
-            except ValueError:
-                raise DataError(
-                    f"{path}, line {number}, column {column}: non-numeric token {token!r}"
-                ) from None
-            if not math.isfinite(value):
-                raise DataError(f"{path}, line {number}, column {column}: {token!r} is not finite")
-            values.append(value)
-        rows.append(values)
+        rows.append([parse_number(token, f"{path}, line {number}, column {column}")
+                     for column, token in enumerate(tokens, start=1)])  # fmt: skip
     if not rows:
         raise DataError(f"{path}: no data rows")
     return np.asarray(rows, dtype=np.float64)
