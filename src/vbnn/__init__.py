@@ -31,7 +31,7 @@ from vbnn.layers import (
     use_mode,
     variational_layers,
 )
-from vbnn.layers.shell import use_mode as mode
+from vbnn.layers.modes import use_mode as mode
 from vbnn.networks.conversion import convert
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.networks.mlp import MLP

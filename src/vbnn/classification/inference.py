@@ -20,7 +20,8 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.shell import VariationalLayer, stack_size
+from vbnn.layers.modes import stack_size
+from vbnn.layers.shell import VariationalLayer
 from vbnn.training.objectives import network_output
 
 

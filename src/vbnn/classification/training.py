@@ -24,7 +24,8 @@ from torch import nn
 from vbnn.classification.inference import accuracy, as_input, predict_probabilities
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.shell import VariationalLayer, stack_size
+from vbnn.layers.modes import stack_size
+from vbnn.layers.shell import VariationalLayer
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.loop import run
 from vbnn.training.objectives import elbo, network_output

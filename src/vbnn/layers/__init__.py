@@ -7,9 +7,10 @@ from vbnn.layers.binary_dropout import BinaryDropout
 from vbnn.layers.fixed_variance import FixedVariance
 from vbnn.layers.full_covariance import FullCovariance
 from vbnn.layers.mean_field import MeanField
+from vbnn.layers.modes import use_mode, use_noise, variational_layers
 from vbnn.layers.point import Point
 from vbnn.layers.registry import FAMILIES, FamilySpec, family
-from vbnn.layers.shell import VariationalLayer, use_mode, variational_layers
+from vbnn.layers.shell import VariationalLayer
 from vbnn.layers.uniform_variance import UniformVariance
 from vbnn.layers.variational_dropout import (
     AlphaSharing,
@@ -40,5 +41,6 @@ __all__ = [
     "ZeroMean",
     "family",
     "use_mode",
+    "use_noise",
     "variational_layers",
 ]

@@ -16,7 +16,7 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import NoiseSource
-from vbnn.layers.shell import takes_mode, use_mode, use_noise, variational_layers
+from vbnn.layers.modes import takes_mode, use_mode, use_noise, variational_layers
 
 
 @torch.no_grad()

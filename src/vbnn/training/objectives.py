@@ -21,13 +21,7 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import NoiseSource
-from vbnn.layers.shell import (
-    stack_size,
-    takes_mode,
-    use_mode,
-    use_noise,
-    variational_layers,
-)
+from vbnn.layers.modes import stack_size, takes_mode, use_mode, use_noise, variational_layers
 from vbnn.training.likelihoods import Likelihood
 
 Terms = dict[str, torch.Tensor]
@@ -38,7 +32,7 @@ def network_output(
 ) -> torch.Tensor:
     """``model``'s output for ``x`` with every family layer in ``mode``, drawing from ``noise``.
 
-    Modules that take ``(x, mode, generators)`` (``layers.shell.takes_mode``) get them; any other
+    Modules that take ``(x, mode, generators)`` (``layers.modes.takes_mode``) get them; any other
     is called as ``model(x)`` inside ``use_mode`` and ``use_noise`` (``noise`` None: its layers
     draw from their own generator or torch's global RNG).
     """
