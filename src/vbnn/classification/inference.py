@@ -25,9 +25,12 @@ from vbnn.layers.shell import VariationalLayer
 from vbnn.training.objectives import network_output
 
 
-def as_input(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``x`` (N, ...) as ``model`` takes it: unchanged for one network, (M, N, ...) for a stack."""
-    models = stack_size(model)
+def as_input(model: nn.Module | int | None, x: torch.Tensor) -> torch.Tensor:
+    """``x`` (N, ...) as ``model`` takes it: unchanged for one network, (M, N, ...) for a stack.
+
+    ``model`` may also be its ``stack_size`` already read (an int, or None for one network), so
+    that a training step does not walk the module tree."""
+    models = stack_size(model) if isinstance(model, nn.Module) else model
     return x if models is None else x.expand(models, *x.shape)
 
 

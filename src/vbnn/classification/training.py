@@ -91,8 +91,8 @@ def train_classifier(
         groups.append({"params": fast, "lr": rate})
     optimizer = torch.optim.Adam(groups, lr=config.learning_rate)
     device = next(model.parameters()).device
-    keys = range(stack_size(model) or 1)
-    generators = ModelGenerators.for_keys(config.seed, keys, "train", device)
+    models = stack_size(model)  # read once, not at every step
+    generators = ModelGenerators.for_keys(config.seed, range(models or 1), "train", device)
     shuffle = torch.Generator().manual_seed(config.seed)
     likelihood = CategoricalLikelihood()
     count = len(labels)
@@ -107,7 +107,7 @@ def train_classifier(
         if step == 0:
             order = torch.randperm(count, generator=shuffle)
         index = order[step * config.batch_size : (step + 1) * config.batch_size]
-        inputs = as_input(model, images[index])
+        inputs = as_input(models, images[index])
         return elbo(
             model,
             likelihood,

@@ -57,6 +57,18 @@ def markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
 
 
+def write_tracking(record: dict, kappa: dict, out: Path, prefix: str, kappa_prefix: str):
+    """The per-epoch tracking of a dense1 layer-wise run: ``<prefix>tracking.csv``, its phase
+    transition figure and, when kappa was tracked, ``<kappa_prefix>kappa_histograms.png``."""
+    tracking = pd.DataFrame(record["tracking"])
+    write_atomic(out / f"{prefix}tracking.csv", tracking.to_csv(index=False))
+    plot_phase_transition(tracking, out / f"{prefix}phase_transition.png",
+                          "dense1 layer-wise, softplus")  # fmt: skip
+    if kappa:
+        plot_kappa_histograms(kappa, out / f"{kappa_prefix}kappa_histograms.png")
+    return tracking
+
+
 def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, progress,
               track: bool = False, kappa: dict | None = None,
               modes: tuple[InferenceMode, ...] = tuple(InferenceMode)):  # fmt: skip
@@ -126,12 +138,7 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
             "paper mean-prop": paper[3], "paper ensemble": paper[4],
         }  # fmt: skip
         if is_layer:
-            tracking = pd.DataFrame(record["tracking"])
-            write_atomic(out / "table1_layer_tracking.csv", tracking.to_csv(index=False))
-            plot_phase_transition(tracking, out / "table1_layer_phase_transition.png",
-                                  "dense1 layer-wise, softplus")  # fmt: skip
-            if kappa_store:
-                plot_kappa_histograms(kappa_store, out / "kappa_histograms.png")
+            write_tracking(record, kappa_store, out, "table1_layer_", "")
             kappa = lenet_kappa(model, DENSE1, train_x[: budget.kappa_size],
                                 train_y[: budget.kappa_size])  # fmt: skip
             study = (test_x[: budget.study_size], test_y[: budget.study_size])
@@ -210,10 +217,4 @@ def phase_transition_only(out: Path, budget: Budget, data, seed: int, progress: 
     store: dict = {}
     _, record = train_run("phase-only-layer", config, budget, data, seed, out, progress,
                           track=True, kappa=store, modes=TABLE1_MODES)  # fmt: skip
-    tracking = pd.DataFrame(record["tracking"])
-    write_atomic(out / "phase_only_tracking.csv", tracking.to_csv(index=False))
-    plot_phase_transition(tracking, out / "phase_only_phase_transition.png",
-                          "dense1 layer-wise, softplus")  # fmt: skip
-    if store:
-        plot_kappa_histograms(store, out / "phase_only_kappa_histograms.png")
-    return tracking
+    return write_tracking(record, store, out, "phase_only_", "phase_only_")
