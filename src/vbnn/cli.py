@@ -1,5 +1,5 @@
 """Command line: ``vbnn uci``, ``vbnn demo``, ``vbnn data download|check``, ``vbnn reproduce``,
-``vbnn diagnose pruning``."""
+``vbnn sweep``, ``vbnn diagnose pruning``."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from vbnn.regression.presets import GD_POSTERIOR_STD, preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
 from vbnn.regression.resumable import run_splits_saving_models
 from vbnn.regression.saved_models import load_model
+from vbnn.sweeps import command as sweep_command
+from vbnn.sweeps.executors import SweepError
 from vbnn.training.full_batch import NonFiniteLossError
 
 EMBEDDED = "diabetes"
@@ -333,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
         paper = papers.add_parser(name, help=module.DESCRIPTION, description=module.DESCRIPTION)
         module.add_arguments(paper)
         paper.set_defaults(handler=module.run)
+
+    sweep = commands.add_parser("sweep", help=sweep_command.DESCRIPTION,
+                                description=sweep_command.DESCRIPTION)  # fmt: skip
+    sweep_command.add_arguments(sweep)
+    sweep.set_defaults(handler=sweep_command.run)
     return parser
 
 
@@ -344,6 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DataError, NonFiniteLossError, ValueError) as error:
         print(f"vbnn: error: {error}", file=sys.stderr)
         return 2
+    except SweepError as error:  # the finished units are stored; a re-run retries the rest
+        print(f"vbnn: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

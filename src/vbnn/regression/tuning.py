@@ -175,25 +175,34 @@ def tune(
     config: TrainConfig,
     tuning: TuningConfig,
     storage: str | optuna.storages.BaseStorage | None = None,
+    worker: int = 0,
+    study_name: str | None = None,
 ) -> dict[str, float]:
     """Search ``SEARCH_SPACES[config.method]`` on split ``split``'s training data.
 
     Args:
         storage: Optuna storage (e.g. ``sqlite:///results.sqlite``); None keeps it in memory.
+            Several processes share a study only through a storage made for it (a journal
+            file, an RDB server), never one SQLite file.
+        worker: which of the processes sharing the study this is; worker ``w`` seeds its
+            sampler with the study's seed + ``w`` (worker 0: the study's own), so workers do not
+            propose the same random start-up candidates.
+        study_name: the study's name in ``storage`` (default: data set, split, method, seed).
 
     Returns:
         The best candidate's values, e.g. {"prior_std": 0.8}.
     """
     space = SEARCH_SPACES[config.method]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    name = study_name or f"{dataset.name}/split{split}/{config.method.value}/seed{tuning.seed}"
     study = optuna.create_study(
-        study_name=f"{dataset.name}/split{split}/{config.method.value}/seed{tuning.seed}",
+        study_name=name,
         storage=storage,
         direction="maximize",
         load_if_exists=True,
         # each split's study proposes its own candidates (a seed of its own)
         sampler=optuna.samplers.TPESampler(
-            seed=derive_seed(tuning.seed, split, "tuning") % 2**32, constant_liar=True
+            seed=(derive_seed(tuning.seed, split, "tuning") + worker) % 2**32, constant_liar=True
         ),
     )
     data = tuning_problem(

@@ -1,0 +1,178 @@
+"""``vbnn sweep GRID.toml``: every run of a grid (``sweeps.grid``) on an executor, stored in
+``OUT/results.sqlite`` by the driver alone.
+
+The units: for each (data set, config), the splits the database still lacks, cut into groups of
+``splits_per_unit`` (one stack each). With ``[search]``, first ``workers`` search units per
+(data set, config) whose study is short of ``trials`` (``regression.tuning.tune`` on a shared
+Optuna study), then the evaluation units with the best values. A killed sweep re-run with the
+same command trains only what is missing; a local and a Ray sweep of one grid store the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from vbnn.core.contracts import SplitResult, TrainConfig
+from vbnn.data.uci import RegressionDataset, load_uci
+from vbnn.regression.engine import run_splits
+from vbnn.regression.tuning import TuningConfig, tune
+from vbnn.stores.results_db import ResultsDatabase, config_hash
+from vbnn.sweeps.executors import Unit, add_executor_arguments, run_sweep, settings_from
+from vbnn.sweeps.grid import Grid, Search, load_grid
+
+DESCRIPTION = "run a GRID.toml of UCI runs (or an Optuna search) locally or on a Ray cluster"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("grid", metavar="GRID.toml", help="the sweep (docs/sweeps.md)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/sweep"),
+        help="folder of results.sqlite (and the search's journal)",
+    )
+    parser.add_argument("--data-dir", default=None, help="overrides $VBNN_DATA_DIR")
+    parser.add_argument("--no-progress", action="store_true")
+    add_executor_arguments(parser)
+
+
+def train_unit(
+    dataset: RegressionDataset,
+    splits: list[int],
+    config: TrainConfig,
+    values: dict[str, float] | None = None,
+) -> list[SplitResult]:
+    """A worker's unit: ``config`` on ``splits`` (with searched ``values``), results returned."""
+    per_split = None if values is None else {k: values for k in splits}
+    return list(run_splits(dataset, splits, config, per_split=per_split).splits)
+
+
+def storage_for(search: Search, out: Path) -> str | optuna.storages.BaseStorage:
+    """The study's storage: an RDB URL as given, else a journal file under ``out``."""
+    if "://" in search.storage:
+        return search.storage
+    path = (out / search.storage).resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+
+
+def study_name(dataset: str, config: TrainConfig, search: Search) -> str:
+    """One study per (data set, configuration, seed): the config hash tells combinations apart."""
+    return f"{dataset}/split{search.split}/{config_hash(config)}/seed{config.seed}"
+
+
+def search_unit(
+    dataset: RegressionDataset, config: TrainConfig, search: Search, out: Path, worker: int
+) -> dict[str, float]:
+    """A worker's share of one study (all workers stop when it holds ``trials`` trials)."""
+    name = study_name(dataset.name, config, search)
+    storage = storage_for(search, out)
+    return tune(dataset, search.split, config, _tuning(search, config), storage, worker, name)
+
+
+def _finished_trials(storage: Any, name: str) -> int:
+    """Complete or failed trials of the study ``name`` (0 when it does not exist yet)."""
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return 0
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    return sum(t.state in finished for t in study.trials)
+
+
+def _tuning(search: Search, config: TrainConfig) -> TuningConfig:
+    return TuningConfig(
+        trials=search.trials,
+        batch=search.batch,
+        validation_fraction=search.validation_fraction,
+        seed=config.seed,
+    )
+
+
+def _chunks(splits: list[int], size: int | None) -> list[list[int]]:
+    size = size or max(len(splits), 1)
+    return [splits[begin : begin + size] for begin in range(0, len(splits), size)]
+
+
+def _searched_values(
+    grid: Grid, datasets: dict[str, RegressionDataset], args: argparse.Namespace
+) -> dict[tuple[str, TrainConfig], dict[str, float]]:
+    """Run the search units that are needed; the best values of every (data set, config)."""
+    search = grid.search
+    assert search is not None
+    storage = storage_for(search, args.out)
+    short = [
+        (name, config)
+        for name, config in grid.runs()
+        if _finished_trials(storage, study_name(name, config, search)) < search.trials
+    ]
+    units = [
+        Unit(
+            f"search {name} {config.method.value} seed {config.seed} worker {w}",
+            search_unit,
+            (datasets[name], config, search, args.out.resolve(), w),
+            args.cpus_per_unit,
+        )
+        for name, config in short
+        for w in range(search.workers)
+    ]
+    run_sweep(settings_from(args), units, lambda unit, value: None, "search", not args.no_progress)
+    # every study is complete now: tune() reads its best values without training
+    return {
+        (name, config): tune(
+            datasets[name],
+            search.split,
+            config,
+            _tuning(search, config),
+            storage,
+            study_name=study_name(name, config, search),
+        )
+        for name, config in grid.runs()
+    }
+
+
+def run(args: argparse.Namespace) -> None:
+    grid = load_grid(args.grid)
+    args.out.mkdir(parents=True, exist_ok=True)
+    datasets = {name: load_uci(name, args.data_dir) for name in grid.datasets}
+    values = _searched_values(grid, datasets, args) if grid.search else {}
+    with ResultsDatabase(args.out / "results.sqlite") as database:
+        extras: dict[str, dict[str, Any] | None] = {}
+        units = []
+        for name, config in grid.runs():
+            found = values.get((name, config))
+            extra = (
+                None
+                if found is None
+                else {"search": "optuna", "values": found, "trials": grid.search.trials}
+            )
+            splits = list(grid.splits or range(datasets[name].num_splits))
+            missing = database.missing_splits(name, splits, config, extra)
+            for chunk in _chunks(missing, grid.splits_per_unit):
+                key = (
+                    f"{name} {config.method.value} seed {config.seed} splits {chunk[0]}-{chunk[-1]}"
+                )
+                extras[key] = extra
+                units.append(
+                    Unit(
+                        key, train_unit, (datasets[name], chunk, config, found), args.cpus_per_unit
+                    )
+                )
+        total = sum(len(grid.splits or range(datasets[n].num_splits)) for n, _ in grid.runs())
+        print(
+            f"{args.grid}: {len(grid.runs())} configurations, {total} runs, "
+            f"{sum(len(u.arguments[1]) for u in units)} to train in {len(units)} units",
+            file=sys.stderr,
+        )
+
+        def store(unit: Unit, results: list[SplitResult]) -> None:
+            dataset, _, config, _ = unit.arguments
+            database.write_results(dataset.name, config, results, extras[unit.key])
+
+        run_sweep(settings_from(args), units, store, "sweep", not args.no_progress)
+        print(f"stored {len(database.runs_frame())} runs in {args.out / 'results.sqlite'}")

@@ -1,0 +1,218 @@
+"""Executors: run independent units of work here or on a Ray cluster; the driver writes results.
+
+A sweep is a list of :class:`Unit` (a module-level function, its arguments and the CPUs it needs).
+An executor runs them and yields one :class:`Outcome` per unit as it finishes; :func:`drive`
+shows one progress bar (units done / total, time left), hands every result to the driver's
+``on_result`` (the only writer of the results database or unit store) and ends with a summary of
+the units that failed.
+
+- :class:`LocalExecutor`: this process, one unit after another, in order: what every command
+  did before executors existed.
+- ``RayExecutor`` (``vbnn.sweeps.ray_executor``, loaded by :func:`make_executor` only when asked
+  for, so Ray stays an optional dependency): every unit a Ray task with ``num_cpus`` declared and
+  ``max_retries``, so a worker process that dies mid-unit is retried and its unit runs once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from tqdm.auto import tqdm
+
+RAY_INSTALL = "pip install 'vbnn[ray]'"
+
+
+class ExecutorKind(str, Enum):
+    LOCAL = "local"
+    RAY = "ray"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One independent piece of a sweep.
+
+    Attributes:
+        key: names the unit in the progress bar and the failure summary.
+        function: a module-level function (Ray pickles it by reference), called as
+            ``function(*arguments)`` on a worker; it returns the result and writes nothing shared.
+        arguments: picklable arguments.
+        cpus: CPU cores the unit uses (Ray schedules by it; a Ray worker runs torch with as many
+            threads).
+    """
+
+    key: str
+    function: Callable[..., Any]
+    arguments: tuple[Any, ...] = ()
+    cpus: int = 1
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished unit: its ``value``, or ``error`` (the formatted exception) when it failed."""
+
+    unit: Unit
+    value: Any = None
+    error: str | None = None
+
+
+class Executor(Protocol):
+    """Runs units and yields their outcomes as they finish (in any order)."""
+
+    def run(self, units: Sequence[Unit]) -> Iterator[Outcome]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """This process, one unit after another in the given order (the default everywhere)."""
+
+    def run(self, units: Sequence[Unit]) -> Iterator[Outcome]:
+        for unit in units:
+            try:
+                value = unit.function(*unit.arguments)
+            except Exception:  # reported in the summary; the sweep goes on
+                yield Outcome(unit, error=traceback.format_exc(limit=-3).strip())
+            else:
+                yield Outcome(unit, value)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """Which executor and, for Ray, where and how.
+
+    Attributes:
+        kind: local or ray.
+        address: Ray cluster address (e.g. ``127.0.0.1:6379`` from ``ray start --head``, or
+            ``auto``); None starts a private Ray instance on this machine.
+        cpus_per_unit: CPUs a unit declares (Ray runs ``total CPUs / cpus_per_unit`` at once).
+        max_retries: Ray retries of a unit whose worker process died.
+        num_cpus: CPUs of a private Ray instance (None: all of this machine's).
+    """
+
+    kind: ExecutorKind = ExecutorKind.LOCAL
+    address: str | None = None
+    cpus_per_unit: int = 1
+    max_retries: int = 3
+    num_cpus: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.cpus_per_unit < 1:
+            raise ValueError(f"--cpus-per-unit must be >= 1, got {self.cpus_per_unit}")
+        if self.kind is ExecutorKind.LOCAL and self.address is not None:
+            raise ValueError("--address needs --executor ray")
+
+
+def make_executor(settings: ExecutorSettings) -> Executor:
+    """The executor ``settings`` asks for; Ray's module is imported only here, only for Ray.
+
+    Raises:
+        ValueError: Ray was asked for but is not installed (says how to install it).
+    """
+    if settings.kind is ExecutorKind.LOCAL:
+        return LocalExecutor()
+    try:
+        module = importlib.import_module("vbnn.sweeps.ray_executor")
+    except ModuleNotFoundError as error:
+        if error.name != "ray":
+            raise
+        raise ValueError(f"--executor ray needs Ray: {RAY_INSTALL}") from None
+    return module.RayExecutor(settings)
+
+
+def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--executor``, ``--address``, ``--cpus-per-unit`` (``settings_from`` reads them)."""
+    parser.add_argument(
+        "--executor",
+        choices=[k.value for k in ExecutorKind],
+        default="local",
+        help=f"where units run (ray: {RAY_INSTALL})",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster (from `ray start --head`); default: a private one",
+    )
+    parser.add_argument("--cpus-per-unit", type=int, default=1, help="CPUs a Ray unit declares")
+
+
+def settings_from(args: argparse.Namespace) -> ExecutorSettings:
+    return ExecutorSettings(
+        kind=ExecutorKind(args.executor), address=args.address, cpus_per_unit=args.cpus_per_unit
+    )
+
+
+class SweepError(RuntimeError):
+    """Some units failed; the message lists them with their errors (the others were stored)."""
+
+
+@dataclass
+class SweepReport:
+    """What :func:`drive` did: the keys of the units that finished and the failures."""
+
+    done: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        lines = [f"{len(self.failed)} of {len(self.done) + len(self.failed)} units failed:"]
+        for key, error in self.failed.items():
+            last = error.strip().splitlines()[-1] if error.strip() else "(no message)"
+            lines.append(f"  {key}: {last}")
+        return "\n".join(lines)
+
+
+def drive(
+    executor: Executor,
+    units: Sequence[Unit],
+    on_result: Callable[[Unit, Any], None],
+    description: str = "sweep",
+    progress: bool = True,
+) -> SweepReport:
+    """Run ``units`` on ``executor``; ``on_result(unit, value)`` stores each result as it comes.
+
+    Raises:
+        SweepError: after every unit ran, when any failed (the message is the summary; the units
+            that finished are stored, so re-running the command retries only the failed ones).
+    """
+    report = SweepReport()
+    bar = tqdm(
+        total=len(units), desc=description, unit="unit", disable=not progress, file=sys.stderr
+    )
+    with bar:
+        for outcome in executor.run(units):
+            if outcome.error is None:
+                on_result(outcome.unit, outcome.value)
+                report.done.append(outcome.unit.key)
+            else:
+                report.failed[outcome.unit.key] = outcome.error
+                bar.set_postfix(failed=len(report.failed))
+            bar.update()
+    if report.failed:
+        raise SweepError(report.summary())
+    return report
+
+
+def run_sweep(
+    settings: ExecutorSettings,
+    units: Sequence[Unit],
+    on_result: Callable[[Unit, Any], None],
+    description: str = "sweep",
+    progress: bool = True,
+) -> SweepReport:
+    """:func:`drive` on a fresh executor of ``settings``, closed afterwards (even on error)."""
+    if not units:
+        return SweepReport()
+    executor = make_executor(settings)
+    try:
+        return drive(executor, units, on_result, description, progress)
+    finally:
+        executor.close()

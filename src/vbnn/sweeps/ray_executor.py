@@ -1,0 +1,76 @@
+"""The Ray executor: every unit a Ray task; loaded only for ``--executor ray`` (Ray is optional).
+
+Each unit is submitted as a task with ``num_cpus = unit.cpus`` and ``max_retries``: Ray reruns a
+task whose worker process died (killed, out of memory, a lost node), so the unit's result reaches
+the driver once. An exception raised by the unit itself is not retried: it is the unit's outcome
+and goes in the failure summary. Results come back to the driver as they finish
+(``ray.wait``); the driver alone writes them, so a sweep on Ray stores what a local one stores.
+
+A driver killed mid-sweep loses only the units in flight (Ray cancels a dead driver's tasks);
+re-running the command skips every unit already stored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import ray
+import torch
+
+from vbnn.sweeps.executors import ExecutorSettings, Outcome, Unit
+
+
+def _call(function: Callable[..., Any], cpus: int, *arguments: Any) -> Any:
+    """Run one unit on a worker, torch limited to the unit's declared CPUs."""
+    torch.set_num_threads(cpus)
+    return function(*arguments)
+
+
+_remote_call = ray.remote(_call)
+
+
+class RayExecutor:
+    """Runs units as Ray tasks on the cluster at ``settings.address`` (or a private one).
+
+    Joins an already initialised Ray (e.g. a test's) and leaves it running; otherwise connects
+    (``ray.init``) and disconnects in :meth:`close`, which also stops a private instance.
+    """
+
+    def __init__(self, settings: ExecutorSettings) -> None:
+        self.settings = settings
+        self.owns_connection = not ray.is_initialized()
+        if self.owns_connection:
+            private = settings.address is None
+            ray.init(
+                address=settings.address,
+                num_cpus=settings.num_cpus if private else None,
+                include_dashboard=False if private else None,
+                logging_level=logging.WARNING,
+                log_to_driver=True,
+            )
+
+    def run(self, units: Sequence[Unit]) -> Iterator[Outcome]:
+        pending = {}
+        for unit in units:
+            options = {
+                "num_cpus": unit.cpus,
+                "max_retries": self.settings.max_retries,
+                "name": unit.key,
+            }
+            reference = _remote_call.options(**options).remote(
+                unit.function, unit.cpus, *unit.arguments
+            )
+            pending[reference] = unit
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            unit = pending.pop(ready[0])
+            try:
+                yield Outcome(unit, ray.get(ready[0]))
+            except ray.exceptions.RayError as error:
+                yield Outcome(unit, error=str(error))
+
+    def close(self) -> None:
+        if self.owns_connection:
+            ray.shutdown()
