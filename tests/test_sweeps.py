@@ -1,0 +1,137 @@
+"""Sweeps without Ray: GRID.toml parsing and its errors, the local executor's failure summary,
+a grid and an Optuna search end to end, and the clear error when Ray is not installed."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from vbnn.cli import main
+from vbnn.core.contracts import Method, TrainConfig
+from vbnn.sweeps.executors import (
+    ExecutorKind,
+    ExecutorSettings,
+    LocalExecutor,
+    SweepError,
+    Unit,
+    drive,
+    make_executor,
+)
+from vbnn.sweeps.grid import GridError, load_grid, parse_grid
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "grid.toml"
+
+
+def test_example_grid_parses_into_every_combination() -> None:
+    grid = load_grid(EXAMPLE)
+    # 2 methods x 2 prior scales x 2 seeds, on yacht's splits 0-3 in units of 2
+    assert grid.datasets == ("yacht",) and grid.splits == (0, 1, 2, 3)
+    assert grid.splits_per_unit == 2 and grid.search is None
+    expected = {
+        TrainConfig(method=m, seed=s, iterations=500, prior_std=p)
+        for m in (Method.MAP, Method.MF)
+        for p in (0.5, 1.0)
+        for s in (0, 1)
+    }
+    assert set(grid.configs) == expected and len(grid.configs) == 8
+
+
+def test_vi_takes_each_family() -> None:
+    text = '[grid]\ndatasets = ["yacht"]\nmethods = ["vi", "map"]\nfamilies = ["mf", "vd-layer"]\n'
+    grid = parse_grid(text, Path("g.toml"))
+    assert [(c.method.value, c.family) for c in grid.configs] == [
+        ("vi", "mf"),
+        ("vi", "vd-layer"),
+        ("map", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[grid\n", "not valid TOML"),
+        ('[grid]\ndatasets = ["nowhere"]\nmethods = ["mf"]\n', "datasets ['nowhere']"),
+        ('[grid]\ndatasets = ["yacht"]\nmethods = ["bogus"]\n', "methods ['bogus']"),
+        ('[grid]\ndatasets = ["yacht"]\nmethods = ["vi"]\n', "families must be a non-empty"),
+        ('[grid]\ndatasets = ["yacht"]\nmethods = ["mf"]\nfamilies = ["mf"]\n', "method 'vi'"),
+        ('[grid]\ndatasets = ["yacht"]\nmethods = ["mf"]\nsplits = "4-1"\n', "splits '4-1'"),
+        ('[grid]\ndatasets = []\nmethods = ["mf"]\n', "datasets must be a non-empty list"),
+        ('[grid]\ndatasets = ["yacht"]\nmethods = ["mf"]\ncolour = 1\n', "unknown keys"),
+        ('[grid]\ndatasets=["yacht"]\nmethods=["mf"]\n[grid.hyperparameters]\nlr=[1]\n', "'lr'"),
+        ('[grid]\ndatasets=["yacht"]\nmethods=["mf"]\n[grid.hyperparameters]\nprior_std=[-1]\n',
+         "invalid prior_std"),
+        ('[grid]\ndatasets=["yacht"]\nmethods=["mf"]\n[search]\nworkers=0\n', "workers"),
+    ],
+)  # fmt: skip
+def test_bad_grids_name_the_file_and_the_entry(text: str, message: str) -> None:
+    with pytest.raises(GridError, match=r"bad\.toml") as error:
+        parse_grid(text, Path("bad.toml"))
+    assert message in str(error.value)
+
+
+def _square(x: int) -> int:
+    if x == 2:
+        raise ArithmeticError("two is refused")
+    return x * x
+
+
+def test_local_drive_stores_the_others_and_summarises_failures() -> None:
+    stored: dict[str, int] = {}
+    units = [Unit(f"u{x}", _square, (x,)) for x in range(4)]
+    with pytest.raises(SweepError) as error:
+        drive(LocalExecutor(), units, lambda unit, value: stored.update({unit.key: value}),
+              progress=False)  # fmt: skip
+    assert stored == {"u0": 0, "u1": 1, "u3": 9}
+    assert "1 of 4 units failed" in str(error.value)
+    assert "u2: ArithmeticError: two is refused" in str(error.value)
+
+
+def test_ray_missing_gives_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "vbnn.sweeps.ray_executor", raising=False)
+    with pytest.raises(ValueError, match=r"pip install 'vbnn\[ray\]'"):
+        make_executor(ExecutorSettings(kind=ExecutorKind.RAY))
+    with pytest.raises(ValueError, match="--address needs --executor ray"):
+        ExecutorSettings(address="127.0.0.1:6379")
+
+
+def _rows(path: Path) -> list[tuple]:
+    with sqlite3.connect(path) as connection:
+        return sorted(connection.execute(
+            "SELECT dataset, split, method, config_hash, seed, hyperparameters, metrics FROM runs"
+        ).fetchall())  # fmt: skip
+
+
+def test_grid_sweep_stores_one_row_per_run_and_resumes(data_dir: Path, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[grid]\ndatasets = ["yacht"]\nmethods = ["map"]\nseeds = [0, 1]\n'
+                    'splits = "0-2"\nsplits_per_unit = 2\n[grid.hyperparameters]\n'
+                    'iterations = [30]\n')  # fmt: skip
+    out = tmp_path / "out"
+    command = ["sweep", str(grid), "--out", str(out), "--no-progress"]
+    assert main(command) == 0
+    rows = _rows(out / "results.sqlite")
+    assert sorted((r[1], r[4]) for r in rows) == [(k, s) for k in range(3) for s in (0, 1)]
+    assert main(command) == 0  # all stored: nothing trained, nothing duplicated
+    assert _rows(out / "results.sqlite") == rows
+
+
+def test_optuna_search_with_two_workers_on_a_journal(data_dir: Path, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[grid]\ndatasets = ["yacht"]\nmethods = ["map"]\nsplits = "0-1"\n'
+                    '[grid.hyperparameters]\niterations = [20]\n'
+                    '[search]\ntrials = 4\nbatch = 2\nworkers = 2\n')  # fmt: skip
+    out = tmp_path / "out"
+    assert main(["sweep", str(grid), "--out", str(out), "--no-progress"]) == 0
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal"))
+    )
+    (summary,) = optuna.get_all_study_summaries(storage)
+    assert summary.n_trials == 4  # the second worker found the budget spent
+    rows = _rows(out / "results.sqlite")
+    assert [r[1] for r in rows] == [0, 1]
+    assert '"search": "optuna"' in rows[0][5] and '"prior_std"' in rows[0][5]
