@@ -169,6 +169,11 @@ def evaluate_candidates(
     return scores
 
 
+def study_name(dataset: str, split: int, config: TrainConfig, tuning: TuningConfig) -> str:
+    """The default name of a study: data set, split, method and seed."""
+    return f"{dataset}/split{split}/{config.method.value}/seed{tuning.seed}"
+
+
 def tune(
     dataset: RegressionDataset,
     split: int,
@@ -176,7 +181,7 @@ def tune(
     tuning: TuningConfig,
     storage: str | optuna.storages.BaseStorage | None = None,
     worker: int = 0,
-    study_name: str | None = None,
+    name: str | None = None,
 ) -> dict[str, float]:
     """Search ``SEARCH_SPACES[config.method]`` on split ``split``'s training data.
 
@@ -187,16 +192,15 @@ def tune(
         worker: which of the processes sharing the study this is; worker ``w`` seeds its
             sampler with the study's seed + ``w`` (worker 0: the study's own), so workers do not
             propose the same random start-up candidates.
-        study_name: the study's name in ``storage`` (default: data set, split, method, seed).
+        name: the study's name in ``storage`` (default: :func:`study_name`).
 
     Returns:
         The best candidate's values, e.g. {"prior_std": 0.8}.
     """
     space = SEARCH_SPACES[config.method]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    name = study_name or f"{dataset.name}/split{split}/{config.method.value}/seed{tuning.seed}"
     study = optuna.create_study(
-        study_name=name,
+        study_name=name or study_name(dataset.name, split, config, tuning),
         storage=storage,
         direction="maximize",
         load_if_exists=True,

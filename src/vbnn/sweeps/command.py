@@ -2,10 +2,11 @@
 ``OUT/results.sqlite`` by the driver alone.
 
 The units: for each (data set, config), the splits the database still lacks, cut into groups of
-``splits_per_unit`` (one stack each). With ``[search]``, first ``workers`` search units per
-(data set, config) whose study is short of ``trials`` (``regression.tuning.tune`` on a shared
-Optuna study), then the evaluation units with the best values. A killed sweep re-run with the
-same command trains only what is missing; a local and a Ray sweep of one grid store the same rows.
+``splits_per_unit`` (default: the engine's chunks), each trained as one stack. With
+``[search]``, first ``workers`` search units per (data set, config) whose study is short of
+``trials`` (``regression.tuning.tune`` on a shared Optuna study), then the evaluation units with
+the best values. A killed sweep re-run with the same command trains only what is missing; a
+local and a Ray sweep of one grid store the same rows.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import optuna
 
 from vbnn.core.contracts import SplitResult, TrainConfig
 from vbnn.data.uci import RegressionDataset, load_uci
-from vbnn.regression.engine import run_splits
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, config_hash
 from vbnn.sweeps.executors import Unit, add_executor_arguments, run_sweep, settings_from
 from vbnn.sweeps.grid import Grid, Search, load_grid
+from vbnn.sweeps.uci import finished_trials, split_units, train_unit
 
 DESCRIPTION = "run a GRID.toml of UCI runs (or an Optuna search) locally or on a Ray cluster"
 
@@ -39,17 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None, help="overrides $VBNN_DATA_DIR")
     parser.add_argument("--no-progress", action="store_true")
     add_executor_arguments(parser)
-
-
-def train_unit(
-    dataset: RegressionDataset,
-    splits: list[int],
-    config: TrainConfig,
-    values: dict[str, float] | None = None,
-) -> list[SplitResult]:
-    """A worker's unit: ``config`` on ``splits`` (with searched ``values``), results returned."""
-    per_split = None if values is None else {k: values for k in splits}
-    return list(run_splits(dataset, splits, config, per_split=per_split).splits)
 
 
 def storage_for(search: Search, out: Path) -> str | optuna.storages.BaseStorage:
@@ -75,16 +65,6 @@ def search_unit(
     return tune(dataset, search.split, config, _tuning(search, config), storage, worker, name)
 
 
-def _finished_trials(storage: Any, name: str) -> int:
-    """Complete or failed trials of the study ``name`` (0 when it does not exist yet)."""
-    try:
-        study = optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        return 0
-    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    return sum(t.state in finished for t in study.trials)
-
-
 def _tuning(search: Search, config: TrainConfig) -> TuningConfig:
     return TuningConfig(
         trials=search.trials,
@@ -92,11 +72,6 @@ def _tuning(search: Search, config: TrainConfig) -> TuningConfig:
         validation_fraction=search.validation_fraction,
         seed=config.seed,
     )
-
-
-def _chunks(splits: list[int], size: int | None) -> list[list[int]]:
-    size = size or max(len(splits), 1)
-    return [splits[begin : begin + size] for begin in range(0, len(splits), size)]
 
 
 def _searched_values(
@@ -109,7 +84,7 @@ def _searched_values(
     short = [
         (name, config)
         for name, config in grid.runs()
-        if _finished_trials(storage, study_name(name, config, search)) < search.trials
+        if len(finished_trials(storage, study_name(name, config, search))) < search.trials
     ]
     units = [
         Unit(
@@ -130,7 +105,7 @@ def _searched_values(
             config,
             _tuning(search, config),
             storage,
-            study_name=study_name(name, config, search),
+            name=study_name(name, config, search),
         )
         for name, config in grid.runs()
     }
@@ -153,16 +128,14 @@ def run(args: argparse.Namespace) -> None:
             )
             splits = list(grid.splits or range(datasets[name].num_splits))
             missing = database.missing_splits(name, splits, config, extra)
-            for chunk in _chunks(missing, grid.splits_per_unit):
+            for chunk in split_units(datasets[name], config, missing, grid.splits_per_unit):
                 key = (
                     f"{name} {config.method.value} seed {config.seed} splits {chunk[0]}-{chunk[-1]}"
                 )
                 extras[key] = extra
-                units.append(
-                    Unit(
-                        key, train_unit, (datasets[name], chunk, config, found), args.cpus_per_unit
-                    )
-                )
+                per_split = None if found is None else {k: found for k in chunk}
+                arguments = (datasets[name], chunk, config, per_split)
+                units.append(Unit(key, train_unit, arguments, args.cpus_per_unit))
         total = sum(len(grid.splits or range(datasets[n].num_splits)) for n, _ in grid.runs())
         print(
             f"{args.grid}: {len(grid.runs())} configurations, {total} runs, "

@@ -13,7 +13,7 @@ the values found.
     families = ["vd-layer"]          # what "vi" fits; one run per family
     seeds = [0, 1]
     splits = "0-4"                   # default: every split of the data set
-    splits_per_unit = 5              # splits a unit trains as one stack (default: all of them)
+    splits_per_unit = 5              # splits a unit trains as one stack (default: the engine's)
 
     [grid.hyperparameters]           # TrainConfig fields -> values; every combination
     iterations = [1000]

@@ -20,14 +20,21 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vbnn.core.contracts import TrainConfig
+from vbnn.core.contracts import RunResult, TrainConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.overpruning import figures as overpruning_figures
 from vbnn.experiments.overpruning.table1 import summary_from_results, write_table1
-from vbnn.regression.resumable import run_splits_resumable
-from vbnn.regression.tuning import TuningConfig, tune
+from vbnn.regression.tuning import TuningConfig, study_name, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+from vbnn.sweeps.executors import (
+    ExecutorKind,
+    Unit,
+    add_executor_arguments,
+    run_sweep,
+    settings_from,
+)
+from vbnn.sweeps.uci import finished_trials, split_units, store_trials, train_unit, tuning_unit
 
 DESCRIPTION = "overpruning paper (000_*): tuned Table 1 with SGLD, Figures 1-5"
 
@@ -86,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-progress", action="store_true")
+    add_executor_arguments(parser)
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -123,33 +131,72 @@ def tuned_values(
     return {k: tune(dataset, k, config, tuning, storage) for k in splits}
 
 
-def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
-    """Tune, train and evaluate every (data set, method); results from/into the database."""
-    from tqdm.auto import tqdm
+def _tuning_units(args, plan: Plan, jobs: list, storage, remote: bool) -> list[Unit]:
+    """One unit per study still short of its trials (the split tuned: 0, or each split)."""
+    tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
+    units = []
+    for dataset, config, splits in jobs:
+        tuned = {"none": [], "once": [0], "per-split": splits}[args.tune]
+        for k in tuned:
+            stored = finished_trials(storage, study_name(dataset.name, k, config, tuning))
+            if len(stored) >= plan.trials:
+                continue
+            # a Ray worker tunes an in-memory copy; here, the unit writes the study as it goes
+            where = (None, stored) if remote else (storage,)
+            units.append(Unit(f"tune {dataset.name} {config.method.value} split {k}",
+                              tuning_unit, (dataset, k, config, tuning, *where),
+                              args.cpus_per_unit))  # fmt: skip
+    return units
 
+
+def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
+    """Tune, train and evaluate every (data set, method) as units on the chosen executor (all
+    studies first, then the chunks of splits); the driver alone writes the database."""
     database_path = out / "results.sqlite"
     storage = optuna_storage(database_path)
-    results = []
-    jobs = [(d, m) for d in plan.datasets for m in plan.methods]
-    with ResultsDatabase(database_path) as database:
-        for dataset_name, method in tqdm(jobs, desc="table 1", disable=args.no_progress):
-            dataset = load_uci(dataset_name, args.data_dir)
-            splits = list(plan.splits or range(dataset.num_splits))
+    settings = settings_from(args)
+    remote = settings.kind is not ExecutorKind.LOCAL
+    progress = not args.no_progress
+    jobs = []
+    for dataset_name in plan.datasets:
+        dataset = load_uci(dataset_name, args.data_dir)
+        splits = list(plan.splits or range(dataset.num_splits))
+        for method in plan.methods:
             config = TrainConfig(
                 method=method, iterations=plan.iterations, seed=args.seed, compile=args.compile
             )
+            jobs.append((dataset, config, splits))
+
+    def keep_trials(unit: Unit, trials: list) -> None:
+        if remote:
+            dataset, split, config, tuning = unit.arguments[:4]
+            store_trials(storage, dataset.name, split, config, tuning, trials)
+
+    units = _tuning_units(args, plan, jobs, storage, remote)
+    run_sweep(settings, units, keep_trials, "tuning", progress)
+    with ResultsDatabase(database_path) as database:
+        units, extras, extra_of = [], [], {}
+        for dataset, config, splits in jobs:  # the studies are complete: values read back
             values = tuned_values(dataset, config, plan, args.tune, splits, storage, args.seed)
-            extra = {"tune": args.tune, "trials": plan.trials, "values": values}
-            result, _ = run_splits_resumable(
-                database,
-                dataset,
-                splits,
-                config,
-                progress=not args.no_progress,
-                extra=extra,
-                per_split=values if args.tune != "none" else None,
-            )
-            results.append(replace(result, notes=(json.dumps(values[splits[0]]),)))
+            extras.append({"tune": args.tune, "trials": plan.trials, "values": values})
+            missing = database.missing_splits(dataset.name, splits, config, extras[-1])
+            for chunk in split_units(dataset, config, missing, None):
+                per_split = {k: values[k] for k in chunk} if args.tune != "none" else None
+                key = f"{dataset.name} {config.method.value} splits {chunk}"
+                extra_of[key] = extras[-1]
+                units.append(Unit(key, train_unit, (dataset, chunk, config, per_split),
+                                  args.cpus_per_unit))  # fmt: skip
+
+        def store(unit: Unit, results: list) -> None:
+            dataset, _, config, _ = unit.arguments
+            database.write_results(dataset.name, config, results, extra_of[unit.key])
+
+        run_sweep(settings, units, store, "table 1", progress)
+        results = []
+        for (dataset, config, splits), extra in zip(jobs, extras, strict=True):
+            stored = database.read_results(dataset.name, config, splits, extra)
+            result = RunResult(dataset=dataset.name, config=config, splits=tuple(stored))
+            results.append(replace(result, notes=(json.dumps(extra["values"][splits[0]]),)))
     return results
 
 

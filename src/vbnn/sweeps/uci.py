@@ -1,0 +1,97 @@
+"""Units of UCI work for an executor: train splits, tune a study; the driver stores what they
+return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for Table 1).
+
+- :func:`split_units` cuts the splits a configuration still lacks into the stacks the engine
+  would train together (``engine.choose_chunk_size``), so a unit is one chunk: a local run
+  stores what it stored before, chunk by chunk.
+- :func:`train_unit` trains one chunk and returns its ``SplitResult`` rows.
+- :func:`tuning_unit` runs (the rest of) one Optuna study. Given the study's storage (this
+  process) it writes there as it goes, as ``tuning.tune`` always did; given none (a Ray worker),
+  it continues an in-memory copy of the trials stored so far and returns the new trials, which
+  the driver adds to its storage (:func:`store_trials`). The sampler sees the same history with
+  the same seed either way, so it proposes the same candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import optuna
+
+from vbnn.core.contracts import SplitResult, TrainConfig
+from vbnn.data.splits import group_by_size
+from vbnn.data.uci import RegressionDataset
+from vbnn.regression.engine import choose_chunk_size, run_splits
+from vbnn.regression.tuning import TuningConfig, study_name, tune
+
+
+def split_units(
+    dataset: RegressionDataset, config: TrainConfig, splits: Sequence[int], size: int | None
+) -> list[list[int]]:
+    """``splits`` cut into units of ``size`` splits (None: the engine's chunks for ``config``)."""
+    units = []
+    for group in group_by_size(dataset, splits):
+        rows = len(dataset.split(group[0])[0])
+        chunk = size or choose_chunk_size(config, rows, dataset.inputs.shape[1], len(group))
+        units.extend(group[begin : begin + chunk] for begin in range(0, len(group), chunk))
+    return units
+
+
+def train_unit(
+    dataset: RegressionDataset,
+    splits: list[int],
+    config: TrainConfig,
+    per_split: Mapping[int, Mapping[str, float]] | None = None,
+) -> list[SplitResult]:
+    """``config`` on ``splits`` (each split's own tuned values in ``per_split``)."""
+    return list(run_splits(dataset, splits, config, per_split=per_split).splits)
+
+
+def finished_trials(storage: optuna.storages.BaseStorage | str, name: str) -> list:
+    """The complete or failed trials of study ``name`` in ``storage`` (none if it is absent)."""
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return []
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    return [t for t in study.trials if t.state in finished]
+
+
+def tuning_unit(
+    dataset: RegressionDataset,
+    split: int,
+    config: TrainConfig,
+    tuning: TuningConfig,
+    storage: optuna.storages.BaseStorage | None = None,
+    stored: Sequence[optuna.trial.FrozenTrial] = (),
+) -> list[optuna.trial.FrozenTrial]:
+    """Tune until the study holds ``tuning.trials`` trials; returns the trials this call added.
+
+    Args:
+        storage: the study's own storage (written as the search goes), or None: then the search
+            continues an in-memory study holding the ``stored`` trials.
+    """
+    name = study_name(dataset.name, split, config, tuning)
+    if storage is None:
+        storage = optuna.storages.InMemoryStorage()
+        optuna.create_study(study_name=name, storage=storage, direction="maximize").add_trials(
+            stored
+        )
+    before = len(finished_trials(storage, name))
+    tune(dataset, split, config, tuning, storage)
+    return finished_trials(storage, name)[before:]
+
+
+def store_trials(
+    storage: optuna.storages.BaseStorage | str,
+    dataset: str,
+    split: int,
+    config: TrainConfig,
+    tuning: TuningConfig,
+    trials: Sequence[optuna.trial.FrozenTrial],
+) -> None:
+    """The driver's half of a remote :func:`tuning_unit`: add its trials to the stored study."""
+    name = study_name(dataset, split, config, tuning)
+    optuna.create_study(
+        study_name=name, storage=storage, direction="maximize", load_if_exists=True
+    ).add_trials(trials)
