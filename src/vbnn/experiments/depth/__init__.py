@@ -28,6 +28,7 @@ from vbnn.experiments.depth.report import (
 )
 from vbnn.experiments.depth.units import UnitSettings
 from vbnn.references.nuts import NUTSConfig
+from vbnn.sweeps.executors import add_executor_arguments, settings_from
 
 DESCRIPTION = "004 + blog: product-matrix covariance, NUTS posteriors, diagonal gap vs depth"
 
@@ -71,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=None, help="mean and ELBO epochs, each")
     parser.add_argument("--jitter", type=float, default=1e-4, help="added to the covariance")
     parser.add_argument("--workers", type=int, default=1, help="units run in parallel processes")
+    add_executor_arguments(parser)
     parser.add_argument("--no-fashion", action="store_true", help="skip the Fashion-MNIST part")
     parser.add_argument("--fashion-images", type=int, default=None, help="training images used")
     parser.add_argument("--fashion-samples", type=int, default=None, help="weight samples drawn")
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace) -> None:
     note = run_note(units, shared, args.quick)
     print(note)
     product = run_product_figure(out, args.heatmap_samples, args.seed)
-    records = run_units(units, out, args.workers, progress=not args.quick)
+    records = run_units(units, out, args.workers, not args.quick, settings_from(args))
     table = aggregate(records)
     table.to_csv(out / "depth_gap.csv", index=False)
     plot_depth_gap(table, out / "depth_gap.png", args.quick)

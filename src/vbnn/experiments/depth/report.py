@@ -25,8 +25,17 @@ from vbnn.diagnostics.product_covariance import (
     sample_products,
 )
 from vbnn.experiments.depth.fashion_product import FashionProductConfig, run_fashion_product
-from vbnn.experiments.depth.units import UnitSettings, run_unit
+from vbnn.experiments.depth.units import (
+    UnitOutcome,
+    UnitSettings,
+    compute_unit,
+    load_samples,
+    run_unit,
+    store_unit,
+    stored_record,
+)
 from vbnn.stores.atomic import write_atomic
+from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
 
 HEATMAP_DEPTHS = (1, 5, 20)
 GAPS = {
@@ -102,14 +111,33 @@ def _unit_in_process(settings: UnitSettings, out: Path) -> dict[str, Any]:
 
 
 def run_units(
-    units: list[UnitSettings], out: Path, workers: int, progress: bool = False
+    units: list[UnitSettings],
+    out: Path,
+    workers: int,
+    progress: bool = False,
+    executor: ExecutorSettings | None = None,
 ) -> list[dict[str, Any]]:
     """Every unit (cached ones are read back), with a progress bar on stderr.
 
-    ``progress`` adds Pyro's per-iteration bar inside each unit (one worker only)."""
+    ``progress`` adds Pyro's per-iteration bar inside each unit (one worker only). On Ray
+    (``executor``), the missing units are Ray tasks that return their numbers and this process
+    stores them; locally, ``workers`` processes run and store them."""
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     records = []
+    if executor is not None and executor.kind is not ExecutorKind.LOCAL:
+        missing = [
+            Unit(f"{s.activation} depth {s.depth} repeat {s.repeat}", compute_unit,
+                 (s, load_samples(s, out)), executor.cpus_per_unit)
+            for s in units
+            if stored_record(s, out) is None
+        ]  # fmt: skip
+
+        def store(unit: Unit, outcome: UnitOutcome) -> None:
+            store_unit(unit.arguments[0], out, outcome)
+
+        run_sweep(executor, missing, store, "depth units")
+        workers = 1  # every unit is stored now: the loop below reads them back
     bar = tqdm(total=len(units), desc="depth units", file=sys.stderr)
     if workers == 1:
         for settings in units:

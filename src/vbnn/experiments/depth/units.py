@@ -68,11 +68,25 @@ def two_moons(points: int, noise: float, seed: int, dtype: torch.dtype) -> tuple
     return torch.tensor(x, dtype=dtype), torch.tensor(y, dtype=dtype)
 
 
-def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[str, Any]:
-    """Run (or load) one unit; returns its flat record of settings, diagnostics and gaps."""
-    stored = unit_store.load(out / "units", settings.to_dict())
-    if stored is not None:
-        return stored[1]
+@dataclass(frozen=True)
+class UnitOutcome:
+    """What :func:`compute_unit` returns: the unit's record and, when it ran NUTS, its samples."""
+
+    record: dict[str, Any]
+    samples: dict[str, Any] | None  # None: NUTS samples came from the store
+    diagnostics: dict[str, Any]
+
+
+def load_samples(settings: UnitSettings, out: Path) -> tuple[Any, dict[str, Any]] | None:
+    """(samples, diagnostics) of a unit whose NUTS chain is stored, else None."""
+    cached = unit_store.load(out / "samples", settings.to_dict())
+    return None if cached is None else (cached[0]["samples"], cached[1])
+
+
+def compute_unit(
+    settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | None, progress: bool = False
+) -> UnitOutcome:
+    """One unit's numbers, storing nothing (a worker's part; NUTS skipped when ``cached``)."""
     dtype = getattr(torch, settings.dtype)
     seed = settings.seed * 1000 + settings.repeat
     x, y = two_moons(settings.points, settings.noise, seed, dtype)
@@ -84,18 +98,14 @@ def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[
     network = point_network(mean_field, sizes, settings.activation)
     potential, layout = bernoulli_potential(network, x, y, settings.prior_precision)
     nuts = dataclasses.replace(settings.nuts, seed=seed)
-    cached = unit_store.load(out / "samples", settings.to_dict())
+    arrays = None
     if cached is None:
         result = run_nuts(potential, layout.flatten(network), nuts, progress)
         samples, diagnostics = result.samples, result.diagnostics
-        unit_store.save(
-            out / "samples",
-            settings.to_dict(),
-            {"samples": samples, "log_density": result.log_density, "steps": result.leapfrog_steps},
-            diagnostics,
-        )
+        arrays = {"samples": samples, "log_density": result.log_density,
+                  "steps": result.leapfrog_steps}  # fmt: skip
     else:
-        samples, diagnostics = cached[0]["samples"], cached[1]
+        samples, diagnostics = cached
     _, covariance = empirical_covariance(samples, settings.jitter)
     record = {
         "activation": Activation(settings.activation).value,
@@ -109,5 +119,27 @@ def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[
         **diagonal_gap(covariance),
         "settings": settings.to_dict(),
     }
-    unit_store.save(out / "units", settings.to_dict(), None, record)
-    return record
+    return UnitOutcome(record, arrays, diagnostics)
+
+
+def store_unit(settings: UnitSettings, out: Path, outcome: UnitOutcome) -> dict[str, Any]:
+    """Store a computed unit (its new NUTS samples first, the record last); returns the record."""
+    if outcome.samples is not None:
+        unit_store.save(out / "samples", settings.to_dict(), outcome.samples, outcome.diagnostics)
+    unit_store.save(out / "units", settings.to_dict(), None, outcome.record)
+    return outcome.record
+
+
+def stored_record(settings: UnitSettings, out: Path) -> dict[str, Any] | None:
+    """The record of a finished unit, or None."""
+    stored = unit_store.load(out / "units", settings.to_dict())
+    return None if stored is None else stored[1]
+
+
+def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[str, Any]:
+    """Run (or load) one unit; returns its flat record of settings, diagnostics and gaps."""
+    record = stored_record(settings, out)
+    if record is not None:
+        return record
+    outcome = compute_unit(settings, load_samples(settings, out), progress)
+    return store_unit(settings, out, outcome)

@@ -10,7 +10,8 @@ Produces, each beside the published numbers of shared/reference/published.json:
   * Fig. 3 of 003 (phase transition), Figs. 3-5 of 002 (kappa histograms, count above
     log10 kappa0 = 1.5 per epoch, sparse ensembles), Fig. 5 of 003 (pruning by sigma).
 Every finished training run is stored in OUT/runs/ (``vbnn.stores.unit_store``: settings, result
-and weights) and reused when the same budget is re-run.
+and weights) and reused when the same budget is re-run. With ``--executor ray`` the runs
+(``variance_networks.runs``) train as Ray tasks first; the tables then read them back.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from vbnn.classification.training import ClassifierConfig, train_classifier
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images
 from vbnn.experiments.variance_networks.budget import BUDGETS, Budget, resolve_budget
+from vbnn.experiments.variance_networks.runs import phase_run, run_missing, table_runs
 from vbnn.experiments.variance_networks.tables import make_tables, phase_transition_only
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores.atomic import write_atomic
+from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, settings_from
 
 __all__ = ["BUDGETS", "DESCRIPTION", "Budget", "add_arguments", "run", "time_epochs"]
 
@@ -62,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Adam step of log alpha (default: 1e-3 like the rest; a deviation, see "
         "reproductions/variance-networks/README.md)",
     )
+    add_executor_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -76,6 +80,10 @@ def run(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     data = (train_x[: budget.train_size], train_y[: budget.train_size],
             test_x[: budget.test_size], test_y[: budget.test_size])  # fmt: skip
+    executor = settings_from(args)
+    if executor.kind is not ExecutorKind.LOCAL:  # train the runs as units; the tables then read
+        specs = [phase_run()] if args.phase_only else table_runs()
+        run_missing(specs, budget, data, args.seed, out, executor)
     if args.phase_only:
         frame = phase_transition_only(out, budget, data, args.seed, not args.no_progress)
         rate = budget.log_alpha_learning_rate or 1e-3
