@@ -139,3 +139,25 @@ def test_driver_killed_mid_sweep_resumes_to_the_local_database(
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert f"{UNITS - len(stored)} to train" in finished.stderr
     assert _rows(database) == local_rows
+
+
+def _studies(path: Path) -> list[tuple]:
+    with sqlite3.connect(path) as connection:
+        return sorted(connection.execute(
+            "SELECT s.study_name, t.number, t.state, v.value FROM trials t JOIN studies s "
+            "USING (study_id) LEFT JOIN trial_values v USING (trial_id)"
+        ).fetchall())  # fmt: skip
+
+
+def test_overpruning_on_ray_stores_the_local_runs_and_trials(
+    cluster: str, data_dir: Path, tmp_path: Path
+) -> None:
+    tiny = ["reproduce", "overpruning", "--datasets", "yacht", "--methods", "map,es",
+            "--splits", "0-1", "--iterations", "30", "--trials", "3", "--no-figures",
+            "--no-progress"]  # fmt: skip
+    assert main([*tiny, "--out", str(tmp_path / "local")]) == 0
+    assert main([*tiny, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
+    local, remote = tmp_path / "local" / "results.sqlite", tmp_path / "ray" / "results.sqlite"
+    assert len(_rows(local)) == 4 and _rows(remote) == _rows(local)
+    # the trials a worker ran on its in-memory copy of each study, stored by the driver
+    assert len(_studies(local)) == 2 * 3 and _studies(remote) == _studies(local)

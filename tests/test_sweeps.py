@@ -4,6 +4,7 @@ a grid and an Optuna search end to end, and the clear error when Ray is not inst
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -135,3 +136,12 @@ def test_optuna_search_with_two_workers_on_a_journal(data_dir: Path, tmp_path: P
     rows = _rows(out / "results.sqlite")
     assert [r[1] for r in rows] == [0, 1]
     assert '"search": "optuna"' in rows[0][5] and '"prior_std"' in rows[0][5]
+
+
+def test_the_command_line_does_not_import_ray() -> None:
+    code = (
+        "import sys; from vbnn.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.endswith('ray_executor')))"
+    )
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "[]"
