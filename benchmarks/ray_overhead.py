@@ -1,0 +1,78 @@
+"""Wall time of one reproduction's quick mode: the local executor vs Ray with 1 and 2 workers.
+
+Runs ``vbnn reproduce overpruning --quick --no-figures`` on the data sets given (default: yacht,
+its six methods tuned and trained on splits 0-4) three times, each into a fresh folder: with the
+local executor (this process, torch's default threads), then on a private Ray instance of 1 and of
+2 CPUs (one unit per CPU, one torch thread per unit). The Ray times include starting Ray. The
+three databases must hold the same runs; the script checks it.
+
+    python benchmarks/ray_overhead.py --out benchmarks/results/ray_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+import torch
+
+from vbnn.cli import main
+
+COLUMNS = "dataset, split, method, config_hash, seed, metrics"
+
+
+def timed_run(folder: Path, datasets: str, executor: list[str]) -> float:
+    command = ["reproduce", "overpruning", "--quick", "--no-figures", "--no-progress",
+               "--datasets", datasets, "--out", str(folder), *executor]  # fmt: skip
+    began = time.perf_counter()
+    if main(command) != 0:
+        raise RuntimeError(f"vbnn {' '.join(command)} failed")
+    return time.perf_counter() - began
+
+
+def rows(folder: Path) -> list[tuple]:
+    with sqlite3.connect(folder / "results.sqlite") as connection:
+        return sorted(connection.execute(f"SELECT {COLUMNS} FROM runs").fetchall())
+
+
+def run(datasets: str) -> dict:
+    record: dict = {"datasets": datasets, "torch_threads_local": torch.get_num_threads(),
+                    "machine": platform.machine(), "cpu_count": os.cpu_count(),
+                    "load_average_1min_before": os.getloadavg()[0]}  # fmt: skip
+    with tempfile.TemporaryDirectory() as scratch:
+        base = Path(scratch)
+        record["local_seconds"] = timed_run(base / "local", datasets, [])
+        for cpus in (1, 2):
+            began = time.perf_counter()
+            ray.init(num_cpus=cpus, include_dashboard=False, logging_level="WARNING")
+            start_seconds = time.perf_counter() - began
+            try:
+                seconds = timed_run(base / f"ray{cpus}", datasets, ["--executor", "ray"])
+            finally:
+                ray.shutdown()
+            record[f"ray_{cpus}_workers_seconds"] = start_seconds + seconds
+            record[f"ray_{cpus}_workers_start_seconds"] = start_seconds
+            if rows(base / f"ray{cpus}") != rows(base / "local"):
+                raise RuntimeError(f"Ray with {cpus} worker(s) stored other runs than local")
+        record["runs"] = len(rows(base / "local"))
+    record["load_average_1min_after"] = os.getloadavg()[0]
+    return record
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", default="yacht")
+    parser.add_argument("--out", type=Path, default=None, help="write the record as JSON")
+    args = parser.parse_args()
+    record = run(args.datasets)
+    text = json.dumps(record, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
