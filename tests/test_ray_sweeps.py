@@ -62,7 +62,8 @@ def local_rows(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> list
     """The rows the local executor stores for GRID (the reference for the Ray sweeps)."""
     folder = tmp_path_factory.mktemp("local")
     (folder / "grid.toml").write_text(GRID)
-    command = ["sweep", str(folder / "grid.toml"), "--out", str(folder), "--no-progress"]
+    command = ["sweep", str(folder / "grid.toml"), "--out", str(folder), "--no-progress",
+               "--cpus-per-unit", "1"]  # one torch thread, as on a Ray worker  # fmt: skip
     assert main(command) == 0
     rows = _rows(folder / "results.sqlite")
     assert len(rows) == UNITS
@@ -155,7 +156,7 @@ def test_overpruning_on_ray_stores_the_local_runs_and_trials(
     tiny = ["reproduce", "overpruning", "--datasets", "yacht", "--methods", "map,es",
             "--splits", "0-1", "--iterations", "30", "--trials", "3", "--no-figures",
             "--no-progress"]  # fmt: skip
-    assert main([*tiny, "--out", str(tmp_path / "local")]) == 0
+    assert main([*tiny, "--out", str(tmp_path / "local"), "--cpus-per-unit", "1"]) == 0
     assert main([*tiny, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
     local, remote = tmp_path / "local" / "results.sqlite", tmp_path / "ray" / "results.sqlite"
     assert len(_rows(local)) == 4 and _rows(remote) == _rows(local)

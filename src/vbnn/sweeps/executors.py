@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
+import torch
 from tqdm.auto import tqdm
 
 RAY_INSTALL = "pip install 'vbnn[ray]'"
@@ -43,14 +44,14 @@ class Unit:
         function: a module-level function (Ray pickles it by reference), called as
             ``function(*arguments)`` on a worker; it returns the result and writes nothing shared.
         arguments: picklable arguments.
-        cpus: CPU cores the unit uses (Ray schedules by it; a Ray worker runs torch with as many
-            threads).
+        cpus: CPU cores the unit uses: torch runs on as many threads, and Ray schedules by it.
+            None: torch's default threads locally, one on Ray.
     """
 
     key: str
     function: Callable[..., Any]
     arguments: tuple[Any, ...] = ()
-    cpus: int = 1
+    cpus: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,17 @@ class LocalExecutor:
 
     def run(self, units: Sequence[Unit]) -> Iterator[Outcome]:
         for unit in units:
+            threads = torch.get_num_threads()
             try:
+                if unit.cpus is not None:
+                    torch.set_num_threads(unit.cpus)
                 value = unit.function(*unit.arguments)
             except Exception:  # reported in the summary; the sweep goes on
                 yield Outcome(unit, error=traceback.format_exc(limit=-3).strip())
             else:
                 yield Outcome(unit, value)
+            finally:
+                torch.set_num_threads(threads)
 
     def close(self) -> None:
         pass
@@ -94,19 +100,21 @@ class ExecutorSettings:
         kind: local or ray.
         address: Ray cluster address (e.g. ``127.0.0.1:6379`` from ``ray start --head``, or
             ``auto``); None starts a private Ray instance on this machine.
-        cpus_per_unit: CPUs a unit declares (Ray runs ``total CPUs / cpus_per_unit`` at once).
+        cpus_per_unit: CPUs (torch threads) of a unit; Ray runs ``total CPUs / cpus_per_unit``
+            at once. None: torch's default locally, 1 on Ray. Float sums depend on the thread
+            count, so a local and a Ray run agree bit for bit at equal ``cpus_per_unit``.
         max_retries: Ray retries of a unit whose worker process died.
         num_cpus: CPUs of a private Ray instance (None: all of this machine's).
     """
 
     kind: ExecutorKind = ExecutorKind.LOCAL
     address: str | None = None
-    cpus_per_unit: int = 1
+    cpus_per_unit: int | None = None
     max_retries: int = 3
     num_cpus: int | None = None
 
     def __post_init__(self) -> None:
-        if self.cpus_per_unit < 1:
+        if self.cpus_per_unit is not None and self.cpus_per_unit < 1:
             raise ValueError(f"--cpus-per-unit must be >= 1, got {self.cpus_per_unit}")
         if self.kind is ExecutorKind.LOCAL and self.address is not None:
             raise ValueError("--address needs --executor ray")
@@ -142,7 +150,13 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Ray cluster (from `ray start --head`); default: a private one",
     )
-    parser.add_argument("--cpus-per-unit", type=int, default=1, help="CPUs a Ray unit declares")
+    parser.add_argument(
+        "--cpus-per-unit",
+        type=int,
+        default=None,
+        help="torch threads of a unit, CPUs a Ray task declares (default: "
+        "torch's default locally, 1 on Ray)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> ExecutorSettings:

@@ -54,14 +54,13 @@ class RayExecutor:
     def run(self, units: Sequence[Unit]) -> Iterator[Outcome]:
         pending = {}
         for unit in units:
+            cpus = unit.cpus or 1
             options = {
-                "num_cpus": unit.cpus,
+                "num_cpus": cpus,
                 "max_retries": self.settings.max_retries,
                 "name": unit.key,
             }
-            reference = _remote_call.options(**options).remote(
-                unit.function, unit.cpus, *unit.arguments
-            )
+            reference = _remote_call.options(**options).remote(unit.function, cpus, *unit.arguments)
             pending[reference] = unit
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
