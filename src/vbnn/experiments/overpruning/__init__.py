@@ -9,6 +9,9 @@ table (``table1.md``, ``table1.csv``), the bar chart (``figure1.png``) and Figur
 
     vbnn reproduce overpruning --out results/overpruning           # the full run
     vbnn reproduce overpruning --quick --out results/overpruning-quick
+    vbnn reproduce overpruning --executor ray --address HOST:6379   # units on a Ray cluster
+
+The studies, then the chunks of splits, are units of an executor (``vbnn.sweeps``, docs/sweeps.md).
 """
 
 from __future__ import annotations
