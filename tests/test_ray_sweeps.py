@@ -70,6 +70,14 @@ def local_rows(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> list
     return rows
 
 
+def _stored(path: Path) -> list[tuple]:
+    """The rows so far ([] while the driver has not yet created the file and its table)."""
+    try:
+        return _rows(path) if path.exists() else []
+    except sqlite3.OperationalError:
+        return []
+
+
 def test_ray_sweep_stores_the_local_rows(cluster: str, local_rows: list, tmp_path: Path) -> None:
     (tmp_path / "grid.toml").write_text(GRID)
     command = ["sweep", str(tmp_path / "grid.toml"), "--out", str(tmp_path), "--no-progress",
@@ -125,13 +133,15 @@ def test_driver_killed_mid_sweep_resumes_to_the_local_database(
                "--out", str(tmp_path), "--no-progress", "--executor", "ray",
                "--address", cluster]  # fmt: skip
     driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    stored: list = []
-    deadline = time.monotonic() + 120
-    while len(stored) < 2 and time.monotonic() < deadline and driver.poll() is None:
-        time.sleep(0.1)
-        stored = _rows(database) if database.exists() else []
-    driver.send_signal(signal.SIGKILL)
-    _, errors = driver.communicate()
+    try:
+        stored: list = []
+        deadline = time.monotonic() + 120
+        while len(stored) < 2 and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.1)
+            stored = _stored(database)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        _, errors = driver.communicate()
     assert driver.returncode == -signal.SIGKILL, errors.decode()[-2000:]
     stored = _rows(database)
     assert 2 <= len(stored) < UNITS  # killed mid-sweep
