@@ -130,7 +130,7 @@ class LogUniformPrior:
         """For N(mean, std^2): alpha = std^2 / mean^2."""
         return self.kl_dropout(mean, 2.0 * (torch.log(std) - torch.log(torch.abs(mean))))
 
-    def kl_full(self, mean, strictly_lower, log_diagonal) -> torch.Tensor:
+    def kl_correlated(self, mean, trace, log_det) -> torch.Tensor:
         raise TypeError("LogUniformPrior has no KL for correlated Gaussians")
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
@@ -162,7 +162,7 @@ class StudentTPrior:
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
         return self.kl_diagonal(torch.zeros_like(std), std)
 
-    def kl_full(self, mean, strictly_lower, log_diagonal) -> torch.Tensor:
+    def kl_correlated(self, mean, trace, log_det) -> torch.Tensor:
         raise TypeError("StudentTPrior has no KL for correlated Gaussians")
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
@@ -185,7 +185,7 @@ class ARDPrior:
         """Optimal lambda^2 = mean^2 + std^2: KL = 1/2 log(1 + mean^2 / std^2)."""
         return _sum_per_model(0.5 * torch.log1p((mean / std) ** 2))
 
-    def kl_full(self, mean, strictly_lower, log_diagonal) -> torch.Tensor:
+    def kl_correlated(self, mean, trace, log_det) -> torch.Tensor:
         raise TypeError("ARDPrior has no KL for correlated Gaussians")
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:

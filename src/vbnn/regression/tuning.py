@@ -55,8 +55,24 @@ SEARCH_SPACES: dict[Method, dict[str, tuple[float, float]]] = {
     Method.GD: {"prior_std": (0.01, 10.0), "posterior_std": (1e-3, 1.0)},
     Method.FC: {"prior_std": (0.01, 10.0)},
     Method.VI: {"prior_std": (0.01, 10.0)},
-    Method.SGLD: {"prior_std": (0.01, 10.0)},
+    # eta of eps_t = (eta / N)(1 + t / tau)^-gamma; the paper gives no SGLD settings at all
+    Method.SGLD: {"prior_std": (0.01, 10.0), "step_size": (1e-3, 1.0)},
 }
+
+
+def study_name(dataset: str, split: int, config: TrainConfig, seed: int) -> str:
+    """The Optuna study of one (data set, split, method, seed) search.
+
+    Searches that differ from those of the first full Table 1 run carry a suffix, so that the
+    committed results database's studies are resumed only by the searches that made them: FC
+    with a factor other than ``direct``, and SGLD, whose step size is now searched too.
+    """
+    name = f"{dataset}/split{split}/{config.method.value}/seed{seed}"
+    if config.method is Method.FC and config.covariance_factor != "direct":
+        name += f"/{config.covariance_factor}"
+    if config.method is Method.SGLD:
+        name += "/step-size"
+    return name
 
 
 @dataclass(frozen=True)
@@ -187,7 +203,7 @@ def tune(
     space = SEARCH_SPACES[config.method]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
-        study_name=f"{dataset.name}/split{split}/{config.method.value}/seed{tuning.seed}",
+        study_name=study_name(dataset.name, split, config, tuning.seed),
         storage=storage,
         direction="maximize",
         load_if_exists=True,
