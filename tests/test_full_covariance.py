@@ -22,8 +22,10 @@ import torch
 from torch.distributions import MultivariateNormal, kl_divergence
 
 from vbnn.core.contracts import Activation, Method, TrainConfig
+from vbnn.core.gaussian import kl_diagonal_gaussian
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers import FullCovariance
+from vbnn.layers import FullCovariance, LowRankCovariance
+from vbnn.layers.low_rank_covariance import log_det_identity_plus_gram
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import build_stack
 from vbnn.training.full_batch import fit
@@ -143,3 +145,30 @@ def test_every_reader_of_the_factor_agrees_with_the_factor_matrix(factor: str) -
 def test_unknown_factor_is_named() -> None:
     with pytest.raises(ValueError, match="unknown factor 'cholesky'; choose from scaled-unit"):
         FullCovariance(3, 2, factor="cholesky")
+
+
+def test_low_rank_with_no_correlation_is_mean_field() -> None:
+    """B = 0: the same marginal variances and the same KL as the diagonal Gaussian."""
+    layer = LowRankCovariance(4, 3, ModelGenerators([5, 6]), posterior_std=0.2, rank=2).double()
+    with torch.no_grad():
+        layer.scale_log_diagonal.add_(0.3 * torch.randn_like(layer.scale_log_diagonal))
+    std = layer.scale_log_diagonal.exp().detach()
+    expected = kl_diagonal_gaussian(layer.mean.detach().flatten(1), std, 0.5)
+    torch.testing.assert_close(layer.kl(GaussianPrior(0.5)).detach(), expected)
+    weight_std, bias_std = layer.posterior_std()
+    flat = torch.cat([weight_std, bias_std.unsqueeze(1)], 1).flatten(1)
+    torch.testing.assert_close(flat.detach(), std)
+
+
+def test_low_rank_log_determinant_follows_the_determinant_lemma() -> None:
+    """log det Sigma = 2 sum log s + log det(I_r + B^T B) against the dense log determinant."""
+    layer = LowRankCovariance(3, 2, ModelGenerators([7, 8]), posterior_std=0.4, rank=3).double()
+    with torch.no_grad():
+        layer.scale_factor.normal_()
+    lemma = 2 * layer.scale_log_diagonal.sum(-1) + log_det_identity_plus_gram(layer.scale_factor)
+    torch.testing.assert_close(lemma.detach(), torch.logdet(layer.covariance().detach()))
+
+
+def test_low_rank_rank_out_of_range_is_named() -> None:
+    with pytest.raises(ValueError, match=r"rank must be in \[1, D = \(in \+ 1\) out = 8\], got 9"):
+        LowRankCovariance(3, 2, rank=9)

@@ -77,7 +77,80 @@ class FactorParameterization(str, Enum):
     DIRECT = "direct"  # L = diag(s) + A
 
 
-class FullCovariance(VariationalLayer):
+class JointGaussianLayer(VariationalLayer):
+    """Shared part of the dense families with one Gaussian over all of W~ = [W; b].
+
+    Holds the means ``mean`` (M, I + 1, O) and the log scales ``scale_log_diagonal`` (M, D);
+    a subclass adds its correlation parameters and states ``_marginal_variance`` (M, D),
+    ``sample`` and ``kl``. Dense only, with a bias.
+    """
+
+    exact_lrt = False
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        generators: ModelGenerators | torch.Generator | None = None,
+        posterior_std: float = 1e-4,
+        dtype: torch.dtype | None = None,
+        **shell,
+    ) -> None:
+        super().__init__(in_features, out_features, generators, **shell)
+        name = type(self).__name__
+        if self.operator.is_conv:
+            raise ValueError(
+                f"{name} is dense only: a convolution's factor over (C kh kw + 1) O "
+                "parameters is not supported; use 'mf' or 'gd' for convolutions"
+            )
+        if not self.has_bias:
+            raise ValueError(f"{name}: bias=False is not supported (the covariance covers b)")
+        if not posterior_std > 0:
+            raise ValueError(f"{name}: posterior_std must be > 0, got {posterior_std}")
+        self.dim = (in_features + 1) * out_features
+        weight = self.initial_mean(dtype)
+        self.mean = nn.Parameter(
+            torch.cat([weight, self.zeros_bias(weight.dtype).unsqueeze(1)], dim=1)
+        )
+        self.scale_log_diagonal = nn.Parameter(
+            torch.full((self.num_models, self.dim), math.log(posterior_std), dtype=weight.dtype)
+        )
+
+    def _marginal_variance(self) -> torch.Tensor:
+        """diag(Sigma) (M, D)."""
+        raise NotImplementedError
+
+    def covariance(self) -> torch.Tensor:
+        """Sigma (M, D, D) in the row-major layout of W~, for tests and diagnostics."""
+        raise NotImplementedError
+
+    def means(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.mean[:, :-1], self.mean[:, -1]
+
+    def weight_moments(self) -> Moments:
+        return self.mean[:, :-1], self._marginal_variance().view_as(self.mean)[:, :-1]
+
+    def bias_moments(self) -> Moments:
+        return self.mean[:, -1], self._marginal_variance().view_as(self.mean)[:, -1]
+
+    @torch.no_grad()
+    def load_means(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """The means from an ``nn.Linear`` weight (O, I) and bias (O,) (see the shell)."""
+        if tuple(weight.shape) != (self.out_features, self.in_features):
+            raise ValueError(
+                f"load_means: weight {tuple(weight.shape)}, expected "
+                f"{(self.out_features, self.in_features)}"
+            )
+        self.mean[:, :-1].copy_(weight.t().expand_as(self.mean[:, :-1]))
+        if bias is not None:
+            self.mean[:, -1].copy_(bias.expand_as(self.mean[:, -1]))
+
+    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        std = self._marginal_variance().sqrt().view_as(self.mean)
+        return std[:, :-1], std[:, -1]
+
+
+class FullCovariance(JointGaussianLayer):
     """Dense layer with a full-covariance Gaussian over (W, b); weight samples in SAMPLE mode.
 
     The other arguments are those of ``MeanField``; ``kernel_size`` and ``bias=False`` are
@@ -89,7 +162,7 @@ class FullCovariance(VariationalLayer):
     """
 
     family_name = "fc"
-    exact_lrt = False
+    correlation_parameters = ("scale_lower",)
 
     def __init__(
         self,
@@ -101,31 +174,15 @@ class FullCovariance(VariationalLayer):
         factor: FactorParameterization | str = FactorParameterization.SCALED_UNIT,
         **shell,
     ) -> None:
-        super().__init__(in_features, out_features, generators, **shell)
         if factor not in {f.value for f in FactorParameterization} | set(FactorParameterization):
             choices = ", ".join(f.value for f in FactorParameterization)
             raise ValueError(f"FullCovariance: unknown factor {factor!r}; choose from {choices}")
+        super().__init__(in_features, out_features, generators, posterior_std, dtype, **shell)
         self.factor = FactorParameterization(factor)
-        if self.operator.is_conv:
-            raise ValueError(
-                "FullCovariance is dense only: a convolution's full factor over (C kh kw + 1) O "
-                "parameters is not supported; use 'mf' or 'gd' for convolutions"
-            )
-        if not self.has_bias:
-            raise ValueError("FullCovariance: bias=False is not supported (the factor covers b)")
-        if not posterior_std > 0:
-            raise ValueError(f"FullCovariance: posterior_std must be > 0, got {posterior_std}")
-        self.dim = (in_features + 1) * out_features
-        weight = self.initial_mean(dtype)
-        dtype = weight.dtype
-        self.mean = nn.Parameter(torch.cat([weight, self.zeros_bias(dtype).unsqueeze(1)], dim=1))
         self.scale_lower = nn.Parameter(
-            torch.zeros(self.num_models, self.dim, self.dim, dtype=dtype)
+            torch.zeros(self.num_models, self.dim, self.dim, dtype=self.mean.dtype)
         )
         self.scale_lower.register_hook(_strictly_lower)
-        self.scale_log_diagonal = nn.Parameter(
-            torch.full((self.num_models, self.dim), math.log(posterior_std), dtype=dtype)
-        )
 
     def scale_tril(self) -> torch.Tensor:
         """The Cholesky factor L (M, D, D)."""
@@ -134,6 +191,10 @@ class FullCovariance(VariationalLayer):
         if self.factor is FactorParameterization.SCALED_UNIT:
             lower = scale.unsqueeze(-1) * lower
         return lower + torch.diag_embed(scale)
+
+    def covariance(self) -> torch.Tensor:
+        factor = self.scale_tril()
+        return factor @ factor.transpose(-1, -2)
 
     def scale_noise(self, eps: torch.Tensor) -> torch.Tensor:
         """L eps for eps (M, D) -> (M, D)."""
@@ -151,41 +212,16 @@ class FullCovariance(VariationalLayer):
             return variance * (1.0 + off_diagonal)
         return variance + off_diagonal
 
-    def means(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.mean[:, :-1], self.mean[:, -1]
-
-    def weight_moments(self) -> Moments:
-        return self.mean[:, :-1], self._marginal_variance().view_as(self.mean)[:, :-1]
-
-    def bias_moments(self) -> Moments:
-        return self.mean[:, -1], self._marginal_variance().view_as(self.mean)[:, -1]
-
     def sample(self, noise: NoiseSource) -> Moments:
         eps = noise.randn(self.dim, dtype=self.mean.dtype, device=self.mean.device)
         weight = self.mean + self.scale_noise(eps).view_as(self.mean)
         return weight[:, :-1], weight[:, -1]
-
-    @torch.no_grad()
-    def load_means(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        """The means from an ``nn.Linear`` weight (O, I) and bias (O,) (see the shell)."""
-        if tuple(weight.shape) != (self.out_features, self.in_features):
-            raise ValueError(
-                f"load_means: weight {tuple(weight.shape)}, expected "
-                f"{(self.out_features, self.in_features)}"
-            )
-        self.mean[:, :-1].copy_(weight.t().expand_as(self.mean[:, :-1]))
-        if bias is not None:
-            self.mean[:, -1].copy_(bias.expand_as(self.mean[:, -1]))
 
     def kl(self, prior: Prior) -> torch.Tensor:
         """KL(q || prior): tr(L L^T) = sum of the marginal variances, log det = 2 sum_d l_d."""
         trace = self._marginal_variance().sum(-1)
         log_det = 2.0 * self.scale_log_diagonal.sum(-1)
         return prior.kl_correlated(self.mean.flatten(1), trace, log_det)
-
-    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        std = self._marginal_variance().sqrt().view_as(self.mean)
-        return std[:, :-1], std[:, -1]
 
     def output_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact per-example output mean and variance, (M, N, O) each."""
