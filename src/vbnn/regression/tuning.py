@@ -1,15 +1,17 @@
 """Hyper-parameter search by Bayesian optimisation (Optuna's TPE), candidates trained as a stack.
 
 The overpruning paper (000_e87e55bc25ea4726.txt, experimental details) tuned with Spearmint on one
-split: the prior std of MAP, MF, GD and FC, GD's posterior std, and ES's learning rate. Here:
+split: the prior std of MAP, MF, GD and FC, GD's posterior std, and ES's learning rate. It gives no
+SGLD settings at all; here SGLD's step size eta is searched together with its prior std. Here:
 
 - the objective is the log-likelihood of a *validation* part carved from a split's training rows
   (``TuningConfig.validation_fraction``, seeded), standardised with the remaining rows' statistics;
   no test row is ever seen;
 - each round asks Optuna for ``batch`` candidates and trains them side by side as one model stack
   (prior and posterior std are per-model tensors); candidates share the split's streams, so they
-  start from the same weights and see the same noise (common random numbers). ES's learning rate
-  cannot differ inside one Adam, so ES candidates train one at a time;
+  start from the same weights and see the same noise (common random numbers); SGLD's step size is
+  per model too. ES's learning rate cannot differ inside one Adam, so ES candidates train one at
+  a time;
 - TPE with the constant liar keeps the candidates of one round apart;
 - the study lives in Optuna storage (the results database's SQLite file), so a killed search
   resumes: trials already complete count towards the budget.
