@@ -20,6 +20,7 @@ from vbnn.classification.training import (
 )
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.layers.operators import Operator
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
 
@@ -35,6 +36,7 @@ from pathlib import Path
 import torch
 from vbnn.classification.training import ClassifierConfig, PhaseTransitionTracker, train_classifier
 from vbnn.core.randomness import ModelGenerators
+from vbnn.layers.operators import Operator
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
 
@@ -144,3 +146,46 @@ def test_batch_norm_keeps_the_models_of_a_stack_independent() -> None:
         one = alone(images.unsqueeze(0), ForwardMode.MEAN)
         torch.testing.assert_close(both[1], one[0], rtol=1e-5, atol=1e-5)
         assert not torch.allclose(both[0], both[1])
+
+
+class Float64Noise:
+    """The same standard normal draws whatever dtype a layer asks for (drawn in float64)."""
+
+    def __init__(self, generators: ModelGenerators) -> None:
+        self.generators = generators
+
+    def randn(self, *shape, dtype=torch.float32, device=None) -> torch.Tensor:
+        return self.generators.randn(*shape, dtype=torch.float64).to(dtype)
+
+
+def test_lenet_gradients_in_float32_agree_with_float64() -> None:
+    # the convolutions run channels-last (a speed choice): the float32 forward and gradients of
+    # the variance LeNet-5 must stay those of the float64 computation up to float32 rounding
+    images, labels = torch.rand(16, 1, 28, 28, dtype=torch.float64), torch.randint(0, 10, (16,))
+    results = []
+    for dtype in (torch.float32, torch.float64):
+        model = LeNet5(LeNetConfig(), ModelGenerators.for_keys(0, [0], "init"), dtype=torch.float64)
+        model.to(dtype)
+        noise = Float64Noise(ModelGenerators.for_keys(0, [0], "train"))
+        logits = model(images.to(dtype).unsqueeze(0), ForwardMode.SAMPLE, noise)
+        loss = torch.nn.functional.cross_entropy(logits[0], labels) + model.kl(LogUniformPrior())[0]
+        loss.backward()
+        grads = [p.grad.double() for p in model.parameters()]
+        results.append((logits.double(), grads))
+    (logits32, grads32), (logits64, grads64) = results
+    torch.testing.assert_close(logits32, logits64, rtol=1e-4, atol=1e-4)
+    for low, high in zip(grads32, grads64, strict=True):
+        scale = float(high.abs().max())
+        torch.testing.assert_close(low, high, rtol=1e-3, atol=1e-4 * scale)
+
+
+def test_conv_operator_equals_one_plain_convolution_per_model() -> None:
+    # the stacked, channels-last convolution against torch's conv2d of each model alone
+    operator = Operator(3, 4, kernel_size=3, padding=1)
+    x = torch.randn(2, 5, 3, 7, 7, dtype=torch.float64)
+    weight = torch.randn(2, 4, 3, 3, 3, dtype=torch.float64)
+    bias = torch.randn(2, 4, dtype=torch.float64)
+    out = operator.apply(x, weight, bias)
+    for model in range(2):
+        expected = torch.nn.functional.conv2d(x[model], weight[model], bias[model], padding=1)
+        torch.testing.assert_close(out[model], expected, rtol=1e-12, atol=1e-12)
