@@ -22,7 +22,7 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.operators import Operator
 from vbnn.networks.lenet import LeNet5, LeNetConfig
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.dropout import ARDPrior, LogUniformPrior
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 STEPS = 6  # 120 images, batch 20
@@ -38,7 +38,7 @@ from vbnn.classification.training import ClassifierConfig, PhaseTransitionTracke
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.operators import Operator
 from vbnn.networks.lenet import LeNet5, LeNetConfig
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.dropout import ARDPrior, LogUniformPrior
 
 torch.set_num_threads(1)
 checkpoint = None if sys.argv[1] == "-" else Path(sys.argv[1])
@@ -189,3 +189,20 @@ def test_conv_operator_equals_one_plain_convolution_per_model() -> None:
     for model in range(2):
         expected = torch.nn.functional.conv2d(x[model], weight[model], bias[model], padding=1)
         torch.testing.assert_close(out[model], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("prior", [LogUniformPrior(), ARDPrior()])
+def test_a_shared_alpha_counts_once_per_weight_in_the_kl(prior) -> None:
+    # a layer- or neuron-wise alpha is one value for many weights: the KL must equal the sum
+    # over the materialised per-weight alphas, values and gradients
+    mean = torch.randn(2, 30, 7, dtype=torch.float64)
+    for shape in ((2, 1, 1), (2, 1, 7), (2, 30, 7)):
+        shared = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        expanded = shared.detach().expand(mean.shape).clone().requires_grad_(True)
+        kl, reference = prior.kl_dropout(mean, shared), prior.kl_dropout(mean, expanded)
+        torch.testing.assert_close(kl, reference, rtol=1e-12, atol=0.0)
+        kl.sum().backward()
+        reference.sum().backward()
+        shared_dims = tuple(i for i, n in enumerate(shape) if n == 1)
+        summed = expanded.grad.sum(shared_dims, keepdim=True) if shared_dims else expanded.grad
+        torch.testing.assert_close(shared.grad, summed, rtol=1e-12, atol=1e-12)
