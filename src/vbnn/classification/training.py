@@ -27,6 +27,7 @@ from vbnn.classification.checkpoint import Stateful, load_checkpoint, save_check
 from vbnn.classification.inference import accuracy, as_input, predict_probabilities
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runtime import keep_freed_memory
 from vbnn.layers.modes import stack_size
 from vbnn.layers.shell import VariationalLayer
 from vbnn.training.likelihoods import CategoricalLikelihood
@@ -122,6 +123,7 @@ def train_classifier(
         NonFiniteLossError: the loss becomes NaN or inf (names the epoch and the step).
         ValueError: ``checkpoint`` was written by a run with other settings.
     """
+    keep_freed_memory()  # the step's MB-sized activations reuse freed heap memory
     named = list(model.named_parameters())
     fast = [p for n, p in named if n.endswith("log_alpha")]
     groups = [{"params": [p for n, p in named if not n.endswith("log_alpha")]}]
