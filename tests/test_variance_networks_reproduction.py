@@ -79,6 +79,9 @@ def test_selected_networks_train_alone_with_the_authors_protocol(tmp_path: Path,
     assert "protocol authors" in printed and "table1-layer" in printed
     tracking = (out / "table2-variance_tracking.csv").read_text().splitlines()
     assert [line.split(",")[0] for line in tracking[1:]] == ["2", "3"]  # every 2nd and the last
+    for name in ("table2-variance_phase_transition.png", "table1-layer_kappa_histograms.png"):
+        assert (out / name).stat().st_size > 0
+    assert "protocol" in (out / "table1-layer_summary.csv").read_text()
     records = [json.loads(p.read_text()) for p in (out / "runs").glob("*.json")]
     assert sorted(r["settings"]["name"] for r in records) == ["table1-layer", "table2-variance"]
     for record in records:

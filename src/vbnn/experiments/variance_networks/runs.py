@@ -28,6 +28,7 @@ from vbnn.classification.training import (
     PhaseTransitionTracker,
     accuracies,
     evaluate_elbo,
+    plot_phase_transition,
     train_classifier,
 )
 from vbnn.core.contracts import InferenceMode
@@ -40,7 +41,11 @@ from vbnn.experiments.variance_networks.budget import (
     Budget,
     TrainingProtocol,
 )
-from vbnn.experiments.variance_networks.parts import KappaCounter, histogram_epochs
+from vbnn.experiments.variance_networks.parts import (
+    KappaCounter,
+    histogram_epochs,
+    plot_kappa_histograms,
+)
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
@@ -158,17 +163,23 @@ def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: b
 
 def train_selected(names: list[str], budget: Budget, data, seed: int, out: Path,
                    progress: bool) -> pd.DataFrame:  # fmt: skip
-    """Train (or resume, or skip when stored) the named networks one after the other; writes
-    each tracked network's ``OUT/<name>_tracking.csv``; returns one summary row per network."""
+    """Train (or resume, or skip when stored) the named networks one after the other. Writes,
+    per network, ``OUT/<name>_summary.csv`` (final accuracy in each mode, mean log alpha, epoch
+    seconds) and, when tracked, ``<name>_tracking.csv``, ``<name>_phase_transition.png`` and
+    ``<name>_kappa_histograms.png``; returns the summary rows."""
     rows = []
     for name in names:
-        _, record, _ = train_run(name, budget, data, seed, out, progress)
+        _, record, kappa = train_run(name, budget, data, seed, out, progress)
         if record["tracking"] is not None:
             tracking = pd.DataFrame(record["tracking"])
             write_atomic(out / f"{name}_tracking.csv", tracking.to_csv(index=False))
+            plot_phase_transition(tracking, out / f"{name}_phase_transition.png", name)
+        if kappa:
+            plot_kappa_histograms(kappa, out / f"{name}_kappa_histograms.png")
         seconds = record["epoch_seconds"]
         alphas = {f"log alpha {k}": v for k, v in record["mean_log_alpha"].items()}
-        rows.append({"network": name, "epochs": len(seconds),
-                     "mean epoch s": float(np.mean(seconds)) if seconds else float("nan"),
-                     **record["accuracy"], **alphas})  # fmt: skip
+        row = {"network": name, "protocol": budget.protocol, "epochs": len(seconds),
+               "mean epoch s": float(np.mean(seconds)), **record["accuracy"], **alphas}  # fmt: skip
+        write_atomic(out / f"{name}_summary.csv", pd.DataFrame([row]).to_csv(index=False))
+        rows.append(row)
     return pd.DataFrame(rows)
