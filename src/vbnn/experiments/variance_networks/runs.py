@@ -113,7 +113,9 @@ def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: b
     model = LeNet5(config, ModelGenerators.for_keys(seed, [0], "init"))
     key = {"name": name, "budget": asdict(budget), "config": repr(config), "seed": seed}
     stored = unit_store.load(folder, key)
+    checkpoint = folder / f"{unit_store.settings_key(key)}.checkpoint.pt"
     if stored is not None:
+        checkpoint.unlink(missing_ok=True)  # left when a kill came between storing and deleting
         arrays, record = stored
         kappa = {
             int(k[len(KAPPA_PREFIX) :]): v for k, v in arrays.items() if k.startswith(KAPPA_PREFIX)
@@ -141,7 +143,6 @@ def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: b
         log_alpha_learning_rate=budget.log_alpha_learning_rate, schedule=protocol.schedule,
         eval_every=budget.eval_every,
     )  # fmt: skip
-    checkpoint = folder / f"{unit_store.settings_key(key)}.checkpoint.pt"
     seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name,
                                checkpoint)  # fmt: skip
     model.eval()
