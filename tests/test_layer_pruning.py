@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from test_pruning import PRIOR_STD, PRUNED, hand_built_mean_field
 
 from vbnn.core.contracts import Activation
 from vbnn.core.randomness import ModelGenerators
@@ -13,7 +14,6 @@ from vbnn.diagnostics.layer_pruning import count_pruned_per_layer, pruned_units_
 from vbnn.diagnostics.pruning import diagnose_units, pruned_units
 from vbnn.layers import MeanField
 from vbnn.networks.mlp import MLP
-from test_pruning import PRIOR_STD, PRUNED, hand_built_mean_field
 
 
 def set_at_prior(layer: MeanField, unit: int) -> None:

@@ -1,4 +1,4 @@
-"""Pruned hidden units of every layer of a deeper MLP (000_e87e55bc25ea4726.txt, sec. 3; 004 sec. 5).
+"""Pruned hidden units of every layer of a deeper MLP (000_*.txt sec. 3; 004_*.txt sec. 5).
 
 ``diagnostics.pruning`` counts the pruned units of a one-hidden-layer network. For an MLP with L
 hidden layers, h^l = phi(W^l h^(l-1) + b^l), l = 1..L, and output f = W^(L+1) h^L + b^(L+1), the
@@ -16,6 +16,8 @@ has an infinite KL and an infinite SNR, so none of its units counts as pruned.
 """
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 import torch
 
@@ -67,7 +69,7 @@ def pruned_units_per_layer(
     moments = [_with_bias(layer) for layer in model.layers]
     scale = _prior_std(prior_std, moments[0][0].shape[0])
     pruned = []
-    for (mean_in, std_in), (mean_out, std_out) in zip(moments[:-1], moments[1:], strict=True):
+    for (mean_in, std_in), (mean_out, std_out) in pairwise(moments):
         kl = kl_per_weight(mean_in.double(), std_in.double(), scale)  # (M, I + 1, H)
         at_prior = kl.amax(dim=1) < kl_threshold
         # outgoing weights of unit j: row j of the next layer (its bias row is not a unit's)
