@@ -13,7 +13,7 @@ from vbnn.cli import main
 from vbnn.core.contracts import RunResult, SplitResult, TrainConfig
 from vbnn.experiments.uci_depth.report import gap_frame, shrinks
 
-TINY = ["--quick", "--datasets", "yacht", "--methods", "mf,gd", "--depths", "1,2", "--splits",
+TINY = ["--quick", "--datasets", "yacht", "--methods", "mf,gd,fc", "--depths", "1,2", "--splits",
         "0-1", "--iterations", "30", "--trials", "2", "--no-progress"]  # fmt: skip
 
 
@@ -26,8 +26,9 @@ def test_tiny_run_stores_pruned_units_per_layer_and_resumes(data_dir: Path, tmp_
         runs = connection.execute("SELECT method, hyperparameters, metrics FROM runs").fetchall()
         studies = {r[0] for r in connection.execute("SELECT study_name FROM studies")}
     one_layer = {"yacht/split0/mf/seed0", "yacht/split0/gd/seed0"}
-    assert studies == one_layer | {f"{name}/hidden50x50" for name in one_layer}
-    assert len(runs) == 8  # 2 methods x 2 depths x 2 splits
+    fc = {"yacht/split0/fc/seed0/scaled-unit"}  # FC runs at depth 1 only (--fc-depths)
+    assert studies == one_layer | {f"{name}/hidden50x50" for name in one_layer} | fc
+    assert len(runs) == 10  # (MF, GD) x 2 depths x 2 splits + FC x 1 depth x 2 splits
     for _, hyperparameters, metrics in runs:
         depth = len(json.loads(hyperparameters)["hidden"])
         counts = json.loads(metrics)["pruned_per_layer"]
@@ -37,7 +38,7 @@ def test_tiny_run_stores_pruned_units_per_layer_and_resumes(data_dir: Path, tmp_
     # a second invocation finds everything stored and trains nothing
     assert main(["reproduce", "uci-depth", "--out", str(out), *TINY]) == 0
     with sqlite3.connect(out / "results.sqlite") as connection:
-        assert connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 8
+        assert connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 10
     assert (out / "depth_table.md").read_text() == table
 
 
