@@ -1,8 +1,9 @@
 """Seconds per training step of UCI runs, to estimate a full reproduction's compute.
 
 For each (data set, method, depth) it trains the given splits (batched as the engine chunks them)
-for ``--short`` and ``--long`` iterations and prints, as JSON lines, the time per step
-(t_long - t_short) / (long - short) and the fixed part (data, evaluation with 100 samples):
+for ``--short`` and ``--long`` iterations, after a 2-iteration warm-up, and prints, as JSON lines,
+the time per step (t_long - t_short) / (long - short) and the fixed part (data, evaluation with
+100 samples):
 
     python benchmarks/uci_step_times.py --datasets kin8nm,naval,protein --methods mf --splits 0
     python benchmarks/uci_step_times.py --datasets boston --methods mf,gd --depths 1,2,3
@@ -46,6 +47,8 @@ def main() -> None:
         for depth in (int(d) for d in args.depths.split(",")):
             for method in args.methods.split(","):
                 hidden = (hidden_width(name),) * depth
+                # a first call pays one-off costs (imports, allocator); keep them out of the slope
+                seconds(dataset, TrainConfig(method=method, hidden=hidden, iterations=2), splits)
                 times = {
                     n: seconds(dataset, TrainConfig(method=method, hidden=hidden, iterations=n),
                                splits)
