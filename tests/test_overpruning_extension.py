@@ -46,7 +46,7 @@ def test_table_puts_ours_beside_the_published_columns() -> None:
                         columns=["dataset", "method", "mean", "sem", "splits"])  # fmt: skip
     row = extension_table(ours, load_published_extension()).iloc[0].to_dict()
     assert row["MF"] == "4.12 +- 0.05" and row["ES"] == "3.90 +- 0.10"
-    assert row["PBP [PBP]"] == "3.73 +- 0.01" and row["width"] == 50
+    assert row["PBP (published)"] == "3.73 +- 0.01" and row["width"] == 50
 
 
 @pytest.mark.slow

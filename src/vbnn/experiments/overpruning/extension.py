@@ -77,7 +77,7 @@ def extension_table(ours: pd.DataFrame, published: dict) -> pd.DataFrame:
                            if method in part.index else "-")  # fmt: skip
         for column in published["sources"]:
             value = published["datasets"].get(dataset, {}).get(column)
-            row[f"{column} [{column}]"] = (
+            row[f"{column} (published)"] = (
                 "" if value is None else f"{value[0]:.2f} +- {value[1]:.2f}"
             )
         rows.append(row)
@@ -110,7 +110,9 @@ def write_extension_table(
         "",
         markdown_table(extension_table(ours, published)),
         "",
-        *[f"[{column}] {source}." for column, source in published["sources"].items()],
+        "Sources of the published columns:",
+        "",
+        *[f"* {column}: {source}." for column, source in published["sources"].items()],
         *[f"\n{note}" for note in notes],
         "",
     ]
