@@ -67,9 +67,12 @@ def study_name(dataset: str, split: int, config: TrainConfig, seed: int) -> str:
 
     Searches that differ from those of the first full Table 1 run carry a suffix, so that the
     committed results database's studies are resumed only by the searches that made them: FC
-    with a factor other than ``direct``, and SGLD, whose step size is now searched too.
+    with a factor other than ``direct``, SGLD, whose step size is now searched too, and any
+    architecture other than one hidden layer of 50 units (e.g. ``/hidden50x50``).
     """
     name = f"{dataset}/split{split}/{config.method.value}/seed{seed}"
+    if config.hidden != (50,):
+        name += "/hidden" + "x".join(str(width) for width in config.hidden)
     if config.method is Method.FC and config.covariance_factor != "direct":
         name += f"/{config.covariance_factor}"
     if config.method is Method.SGLD:
