@@ -105,6 +105,12 @@ class ConvergenceCriterion:
         )
 
 
+def _worst(values: np.ndarray, pick, undefined: float) -> float:
+    """``pick`` over coordinates; ``undefined`` (a failing value) if any is NaN (a coordinate
+    whose draws, or indicator, are constant: no variance to estimate from)."""
+    return undefined if np.isnan(values).any() else float(pick(values))
+
+
 def summarise_chains(draws: np.ndarray, log_density: np.ndarray) -> dict[str, float]:
     """Worst and median R-hat, bulk and tail ESS over coordinates, and those of the log density.
 
@@ -117,11 +123,11 @@ def summarise_chains(draws: np.ndarray, log_density: np.ndarray) -> dict[str, fl
     rhat, bulk, tail = rank_rhat(draws), bulk_ess(draws), tail_ess(draws)
     density = np.asarray(log_density, dtype=np.float64)[..., None]
     return {
-        "rhat_max": float(np.nanmax(rhat)),
+        "rhat_max": _worst(rhat, np.max, np.inf),
         "rhat_median": float(np.nanmedian(rhat)),
-        "bulk_ess_min": float(np.nanmin(bulk)),
+        "bulk_ess_min": _worst(bulk, np.min, 0.0),
         "bulk_ess_median": float(np.nanmedian(bulk)),
-        "tail_ess_min": float(np.nanmin(tail)),
+        "tail_ess_min": _worst(tail, np.min, 0.0),
         "rhat_log_density": float(rank_rhat(density)[0]),
         "bulk_ess_log_density": float(bulk_ess(density)[0]),
     }
