@@ -5,8 +5,10 @@ network of this depth under the parameter budget, MFVI pre-training, NumPyro NUT
 pre-trained means with jittered starts (``vbnn.references.jax_nuts``; the potential is generated
 from the same ``MLPArchitecture`` as the torch network), the full-covariance Gaussian of the
 pooled samples (empirical covariance + jitter), the closest diagonal Gaussian (eq. 6) and
-KL(q_diag || q_full), plus the 2-Wasserstein distance between the two Gaussians (blog,
-001_193bc50ee0b0b31a.txt). Whether the chains are trusted (``ConvergenceCriterion``) is decided
+KL(q_diag || q_full), the 2-Wasserstein distance between the two Gaussians, and the blog's
+(001_193bc50ee0b0b31a.txt) W2 of the samples themselves to each Gaussian
+(``vbnn.references.wasserstein``: exact transport on ``wasserstein_subsample`` thinned draws).
+Whether the chains are trusted (``ConvergenceCriterion``) is decided
 when the units are aggregated, from the stored diagnostics.
 
 Every finished unit is written atomically to ``<out>/units/<key>.json`` and its samples to
@@ -38,6 +40,7 @@ from vbnn.references.architecture import MLPArchitecture
 from vbnn.references.gaussian_gap import diagonal_gap, empirical_covariance
 from vbnn.references.jax_nuts import ChainsConfig, jittered_starts, run_chains
 from vbnn.references.jax_potential import jax_potential
+from vbnn.references.wasserstein import wasserstein_gaps
 from vbnn.stores import unit_store
 
 
@@ -54,6 +57,7 @@ class UnitSettings:
     budget: int = 1000
     prior_precision: float = 1.0
     jitter: float = 1e-4
+    wasserstein_subsample: int = 1000
     seed: int = 0
     dtype: str = "float32"
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
@@ -127,6 +131,9 @@ def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[
         "train_seconds": train_seconds,
         **{f"nuts_{name}": value for name, value in diagnostics.items()},
         **diagonal_gap(covariance),
+        **wasserstein_gaps(
+            pooled, settings.jitter, min(settings.wasserstein_subsample, len(pooled)), seed
+        ),
         "settings": settings.to_dict(),
     }
     unit_store.save(out / "units", settings.to_dict(), None, record)
