@@ -58,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depths", default=None, help="e.g. 1-5 or 1,3,5")
     parser.add_argument("--activations", default=None, help="comma list: relu,leaky_relu,identity")
     parser.add_argument(
-        "--slopes", default="0.01,0.2", help="LeakyReLU slopes, comma list (one unit set each)"
+        "--slopes",
+        default=None,
+        help="LeakyReLU slopes, comma list, one unit set each (default 0.01,0.2; quick 0.2)",
     )
     parser.add_argument("--chains", type=int, default=4, help="NUTS chains per unit")
     parser.add_argument("--dense-mass", action="store_true", help="dense mass matrix")
@@ -105,7 +107,7 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
     from vbnn.references.jax_nuts import ChainsConfig
 
     quick = args.quick
-    depths = _parse_depths(args.depths or ("1-4" if quick else "1-5"))
+    depths = _parse_depths(args.depths or ("1-3" if quick else "1-5"))
     names = (args.activations or "relu,leaky_relu,identity").split(",")
     try:
         activations = [Activation(name.strip()) for name in names]
@@ -130,10 +132,11 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
         "pretrain": PretrainConfig(epochs=epochs, mean_epochs=epochs),
         "chains": chains,
     }
+    text = args.slopes or ("0.2" if quick else "0.01,0.2")
     try:
-        slopes = [float(slope) for slope in args.slopes.split(",")]
+        slopes = [float(slope) for slope in text.split(",")]
     except ValueError:
-        raise ValueError(f"--slopes {args.slopes!r}: expected numbers, e.g. 0.01,0.2") from None
+        raise ValueError(f"--slopes {text!r}: expected numbers, e.g. 0.01,0.2") from None
     variants = [
         (activation, slope)
         for activation in activations

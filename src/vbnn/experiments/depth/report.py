@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -115,7 +116,8 @@ def run_units(units: list[UnitSettings], out: Path, workers: int) -> list[dict[s
             records.append(run_unit(settings, out))
             bar.update()
     else:
-        with ProcessPoolExecutor(workers) as pool:
+        # spawn, not fork: JAX is multithreaded once imported, and a forked child may deadlock
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             for record in pool.map(_unit_in_process, units, [out] * len(units)):
                 records.append(record)
                 bar.update()
