@@ -1,14 +1,17 @@
 """Per-unit cost of the full depth experiment (NumPyro NUTS, 4 chains), from short runs.
 
 For each depth (ReLU; the activation hardly changes the cost) at the full protocol's data size
-(10,000 two-moons points, float32): pre-training time (10 + 10 epochs); the time of one gradient
-of the JAX potential (jit-compiled, mean of 200 calls); and a short NumPyro run of the unit's
-chains (``--warmup`` + ``--samples`` per chain, tree depth <= 10) for the leapfrog steps per
-iteration after adaptation. A full unit (4 chains x (1000 + 1000) iterations) then costs about
+(10,000 two-moons points, float32; ``--points``): pre-training time (10 + 10 epochs); the time
+of one gradient of the JAX potential (jit-compiled, mean of 200 calls); and a short NumPyro run of
+the unit's chains (``--warmup`` + ``--samples`` per chain, tree depth <= 10) for the leapfrog
+steps per iteration after adaptation. A full unit (4 chains x (1000 + 1000) iterations) then
+costs about
 
     pre-training + 4 x 2000 x steps-per-iteration x time-per-gradient (+ compilation),
 
-which the short run's own wall time checks (its prediction is printed beside it).
+which the short run's own wall time checks (its prediction is printed beside it). With
+``--samples 0`` the short run is skipped and every iteration is assumed to hit the tree-depth cap
+(2^10 - 1 = 1023 steps), as the quick runs and issue 5's runs nearly all did: an upper bound.
 
     PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/depth_budget.py [--depths 1,3,5]
 """
@@ -49,12 +52,14 @@ def gradient_seconds(potential, start: np.ndarray, calls: int = 200) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depths", default="1,2,3,4,5")
+    parser.add_argument("--points", type=int, default=10_000, help="two-moons training points")
     parser.add_argument("--warmup", type=int, default=100)
-    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--samples", type=int, default=50, help="0: assume the tree-depth cap")
     parser.add_argument("--full-iterations", type=int, default=2000, help="warm-up + samples")
     parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--max-tree-depth", type=int, default=10)
     args = parser.parse_args()
-    x, y = two_moons(10_000, 0.1, 0, torch.float32)
+    x, y = two_moons(args.points, 0.1, 0, torch.float32)
     rows = []
     for depth in (int(d) for d in args.depths.split(",")):
         architecture = MLPArchitecture(tuple(depth_widths(depth)), Activation.RELU)
@@ -65,11 +70,17 @@ def main() -> None:
         start = torch.cat([p.detach().reshape(-1) for p in network.parameters()]).numpy()
         potential = jax_potential(architecture, x.numpy(), y.numpy())
         per_gradient = gradient_seconds(potential, start)
-        config = ChainsConfig(chains=args.chains, warmup=args.warmup, samples=args.samples)
-        began = time.perf_counter()
-        result = run_chains(potential, jittered_starts(start, config), config)
-        short_seconds = time.perf_counter() - began
-        steps = result.diagnostics["leapfrog_steps_mean"]
+        steps, cap_hits, short_seconds = 2.0**args.max_tree_depth - 1, 1.0, float("nan")
+        if args.samples:
+            config = ChainsConfig(
+                chains=args.chains, warmup=args.warmup, samples=args.samples,
+                max_tree_depth=args.max_tree_depth,
+            )  # fmt: skip
+            began = time.perf_counter()
+            result = run_chains(potential, jittered_starts(start, config), config)
+            short_seconds = time.perf_counter() - began
+            steps = result.diagnostics["leapfrog_steps_mean"]
+            cap_hits = result.diagnostics["max_tree_depth_hit_fraction"]
         short_iterations = args.chains * (args.warmup + args.samples)
         full_nuts = args.chains * args.full_iterations * steps * per_gradient
         rows.append(
@@ -79,9 +90,11 @@ def main() -> None:
                 "pretrain_s": train_seconds,
                 "ms_per_gradient": 1000 * per_gradient,
                 "steps_per_iteration": steps,
-                "tree_cap_hits": result.diagnostics["max_tree_depth_hit_fraction"],
+                "tree_cap_hits": cap_hits,
                 "short_run_s": short_seconds,
-                "short_run_predicted_s": short_iterations * steps * per_gradient,
+                "short_run_predicted_s": (
+                    short_iterations * steps * per_gradient if args.samples else float("nan")
+                ),
                 "full_unit_estimate_s": train_seconds + full_nuts,
             }
         )

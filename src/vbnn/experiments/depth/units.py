@@ -65,7 +65,8 @@ class UnitSettings:
 
     def architecture(self) -> MLPArchitecture:
         sizes = depth_widths(self.depth, self.budget)
-        slope = self.negative_slope if self.activation is Activation.LEAKY_RELU else 0.01
+        leaky = Activation(self.activation) is Activation.LEAKY_RELU
+        slope = self.negative_slope if leaky else 0.01
         return MLPArchitecture(tuple(sizes), self.activation, slope, self.prior_precision**-0.5)
 
     def label(self) -> str:
