@@ -181,10 +181,10 @@ def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
             mean = rows[f"{gap}_mean"].to_numpy()
             sem = np.nan_to_num(rows[f"{gap}_sem"].to_numpy())
             line = axis.errorbar(rows["depth"], mean, sem, marker="o", capsize=3, label=activation)
-            failed = ~rows["trusted"].to_numpy()
-            axis.plot(
-                rows["depth"][failed], mean[failed], "o", markerfacecolor="white",
-                color=line[0].get_color(),
+            failed = ~rows["trusted"].to_numpy(dtype=bool)
+            axis.scatter(
+                rows["depth"].to_numpy()[failed], mean[failed], s=30, zorder=5,
+                facecolors="white", edgecolors=line[0].get_color(),
             )  # fmt: skip
         for depth in table.loc[~table["trusted"], "depth"].unique():
             axis.axvspan(depth - 0.5, depth + 0.5, color="grey", alpha=0.15, linewidth=0)
