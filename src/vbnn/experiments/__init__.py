@@ -21,6 +21,7 @@ REPRODUCTIONS: dict[str, str] = {
     "overpruning": "overpruning",  # 000: tuned Table 1 with SGLD, Figures 1-5
     "depth": "depth",  # 004 + blog: product covariance, NUTS, diagonal gap vs depth
     "variance-networks": "variance_networks",  # 002 + 003: variance layers, kappa, LeNet-5
+    "adversarial": "adversarial",  # 003 6.3 / 002 6.3: iterative FGSM on MNIST, Fashion-MNIST
 }
 
 
