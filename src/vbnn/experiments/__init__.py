@@ -22,6 +22,7 @@ REPRODUCTIONS: dict[str, str] = {
     "depth": "depth",  # 004 + blog: product covariance, NUTS, diagonal gap vs depth
     "variance-networks": "variance_networks",  # 002 + 003: variance layers, kappa, LeNet-5
     "adversarial": "adversarial",  # 003 6.3 / 002 6.3: iterative FGSM on MNIST, Fashion-MNIST
+    "exploration": "exploration",  # 003 6.2: REINFORCE with variance-layer noise (vbnn[rl])
 }
 
 
