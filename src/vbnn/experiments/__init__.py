@@ -23,6 +23,7 @@ REPRODUCTIONS: dict[str, str] = {
     "variance-networks": "variance_networks",  # 002 + 003: variance layers, kappa, LeNet-5
     "adversarial": "adversarial",  # 003 6.3 / 002 6.3: iterative FGSM on MNIST, Fashion-MNIST
     "exploration": "exploration",  # 003 6.2: REINFORCE with variance-layer noise (vbnn[rl])
+    "variance-activations": "variance_activations",  # 003 appendix D, Fig. 9
 }
 
 
