@@ -59,7 +59,7 @@ QUICK = Budget(
     images_for_accuracy=500,
 )  # fmt: skip
 FULL = Budget(
-    "full", TrainingBudget(train_size=60000, epochs=3), 1000, AttackConfig(step=0.01, iterations=50)
+    "full", TrainingBudget(train_size=60000, epochs=3), 500, AttackConfig(step=0.01, iterations=30)
 )
 BUDGETS = {"quick": QUICK, "full": FULL}
 
