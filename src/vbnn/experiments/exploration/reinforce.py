@@ -53,8 +53,17 @@ class ReinforceConfig:
 
 
 def make_environment(environment: Environment):
-    """A gymnasium environment (needs the optional dependency: pip install 'vbnn[rl]')."""
-    import gymnasium
+    """A gymnasium environment (needs the optional dependency: pip install 'vbnn[rl]').
+
+    Raises:
+        ValueError: gymnasium is not installed (the message says how to install it).
+    """
+    try:
+        import gymnasium  # optional dependency, imported only when an environment is made
+    except ImportError as error:
+        raise ValueError(
+            f"reproduce exploration needs gymnasium ({error}): pip install 'vbnn[rl]'"
+        ) from error
 
     name, options = GYM_SETTINGS[Environment(environment)]
     return gymnasium.make(name, **options)
