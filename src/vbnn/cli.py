@@ -82,6 +82,7 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
         chunk_size=args.chunk_size,
         step_size=args.step_size,
         cholesky_learning_rate=args.cholesky_learning_rate,
+        covariance_factor=args.covariance_factor,
         compile=args.compile,
         burn_in=args.burn_in,
         thinning=args.thinning,
@@ -236,6 +237,12 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="FC: Adam rate of the off-diagonal Cholesky entries (default: the learning rate)",
+    )
+    parser.add_argument(
+        "--covariance-factor",
+        choices=("scaled-unit", "direct"),
+        default="scaled-unit",
+        help="FC: L = diag(s)(I + A) (default) or L = diag(s) + A (the first Table 1 run's)",
     )
     parser.add_argument(
         "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"

@@ -1,32 +1,17 @@
-"""Training runs and tables of the variance-networks reproduction (see ``variance_networks``).
-
-Every LeNet-5 run: Adam, learning rate 1e-3, batch 100, one noise sample per step, log-uniform
-prior with the Molchanov et al. KL approximation, KL weight 1 (the ELBO of the training subset).
-"""
+"""Tables of the variance-networks reproduction (see ``variance_networks``), assembled from the
+networks of ``runs`` (each trained, resumed or reloaded there)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from vbnn.classification.training import (
-    ClassifierConfig,
-    PhaseTransitionTracker,
-    accuracies,
-    evaluate_elbo,
-    plot_phase_transition,
-    train_classifier,
-)
-from vbnn.core.contracts import InferenceMode
-from vbnn.core.randomness import ModelGenerators
+from vbnn.classification.training import plot_phase_transition
 from vbnn.data.paths import published_path
 from vbnn.experiments.variance_networks.budget import TABLE1, TABLE1_ACTIVATION, TANH, Budget
 from vbnn.experiments.variance_networks.parts import (
-    kappa_callback,
     lenet_kappa,
     plot_curves,
     plot_kappa_histograms,
@@ -34,13 +19,8 @@ from vbnn.experiments.variance_networks.parts import (
     sparse_ensemble_study,
     variance_pruning_study,
 )
-from vbnn.networks.lenet import LeNet5, LeNetConfig
-from vbnn.priors.dropout import LogUniformPrior
-from vbnn.stores import unit_store
+from vbnn.experiments.variance_networks.runs import DENSE1, train_run
 from vbnn.stores.atomic import write_atomic
-
-DENSE1 = 2  # index of the first dense layer in LeNet5.layers
-TABLE1_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.ENSEMBLE)
 
 
 def published() -> dict:
@@ -69,46 +49,6 @@ def write_tracking(record: dict, kappa: dict, out: Path, prefix: str, kappa_pref
     return tracking
 
 
-def train_run(name, config: LeNetConfig, budget: Budget, data, seed, out: Path, progress,
-              track: bool = False, kappa: dict | None = None,
-              modes: tuple[InferenceMode, ...] = tuple(InferenceMode)):  # fmt: skip
-    """Train (or reload the stored result of) one LeNet-5 run; returns (model, result dict) with
-    the test accuracy in ``modes`` (each costs passes over the test set)."""
-    train_x, train_y, test_x, test_y = data
-    folder = out / "runs"
-    model = LeNet5(config, ModelGenerators.for_keys(seed, [0], "init"))
-    key = {"name": name, "budget": asdict(budget), "config": repr(config), "seed": seed}
-    stored = unit_store.load(folder, key)
-    if stored is not None:
-        state, record = stored
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-        return model, record
-    tracker = None
-    if track:
-        extra = None
-        if kappa is not None:
-            extra = kappa_callback(DENSE1, train_x[: budget.kappa_size],
-                                   train_y[: budget.kappa_size], kappa)  # fmt: skip
-        tracker = PhaseTransitionTracker(test_x[: budget.track_size], test_y[: budget.track_size],
-                                         min(budget.samples, 10), seed, extra)  # fmt: skip
-    prior = LogUniformPrior()
-    settings = ClassifierConfig(
-        epochs=budget.epochs, seed=seed, log_alpha_learning_rate=budget.log_alpha_learning_rate
-    )
-    seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name)
-    model.eval()
-    record = {
-        "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, modes),
-        "elbo": evaluate_elbo(model, prior, train_x, train_y, seed),
-        "epoch_seconds": seconds,
-        "mean_log_alpha": model.mean_log_alpha(),
-        "tracking": tracker.frame().to_dict("list") if tracker else None,
-    }
-    state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
-    unit_store.save(folder, key, state, record)
-    return model, record
-
-
 def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = True) -> None:
     reference = published()
     sections = []
@@ -116,15 +56,11 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     train_x, train_y, test_x, test_y = data
 
     # Table 1 of 003 (other layers deterministic; non-linearity per row: TABLE1_ACTIVATION)
-    rows, kappa_store = {}, {}
-    for label, family in TABLE1.items():
-        families = ("deterministic", "deterministic", family, "deterministic")
+    rows = {}
+    for label in TABLE1:
         activation = TABLE1_ACTIVATION.get(label, "softplus")
-        config = LeNetConfig(families=families, activation=activation)
         is_layer = label == "layer"
-        model, record = train_run(f"table1-{label}", config, *args, track=is_layer,
-                                  kappa=kappa_store if is_layer else None,
-                                  modes=TABLE1_MODES)  # fmt: skip
+        model, record, kappa_store = train_run(f"table1-{label}", *args)
         paper = reference.get("variance_networks_parameterizations", {}).get(label, [None] * 5)
         elbo = record["elbo"]
         rows[label] = {
@@ -163,12 +99,8 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     # Table 2 of 003, LeNet-5 rows
     published_2 = reference.get("variance_networks_accuracy", {}).get("LeNet5_MNIST", {})
     rows = {}
-    for label, families, activation in (
-        ("Dropout", ("deterministic", "deterministic", "dropout", "dropout"), "relu"),
-        ("Variance", ("vd-layer",) * 4, "relu"),
-    ):
-        config = LeNetConfig(families=families, activation=activation)
-        _, record = train_run(f"table2-{label.lower()}", config, *args, track=True)
+    for label in ("Dropout", "Variance"):
+        _, record, _ = train_run(f"table2-{label.lower()}", *args)
         accuracy = record["accuracy"]
         paper = published_2.get(label, [None] * 3)
         rows[label] = {"1 sample": accuracy["sample"], "deterministic": accuracy["deterministic"],
@@ -188,10 +120,8 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     # appendix C of 003: tanh, no biases
     published_c = reference.get("variance_networks_other", {}).get("tanh_no_bias_LeNet5_MNIST", {})
     rows = {}
-    for label, families in TANH.items():
-        config = LeNetConfig(families=families, activation="tanh", bias=False)
-        _, record = train_run(f"tanh-{label}", config, *args, modes=(
-            InferenceMode.DETERMINISTIC, InferenceMode.SAMPLE, InferenceMode.ENSEMBLE))  # fmt: skip
+    for label in TANH:
+        _, record, _ = train_run(f"tanh-{label}", *args)
         paper = published_c.get(label, [None, None])
         rows[label] = {"stochastic": record["accuracy"]["sample"],
                        "ensemble": record["accuracy"]["ensemble"],
@@ -210,11 +140,8 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
 
 
 def phase_transition_only(out: Path, budget: Budget, data, seed: int, progress: bool):
-    """The Table 1 layer-wise run alone, tracked every epoch (accuracy in four modes, mean log
-    alpha, count of log10 kappa > 1.5); writes phase_only_tracking.csv and its plot."""
-    config = LeNetConfig(families=("deterministic", "deterministic", "vd-layer", "deterministic"),
-                         activation="softplus")  # fmt: skip
-    store: dict = {}
-    _, record = train_run("phase-only-layer", config, budget, data, seed, out, progress,
-                          track=True, kappa=store, modes=TABLE1_MODES)  # fmt: skip
+    """The Table 1 layer-wise run alone, tracked every ``eval_every`` epochs (accuracy in four
+    modes, mean log alpha, count of log10 kappa > 1.5); writes phase_only_tracking.csv and its
+    plot."""
+    _, record, store = train_run("phase-only-layer", budget, data, seed, out, progress)
     return write_tracking(record, store, out, "phase_only_", "phase_only_")

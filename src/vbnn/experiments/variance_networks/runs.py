@@ -1,0 +1,186 @@
+"""The LeNet-5 networks of the variance-networks reproduction, each one resumable training run.
+
+Every network is named (``network_specs``: ``table1-<row>``, ``table2-dropout``,
+``table2-variance``, ``tanh-<row>``, ``phase-only-layer``) and trained by ``train_run``: Adam,
+log-uniform prior with the Molchanov et al. KL approximation, KL weight 1 (the ELBO of the
+training subset), one LRT sample per step, and the batch size, step-size schedule, initial log
+alpha and BatchNorm of the budget's protocol (``budget.PROTOCOLS``).
+
+Resuming. A run checkpoints at the end of every epoch to ``OUT/runs/<key>.checkpoint.pt``
+(``classification.checkpoint``); the same command after a kill continues from there, losing at
+most the epoch under way, with the numbers of an uninterrupted run. A finished network is stored
+in ``OUT/runs/`` (``stores.unit_store``: settings, result, weights, the kappa of the histogram
+epochs), its checkpoint deleted, and skipped by every later command with the same settings.
+While it trains, its tracking so far is in ``OUT/progress/<name>_tracking.csv``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from vbnn.classification.training import (
+    ClassifierConfig,
+    PhaseTransitionTracker,
+    accuracies,
+    evaluate_elbo,
+    plot_phase_transition,
+    train_classifier,
+)
+from vbnn.core.contracts import InferenceMode
+from vbnn.core.randomness import ModelGenerators
+from vbnn.experiments.variance_networks.budget import (
+    PROTOCOLS,
+    TABLE1,
+    TABLE1_ACTIVATION,
+    TANH,
+    Budget,
+    TrainingProtocol,
+)
+from vbnn.experiments.variance_networks.parts import (
+    KappaCounter,
+    histogram_epochs,
+    plot_kappa_histograms,
+)
+from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.priors.dropout import LogUniformPrior
+from vbnn.stores import unit_store
+from vbnn.stores.atomic import write_atomic
+
+DENSE1 = 2  # index of the first dense layer in LeNet5.layers
+TABLE1_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.ENSEMBLE)
+TANH_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.SAMPLE, InferenceMode.ENSEMBLE)
+KAPPA_PREFIX = "kappa_epoch_"  # arrays of the stored unit holding the histogram epochs' kappa
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """One network of the reproduction: its LeNet-5, whether the tracker follows it every
+    ``eval_every`` epochs (with kappa of dense1 when ``kappa``), and the inference modes of its
+    final test accuracy (each costs passes over the test set)."""
+
+    config: LeNetConfig
+    track: bool = False
+    kappa: bool = False
+    modes: tuple[InferenceMode, ...] = tuple(InferenceMode)
+
+
+def network_specs() -> dict[str, NetworkSpec]:
+    """Every network of the reproduction by name (Table 1 rows, Table 2, appendix C, phase)."""
+    specs = {}
+    for label, family in TABLE1.items():
+        families = ("deterministic", "deterministic", family, "deterministic")
+        activation = TABLE1_ACTIVATION.get(label, "softplus")
+        config = LeNetConfig(families=families, activation=activation)
+        is_layer = label == "layer"
+        specs[f"table1-{label}"] = NetworkSpec(config, is_layer, is_layer, TABLE1_MODES)
+    dropout = ("deterministic", "deterministic", "dropout", "dropout")
+    specs["table2-dropout"] = NetworkSpec(LeNetConfig(families=dropout), track=True)
+    specs["table2-variance"] = NetworkSpec(LeNetConfig(families=("vd-layer",) * 4), track=True)
+    for label, families in TANH.items():
+        config = LeNetConfig(families=families, activation="tanh", bias=False)
+        specs[f"tanh-{label}"] = NetworkSpec(config, modes=TANH_MODES)
+    layer = ("deterministic", "deterministic", "vd-layer", "deterministic")
+    config = LeNetConfig(families=layer, activation="softplus")
+    specs["phase-only-layer"] = NetworkSpec(config, True, True, TABLE1_MODES)
+    return specs
+
+
+def select_networks(text: str) -> list[str]:
+    """Network names from a comma-separated list; ValueError naming the unknown ones."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = network_specs()
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(f"--networks: unknown {unknown or text!r}; choose from {list(known)}")
+    return names
+
+
+def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: bool,
+              spec: NetworkSpec | None = None):  # fmt: skip
+    """Train (resume, or reload the stored result of) network ``name``; returns (model, result
+    dict, kappa of the histogram epochs {epoch: array}, empty unless the spec tracks kappa)."""
+    spec = spec or network_specs()[name]
+    protocol = PROTOCOLS[TrainingProtocol(budget.protocol)]
+    config = replace(spec.config, log_alpha_init=protocol.log_alpha_init,
+                     batch_norm=protocol.batch_norm)  # fmt: skip
+    train_x, train_y, test_x, test_y = data
+    folder = out / "runs"
+    model = LeNet5(config, ModelGenerators.for_keys(seed, [0], "init"))
+    key = {"name": name, "budget": asdict(budget), "config": repr(config), "seed": seed}
+    stored = unit_store.load(folder, key)
+    checkpoint = folder / f"{unit_store.settings_key(key)}.checkpoint.pt"
+    if stored is not None:
+        checkpoint.unlink(missing_ok=True)  # left when a kill came between storing and deleting
+        arrays, record = stored
+        kappa = {
+            int(k[len(KAPPA_PREFIX) :]): v for k, v in arrays.items() if k.startswith(KAPPA_PREFIX)
+        }
+        state = {
+            k: torch.from_numpy(v) for k, v in arrays.items() if not k.startswith(KAPPA_PREFIX)
+        }
+        model.load_state_dict(state)
+        model.eval()
+        return model, record, kappa
+    tracker, counter = None, None
+    if spec.track:
+        if spec.kappa:
+            keep = histogram_epochs(budget.epochs, budget.eval_every)
+            counter = KappaCounter(DENSE1, train_x[: budget.kappa_size],
+                                   train_y[: budget.kappa_size], keep)  # fmt: skip
+        progress_csv = out / "progress" / f"{name}_tracking.csv"
+        tracker = PhaseTransitionTracker(
+            test_x[: budget.track_size], test_y[: budget.track_size], min(budget.samples, 10),
+            seed, counter, lambda frame: write_atomic(progress_csv, frame.to_csv(index=False)),
+        )  # fmt: skip
+    prior = LogUniformPrior()
+    settings = ClassifierConfig(
+        epochs=budget.epochs, batch_size=protocol.batch_size, seed=seed,
+        log_alpha_learning_rate=budget.log_alpha_learning_rate, schedule=protocol.schedule,
+        eval_every=budget.eval_every,
+    )  # fmt: skip
+    seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name,
+                               checkpoint)  # fmt: skip
+    model.eval()
+    record = {
+        "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, spec.modes),
+        "elbo": evaluate_elbo(model, prior, train_x, train_y, seed),
+        "epoch_seconds": seconds,
+        "mean_log_alpha": model.mean_log_alpha(),
+        "protocol": {"name": budget.protocol, **asdict(protocol)},
+        "tracking": tracker.frame().to_dict("list") if tracker else None,
+    }
+    kappa = counter.store if counter is not None else {}
+    state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    state.update({f"{KAPPA_PREFIX}{epoch}": values for epoch, values in kappa.items()})
+    unit_store.save(folder, key, state, record)
+    checkpoint.unlink(missing_ok=True)
+    return model, record, kappa
+
+
+def train_selected(names: list[str], budget: Budget, data, seed: int, out: Path,
+                   progress: bool) -> pd.DataFrame:  # fmt: skip
+    """Train (or resume, or skip when stored) the named networks one after the other. Writes,
+    per network, ``OUT/<name>_summary.csv`` (final accuracy in each mode, mean log alpha, epoch
+    seconds) and, when tracked, ``<name>_tracking.csv``, ``<name>_phase_transition.png`` and
+    ``<name>_kappa_histograms.png``; returns the summary rows."""
+    rows = []
+    for name in names:
+        _, record, kappa = train_run(name, budget, data, seed, out, progress)
+        if record["tracking"] is not None:
+            tracking = pd.DataFrame(record["tracking"])
+            write_atomic(out / f"{name}_tracking.csv", tracking.to_csv(index=False))
+            plot_phase_transition(tracking, out / f"{name}_phase_transition.png", name)
+        if kappa:
+            plot_kappa_histograms(kappa, out / f"{name}_kappa_histograms.png")
+        seconds = record["epoch_seconds"]
+        alphas = {f"log alpha {k}": v for k, v in record["mean_log_alpha"].items()}
+        row = {"network": name, "protocol": budget.protocol, "epochs": len(seconds),
+               "mean epoch s": float(np.mean(seconds)), **record["accuracy"], **alphas}  # fmt: skip
+        write_atomic(out / f"{name}_summary.csv", pd.DataFrame([row]).to_csv(index=False))
+        rows.append(row)
+    return pd.DataFrame(rows)
