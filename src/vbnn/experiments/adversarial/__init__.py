@@ -95,7 +95,9 @@ def resolve_budget(args: argparse.Namespace) -> Budget:
     samples = budget.samples if args.samples is None else args.samples
     if images < 1 or samples < 1:
         raise ValueError(f"--images {images} and --samples {samples} must be >= 1")
-    return replace(budget, training=training, attack=attack, images=images, samples=samples)
+    chosen = replace(budget, training=training, attack=attack, images=images, samples=samples)
+    changed = replace(chosen, attack=replace(attack, seed=0)) != budget
+    return replace(chosen, name=f"{budget.name}, overridden") if changed else chosen
 
 
 def attack_dataset(
