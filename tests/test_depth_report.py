@@ -1,4 +1,4 @@
-"""The depth table's mean and SEM."""
+"""The depth table: mean and SEM over repeats, and the gaps of the trusted repeats only."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from vbnn.experiments.depth.report import aggregate
+from vbnn.references.chain_diagnostics import ConvergenceCriterion
 
 
-def test_aggregate_reports_mean_and_standard_error() -> None:
-    values = [1.0, 2.0, 6.0]
-    records = [
+def records(values: list[float], rhats: list[float]) -> list[dict]:
+    return [
         {
             "activation": "relu",
             "depth": 2,
@@ -21,16 +21,35 @@ def test_aggregate_reports_mean_and_standard_error() -> None:
             "kl_diag_full": value,
             "wasserstein2": 2 * value,
             "kl_full_diag": 0.0,
-            "nuts_ess_median": 10.0,
-            "nuts_rhat_max": 1.0,
+            "sample_w2_gap": 0.5,
+            "sample_w2_full": 1.0,
+            "sample_w2_baseline": 1.0,
+            "nuts_bulk_ess_min": 400.0,
+            "nuts_tail_ess_min": 300.0,
+            "nuts_rhat_max": rhat,
             "nuts_divergences": 0.0,
+            "nuts_max_tree_depth_hit_fraction": 0.0,
             "nuts_seconds": 1.0,
             "mean_field_test_accuracy": 1.0,
         }
-        for k, value in enumerate(values)
+        for k, (value, rhat) in enumerate(zip(values, rhats, strict=True))
     ]
-    row = aggregate(records).iloc[0]
+
+
+def test_aggregate_reports_mean_and_standard_error() -> None:
+    values = [1.0, 2.0, 6.0]
+    row = aggregate(records(values, [1.0] * 3), ConvergenceCriterion()).iloc[0]
     assert row["kl_diag_full_mean"] == pytest.approx(3.0)
     assert row["kl_diag_full_sem"] == pytest.approx(np.std(values, ddof=1) / math.sqrt(3))
     assert row["wasserstein2_sem"] == pytest.approx(2 * np.std(values, ddof=1) / math.sqrt(3))
-    assert row["repeats"] == 3
+    assert row["repeats"] == 3 and row["trusted_repeats"] == 3 and row["trusted"]
+
+
+def test_only_repeats_passing_the_criterion_enter_the_trusted_gap() -> None:
+    rows = records([1.0, 2.0, 6.0], [1.01, 1.2, 1.04])
+    row = aggregate(rows, ConvergenceCriterion(max_rhat=1.05)).iloc[0]
+    assert row["trusted_repeats"] == 2 and not row["trusted"]
+    assert row["kl_diag_full_trusted_mean"] == pytest.approx(3.5)
+    assert row["kl_diag_full_mean"] == pytest.approx(3.0)
+    rows[0]["nuts_tail_ess_min"] = 50.0
+    assert aggregate(rows, ConvergenceCriterion()).iloc[0]["trusted_repeats"] == 1

@@ -51,13 +51,14 @@ def test_softplus_layer_starts_at_the_requested_std_and_samples_its_marginals() 
     torch.testing.assert_close(out.var(1)[0], torch.full((2,), 6.25 * 0.49), rtol=0.05, atol=0)
 
 
+@pytest.mark.slow
 def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none) -> None:
     parser = argparse.ArgumentParser()
     depth.add_arguments(parser)
     flags = [
-        "--quick", "--out", str(tmp_path), "--depths", "1,3", "--activations", "relu,identity",
-        "--points", "200", "--warmup", "5", "--samples", "12", "--epochs", "1",
-        "--max-tree-depth", "3", "--heatmap-samples", "500",
+        "--quick", "--out", str(tmp_path), "--depths", "1,3", "--activations", "leaky_relu",
+        "--slopes", "0.01,0.3", "--chains", "2", "--points", "200", "--warmup", "5",
+        "--samples", "12", "--epochs", "1", "--max-tree-depth", "3", "--heatmap-samples", "500",
     ]  # fmt: skip
     if data_dir_or_none is None:
         flags.append("--no-fashion")

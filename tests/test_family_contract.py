@@ -17,6 +17,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import (
     FAMILIES,
     FullCovariance,
+    LowRankCovariance,
     MeanField,
     Point,
     UniformVariance,
@@ -24,6 +25,7 @@ from vbnn.layers import (
     family,
     use_mode,
 )
+from vbnn.layers.full_covariance import JointGaussianLayer
 from vbnn.priors.gaussian import GaussianPrior
 
 MODELS, ROWS, INPUTS, OUTPUTS = 3, 5, 4, 2
@@ -53,6 +55,9 @@ def make(name: str, std: float = 0.3, conv: bool = False, **options) -> Variatio
     if isinstance(layer, FullCovariance):  # a genuinely correlated posterior
         with torch.no_grad():
             layer.scale_lower.copy_(0.05 * torch.randn_like(layer.scale_lower).tril(-1))
+    if isinstance(layer, LowRankCovariance):
+        with torch.no_grad():
+            layer.scale_factor.copy_(0.3 * torch.randn_like(layer.scale_factor))
     with torch.no_grad():  # point biases away from zero so that they are seen
         if getattr(layer, "bias", None) is not None:
             layer.bias.normal_()
@@ -127,11 +132,10 @@ def test_sample_moments_match_explicit_weight_samples(name: str, conv: bool) -> 
 
 def _log_q(layer: VariationalLayer, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """log q(weight, bias) per model for the families with a closed-form KL."""
-    if isinstance(layer, FullCovariance):
+    if isinstance(layer, JointGaussianLayer):
         flat = torch.cat([weight, bias.unsqueeze(1)], 1).flatten(1)
-        return MultivariateNormal(layer.mean.flatten(1), scale_tril=layer.scale_tril()).log_prob(
-            flat
-        )
+        q = MultivariateNormal(layer.mean.flatten(1), covariance_matrix=layer.covariance())
+        return q.log_prob(flat)
     if isinstance(layer, UniformVariance):
         theta = layer.weight_log_scale.exp()
         return (-torch.log(2 * theta)).flatten(1).sum(1)

@@ -33,7 +33,7 @@ def test_converted_network_in_eval_mode_is_the_original_network(family: str) -> 
     original = small_cnn()
     x = torch.randn(6, 1, 8, 8, dtype=torch.float64)
     if not vbnn.FAMILIES[family].convolution:
-        with pytest.raises(ValueError, match=r"nn\.Conv2d; family 'fc' is dense only"):
+        with pytest.raises(ValueError, match=rf"nn\.Conv2d; family '{family}' is dense only"):
             vbnn.convert(original, family)
         return
     converted = vbnn.convert(original, family).eval()

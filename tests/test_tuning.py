@@ -40,6 +40,10 @@ def test_tuning_rows_come_from_the_training_rows_only(data_dir: Path) -> None:
             [{"prior_std": 0.5, "posterior_std": 0.01}, {"prior_std": 2.0, "posterior_std": 0.1}],
         ),
         (Method.FC, [{"prior_std": 0.3}, {"prior_std": 3.0}]),
+        (
+            Method.SGLD,
+            [{"prior_std": 0.5, "step_size": 0.01}, {"prior_std": 2.0, "step_size": 0.2}],
+        ),
     ],
 )
 def test_candidates_in_one_stack_score_as_alone(

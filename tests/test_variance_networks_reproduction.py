@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -63,3 +64,35 @@ def test_tiny_phase_only_run_writes_its_tracking(tmp_path: Path) -> None:
     assert tracking[0].startswith("epoch,deterministic,sample,ensemble,zero-mean,log_alpha_dense1")
     assert len(tracking) == 3  # header + 2 epochs
     assert (out / "phase_only_phase_transition.png").stat().st_size > 0
+
+
+def test_selected_networks_train_alone_with_the_authors_protocol(tmp_path: Path, capsys) -> None:
+    data = Path(os.environ.get("VBNN_DATA_DIR", SHARED_DATA))
+    if not (data / "mnist" / "train-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"MNIST not found under {data}")
+    out = tmp_path / "selected"
+    argv = ["reproduce", "variance-networks", "--size", "tiny", "--epochs", "3", "--eval-every"]
+    argv += ["2", "--protocol", "authors", "--networks", "table2-variance,table1-layer"]
+    argv += ["--out", str(out), "--data-dir", str(data), "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "protocol authors" in printed and "table1-layer" in printed
+    tracking = (out / "table2-variance_tracking.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in tracking[1:]] == ["2", "3"]  # every 2nd and the last
+    for name in ("table2-variance_phase_transition.png", "table1-layer_kappa_histograms.png"):
+        assert (out / name).stat().st_size > 0
+    assert "protocol" in (out / "table1-layer_summary.csv").read_text()
+    records = [json.loads(p.read_text()) for p in (out / "runs").glob("*.json")]
+    assert sorted(r["settings"]["name"] for r in records) == ["table1-layer", "table2-variance"]
+    for record in records:
+        assert record["info"]["protocol"]["batch_size"] == 200
+        assert record["info"]["protocol"]["schedule"] == "linear"
+        assert "batch_norm=True" in record["settings"]["config"]
+        assert len(record["info"]["epoch_seconds"]) == 3
+    assert not list((out / "runs").glob("*.checkpoint.pt"))  # deleted once stored
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()}
+    assert main(argv) == 0  # stored: skipped
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()} == before
+    wrong = ["reproduce", "variance-networks", "--size", "tiny", "--networks", "table9"]
+    assert main([*wrong, "--out", str(out), "--data-dir", str(data)]) == 2
+    assert "unknown ['table9']" in capsys.readouterr().err

@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
 
 import pandas as pd
 import torch
 from torch import nn
 
+from vbnn.classification.checkpoint import Stateful, load_checkpoint, save_checkpoint
 from vbnn.classification.inference import accuracy, as_input, predict_probabilities
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runtime import keep_freed_memory
 from vbnn.layers.modes import stack_size
 from vbnn.layers.shell import VariationalLayer
 from vbnn.training.likelihoods import CategoricalLikelihood
@@ -31,6 +35,25 @@ from vbnn.training.loop import run
 from vbnn.training.objectives import elbo, network_output
 
 EpochCallback = Callable[[int, nn.Module], None]
+
+
+class LearningRateSchedule(str, Enum):
+    """How the Adam step size moves over the epochs e = 1 .. E of a run.
+
+    * CONSTANT: lr at every epoch (the papers' text, 003 section 6);
+    * LINEAR: lr (E - e + 1) / E during epoch e, from lr down to lr / E in the last epoch (the
+      authors' public code, ``da-molchanov/variance-networks``: ``lr_linear``, set at the start
+      of each epoch, "decayed linearly to 0").
+    """
+
+    CONSTANT = "constant"
+    LINEAR = "linear"
+
+    def factor(self, epoch: int, epochs: int) -> float:
+        """Multiplier of the base step sizes during ``epoch`` (1-based) of ``epochs``."""
+        if self is LearningRateSchedule.LINEAR:
+            return (epochs - epoch + 1) / epochs
+        return 1.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +72,9 @@ class ClassifierConfig:
             converged variance layer (log alpha 6.9 after ~200 epochs in 003). A larger value
             here is a deviation from the papers' protocol, used to see the phase transition
             within a CPU budget; results state when it was used.
+        schedule: how both step sizes change over the epochs (``LearningRateSchedule``).
+        eval_every: the epoch callback (e.g. the phase-transition tracker) runs after every
+            ``eval_every``-th epoch and after the last one.
     """
 
     epochs: int = 10
@@ -57,13 +83,20 @@ class ClassifierConfig:
     kl_weight: float = 1.0
     seed: int = 0
     log_alpha_learning_rate: float | None = None
+    schedule: LearningRateSchedule = LearningRateSchedule.CONSTANT
+    eval_every: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size"):
+        object.__setattr__(self, "schedule", LearningRateSchedule(self.schedule))
+        for name in ("epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ClassifierConfig: {name} must be >= 1")
         if not self.learning_rate > 0 or self.kl_weight < 0:
             raise ValueError("ClassifierConfig: learning_rate must be > 0 and kl_weight >= 0")
+
+    def evaluates_after(self, epoch: int) -> bool:
+        """Whether the epoch callback runs after ``epoch`` (1-based)."""
+        return epoch % self.eval_every == 0 or epoch == self.epochs
 
 
 def train_classifier(
@@ -75,21 +108,31 @@ def train_classifier(
     callback: EpochCallback | None = None,
     progress: bool = True,
     description: str = "train",
+    checkpoint: Path | None = None,
 ) -> list[float]:
     """Train ``model`` on images (N, ...) and labels (N,); returns the seconds of each epoch
     (training only, callbacks excluded).
 
+    With ``checkpoint`` (a file path) the whole state of the run is written there at the end of
+    every epoch (``classification.checkpoint``), and a run finding that file continues after the
+    epoch it holds: a killed run loses at most the epoch under way, and the resumed run gives
+    the same numbers as one that was never stopped. The caller deletes the file once it has
+    stored the result.
+
     Raises:
-        NonFiniteLossError: the loss becomes NaN or inf (names the iteration: epoch = the
-            iteration divided by the steps per epoch, rounded up).
+        NonFiniteLossError: the loss becomes NaN or inf (names the epoch and the step).
+        ValueError: ``checkpoint`` was written by a run with other settings.
     """
+    keep_freed_memory()  # the step's MB-sized activations reuse freed heap memory
     named = list(model.named_parameters())
     fast = [p for n, p in named if n.endswith("log_alpha")]
     groups = [{"params": [p for n, p in named if not n.endswith("log_alpha")]}]
     if fast:
         rate = config.log_alpha_learning_rate or config.learning_rate
         groups.append({"params": fast, "lr": rate})
-    optimizer = torch.optim.Adam(groups, lr=config.learning_rate)
+    # foreach: one kernel per update for all parameters (the same numbers, fewer calls)
+    optimizer = torch.optim.Adam(groups, lr=config.learning_rate, foreach=True)
+    base_rates = [group["lr"] for group in optimizer.param_groups]
     device = next(model.parameters()).device
     models = stack_size(model)  # read once, not at every step
     generators = ModelGenerators.for_keys(config.seed, range(models or 1), "train", device)
@@ -97,16 +140,18 @@ def train_classifier(
     likelihood = CategoricalLikelihood()
     count = len(labels)
     steps = -(-count // config.batch_size)
+    settings = {"config": asdict(config), "examples": count, "models": models or 1}
+    done, seconds = 0, []
+    if checkpoint is not None:
+        restored = load_checkpoint(
+            checkpoint, settings, model, optimizer, generators, shuffle, callback
+        )
+        if restored is not None:
+            done, seconds = restored
     order = torch.empty(0, dtype=torch.long)
-    seconds: list[float] = []
-    start = time.perf_counter()
 
-    def objective(iteration: int) -> dict[str, torch.Tensor]:
-        nonlocal order
-        step = (iteration - 1) % steps
-        if step == 0:
-            order = torch.randperm(count, generator=shuffle)
-        index = order[step * config.batch_size : (step + 1) * config.batch_size]
+    def objective(step: int) -> dict[str, torch.Tensor]:
+        index = order[(step - 1) * config.batch_size : step * config.batch_size]
         inputs = as_input(models, images[index])
         return elbo(
             model,
@@ -119,26 +164,29 @@ def train_classifier(
             dataset_size=count,
         )
 
-    def end_of_epoch(iteration: int, terms: dict[str, torch.Tensor]) -> None:
-        nonlocal start
-        if iteration % steps:
-            return
-        seconds.append(time.perf_counter() - start)
-        if callback is not None:
-            model.eval()
-            callback(iteration // steps, model)
-            model.train()
+    for epoch in range(done + 1, config.epochs + 1):
+        factor = config.schedule.factor(epoch, config.epochs)
+        for group, rate in zip(optimizer.param_groups, base_rates, strict=True):
+            group["lr"] = rate * factor
         start = time.perf_counter()
-
-    run(
-        objective,
-        optimizer,
-        config.epochs * steps,
-        1.0 / count,
-        [end_of_epoch],
-        progress=progress,
-        description=description,
-    )
+        order = torch.randperm(count, generator=shuffle)
+        run(
+            objective,
+            optimizer,
+            steps,
+            1.0 / count,
+            describe=lambda step, terms, epoch=epoch: f"(epoch {epoch}, step {step})",
+            progress=progress,
+            description=f"{description} {epoch}/{config.epochs}",
+        )
+        seconds.append(time.perf_counter() - start)
+        if callback is not None and config.evaluates_after(epoch):
+            model.eval()
+            callback(epoch, model)
+            model.train()
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, settings, epoch, model, optimizer, generators, shuffle,
+                            seconds, callback)  # fmt: skip
     return seconds
 
 
@@ -199,7 +247,8 @@ class PhaseTransitionTracker:
     accuracy in all four inference modes and each layer's mean log alpha
     (003 Fig. 3), optionally the number of kappa above threshold (002 Fig. 4) via ``extra``.
 
-    Rows accumulate in ``self.rows``; ``frame()`` gives a pandas table.
+    Rows accumulate in ``self.rows``; ``frame()`` gives a pandas table; ``state_dict`` lets a
+    checkpoint carry them (``classification.checkpoint``).
     """
 
     def __init__(
@@ -227,6 +276,16 @@ class PhaseTransitionTracker:
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows)
+
+    def state_dict(self) -> dict:
+        """The rows so far (and ``extra``'s state when it has one), for a checkpoint."""
+        extra = self.extra.state_dict() if isinstance(self.extra, Stateful) else None
+        return {"rows": [dict(row) for row in self.rows], "extra": extra}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rows = [dict(row) for row in state["rows"]]
+        if isinstance(self.extra, Stateful) and state["extra"] is not None:
+            self.extra.load_state_dict(state["extra"])
 
 
 def plot_phase_transition(frame: pd.DataFrame, path, title: str = "") -> None:

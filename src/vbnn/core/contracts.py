@@ -101,12 +101,13 @@ class Prior(Protocol):
         """KL(N(mean, diag std^2) || prior), summed over all but the leading model dim -> (M,)."""
         ...
 
-    def kl_full(
-        self, mean: torch.Tensor, strictly_lower: torch.Tensor, log_diagonal: torch.Tensor
+    def kl_correlated(
+        self, mean: torch.Tensor, trace: torch.Tensor, log_det: torch.Tensor
     ) -> torch.Tensor:
-        """KL(N(mean, L L^T) || prior), L = strictly_lower + diag(exp(log_diagonal)) -> (M,).
+        """KL(N(mean, Sigma) || prior) -> (M,), for priors where it depends on Sigma only through
+        tr(Sigma) and log det(Sigma) (isotropic Gaussians); others raise TypeError.
 
-        mean (M, D), strictly_lower (M, D, D) zero on and above the diagonal, log_diagonal (M, D).
+        mean (M, D), trace (M,), log_det (M,).
         """
         ...
 
@@ -163,6 +164,9 @@ class TrainConfig:
         learning_rate, betas: Adam settings.
         cholesky_learning_rate: FC only: Adam rate of the off-diagonal Cholesky entries (None:
             ``learning_rate``, the paper's setting; see ``training.parameter_groups``).
+        covariance_factor: FC only: the parameterization of the Cholesky factor,
+            "scaled-unit" (L = diag(s) (I + A), the default) or "direct" (L = diag(s) + A, the
+            first Table 1 run's); see ``vbnn.layers.full_covariance``.
         prior_std: std s of the factorised N(0, s^2) prior (MAP, MF, GD, FC).
         posterior_std: initial posterior std (MF, FC); the fixed std of GD.
         noise_std: None learns the Gaussian noise std as a point parameter; a number fixes it
@@ -194,6 +198,7 @@ class TrainConfig:
     iterations: int | None = None
     learning_rate: float = 0.005
     cholesky_learning_rate: float | None = None
+    covariance_factor: str = "scaled-unit"
     betas: tuple[float, float] = (0.9, 0.99)
     prior_std: float = 1.0
     posterior_std: float = 1e-4
@@ -245,6 +250,7 @@ class TrainConfig:
             "chunk_size": self.chunk_size is None or self.chunk_size >= 1,
             "hidden": all(h >= 1 for h in self.hidden),
             "dtype": self.dtype in ("float32", "float64"),
+            "covariance_factor": self.covariance_factor in ("scaled-unit", "direct"),
         }
         for name, ok in checks.items():
             if not ok:
@@ -291,6 +297,8 @@ class TrainConfig:
         out["method"] = self.method.value
         if self.method is not Method.VI:
             del out["family"]  # fixed by the method (and absent from the keys of stored runs)
+        if self.resolved_family != "fc":
+            del out["covariance_factor"]  # FC's alone (absent from other methods' stored keys)
         out["activation"] = self.activation.value
         out["iterations"] = self.resolved_iterations
         return out

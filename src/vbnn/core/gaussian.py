@@ -36,30 +36,29 @@ def kl_diagonal_gaussian(
     return _sum_per_model(terms) - 0.5 * mean[0].numel()
 
 
-def kl_full_gaussian_from_factor(
+def kl_to_isotropic_gaussian(
     mean: torch.Tensor,
-    strictly_lower: torch.Tensor,
-    log_diagonal: torch.Tensor,
+    trace: torch.Tensor,
+    log_det: torch.Tensor,
     prior_std: float | torch.Tensor,
 ) -> torch.Tensor:
-    """KL( N(mean, L L^T) || N(0, s^2 I) ) with L = strictly_lower + diag(exp(log_diagonal)).
+    """KL( N(mean, Sigma) || N(0, s^2 I) ) from tr(Sigma) and log det(Sigma) alone.
 
-    KL = 1/2 [ (tr(L L^T) + mean^T mean) / s^2 - D + 2 D log s - 2 sum_i log L_ii ],
-    tr(L L^T) = ||L||_F^2 = sum(strictly_lower^2) + sum(exp(2 log_diagonal)).
+    KL = 1/2 [ (tr(Sigma) + mean^T mean) / s^2 - D + D log s^2 - log det(Sigma) ]: a correlated
+    Gaussian enters the KL to an isotropic prior only through its trace and log determinant, so
+    every parameterization of the covariance (full factor, low rank plus diagonal) shares this.
 
     Args:
         mean: (M, D).
-        strictly_lower: (M, D, D), zero on and above the diagonal.
-        log_diagonal: (M, D), log of the positive diagonal of L.
-        prior_std: scalar s.
+        trace: (M,) tr(Sigma).
+        log_det: (M,) log det(Sigma).
+        prior_std: s, a scalar or a (M,) tensor.
 
     Returns:
         (M,) KL per model.
     """
     dim = mean.shape[-1]
     prior_var = torch.as_tensor(prior_std, dtype=mean.dtype) ** 2
-    trace = _sum_per_model(strictly_lower**2) + torch.exp(2.0 * log_diagonal).sum(-1)
-    log_det = 2.0 * log_diagonal.sum(-1)
     squared_mean = (mean**2).sum(-1)
     return 0.5 * ((trace + squared_mean) / prior_var - dim + dim * torch.log(prior_var) - log_det)
 
@@ -67,13 +66,13 @@ def kl_full_gaussian_from_factor(
 def kl_full_gaussian(
     mean: torch.Tensor, scale_tril: torch.Tensor, prior_std: float | torch.Tensor
 ) -> torch.Tensor:
-    """KL( N(mean, L L^T) || N(0, s^2 I) ) for mean (M, D) and a Cholesky factor L (M, D, D)."""
-    return kl_full_gaussian_from_factor(
-        mean,
-        torch.tril(scale_tril, -1),
-        torch.log(torch.diagonal(scale_tril, dim1=-2, dim2=-1)),
-        prior_std,
-    )
+    """KL( N(mean, L L^T) || N(0, s^2 I) ) for mean (M, D) and a Cholesky factor L (M, D, D).
+
+    tr(L L^T) = ||L||_F^2 and log det(L L^T) = 2 sum_i log L_ii.
+    """
+    trace = _sum_per_model(scale_tril**2)
+    log_det = 2.0 * torch.log(torch.diagonal(scale_tril, dim1=-2, dim2=-1)).sum(-1)
+    return kl_to_isotropic_gaussian(mean, trace, log_det, prior_std)
 
 
 def gaussian_log_prob(

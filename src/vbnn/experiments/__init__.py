@@ -21,6 +21,10 @@ REPRODUCTIONS: dict[str, str] = {
     "overpruning": "overpruning",  # 000: tuned Table 1 with SGLD, Figures 1-5
     "depth": "depth",  # 004 + blog: product covariance, NUTS, diagonal gap vs depth
     "variance-networks": "variance_networks",  # 002 + 003: variance layers, kappa, LeNet-5
+    "uci-depth": "uci_depth",  # 004 sec. 5 on UCI: MF vs FC and GD at 1-3 hidden layers
+    "adversarial": "adversarial",  # 003 6.3 / 002 6.3: iterative FGSM on MNIST, Fashion-MNIST
+    "exploration": "exploration",  # 003 6.2: REINFORCE with variance-layer noise (vbnn[rl])
+    "variance-activations": "variance_activations",  # 003 appendix D, Fig. 9
 }
 
 

@@ -6,6 +6,7 @@ from vbnn.layers.bernoulli_variance import BernoulliVariance
 from vbnn.layers.binary_dropout import BinaryDropout
 from vbnn.layers.fixed_variance import FixedVariance
 from vbnn.layers.full_covariance import FullCovariance
+from vbnn.layers.low_rank_covariance import LowRankCovariance
 from vbnn.layers.mean_field import MeanField
 from vbnn.layers.modes import use_mode, use_noise, variational_layers
 from vbnn.layers.point import Point
@@ -31,6 +32,7 @@ __all__ = [
     "FixedVariance",
     "FullCovariance",
     "LayerDropout",
+    "LowRankCovariance",
     "MeanField",
     "NeuronDropout",
     "Point",

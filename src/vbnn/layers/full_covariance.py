@@ -1,20 +1,39 @@
 """FC: full-covariance Gaussian over all weights and biases of a dense layer.
 
 The layer's D = (I + 1) O parameters are the rows of W~ = [W; b] (shape (I + 1, O)) read in
-row-major order, index d = i O + o. q(vec W~) = N(m, L L^T) with L lower triangular,
-L = A + diag(exp(l)) with A strictly lower triangular: a gradient hook keeps A's upper part and
-diagonal at exactly zero (Adam never moves an entry whose gradient is always zero), so no
-triangular mask is applied on the hot path, and the diagonal is positive by the exponential.
-A draw is m + L eps, eps ~ N(0, I_D): one weight sample per model shared by all examples,
-since a full covariance admits no cheap local reparameterization (000_e87e55bc25ea4726.txt,
-section 2, names this as a likely cause of FC's weaker results). ``exact_lrt = False`` tells the
-shell so. A convolution would need a factor over (C kh kw + 1) O parameters per layer; this
-family is dense only and says so.
+row-major order, index d = i O + o. q(vec W~) = N(m, L L^T) with L lower triangular and a
+positive diagonal s = exp(l). Two parameterizations of L (``FactorParameterization``):
+
+- ``scaled-unit`` (the default): L = diag(s) U, U = I + A unit lower triangular. Row d of L is
+  s_d times row d of U, so Var(w_d) = s_d^2 (1 + sum_j A_dj^2) and corr(w_d, w_e) depends on A
+  alone: A holds correlations, s holds scales.
+- ``direct``: L = diag(s) + A, the first parameterization (the first full Table 1 run).
+
+Why the default changed. Adam moves every coordinate by about its learning rate whatever the size
+of its gradient. The D (D - 1) / 2 entries of A get gradients that are almost pure Monte-Carlo
+noise, so under Adam they random-walk by ~lr per step. With ``direct`` that walk adds an absolute
+~lr^2 t D variance to every weight: on boston's first layer (D = 700) the posterior is as wide as
+the prior after 250 steps at the paper's rate 0.005 and FC never recovers
+(reproductions/overpruning/README.md). With ``scaled-unit`` the same walk in A changes each
+weight's variance by a *factor* (1 + sum_j A_dj^2) of the learned scale s_d^2, which the data
+term pins down, and the correlations it adds are tied to A's own (small) gradient; on conjugate
+Bayesian linear regression under the paper's optimiser it reaches the exact posterior where
+``direct`` does not (tests/test_full_covariance.py). A still gets its own Adam rate when
+``TrainConfig.cholesky_learning_rate`` is set (``training.parameter_groups``).
+
+A gradient hook keeps A's upper part and diagonal at exactly zero (Adam never moves an entry whose
+gradient is always zero), so no triangular mask is applied on the hot path. A draw is
+m + L eps, eps ~ N(0, I_D): one weight sample per model shared by all examples, since a full
+covariance admits no cheap local reparameterization (000_e87e55bc25ea4726.txt, section 2,
+names this as a likely cause of FC's weaker results). ``exact_lrt = False`` tells the shell so.
+A convolution would need a factor over (C kh kw + 1) O parameters per layer; this family is dense
+only and says so (``fc-low-rank`` is the variant for layers too large for a full factor).
 """
 
 from __future__ import annotations
 
 import math
+from enum import Enum
 
 import torch
 from torch import nn
@@ -51,17 +70,21 @@ def _strictly_lower(gradient: torch.Tensor) -> torch.Tensor:
     return torch.tril(gradient, -1)
 
 
-class FullCovariance(VariationalLayer):
-    """Dense layer with a full-covariance Gaussian over (W, b); weight samples in SAMPLE mode.
+class FactorParameterization(str, Enum):
+    """How the Cholesky factor L of an FC layer is parameterized (see the module docstring)."""
 
-    The other arguments are those of ``MeanField``; ``kernel_size`` and ``bias=False`` are
-    refused.
+    SCALED_UNIT = "scaled-unit"  # L = diag(s) (I + A)
+    DIRECT = "direct"  # L = diag(s) + A
 
-    Args:
-        posterior_std: initial std of every parameter (the diagonal of L; A starts at zero).
+
+class JointGaussianLayer(VariationalLayer):
+    """Shared part of the dense families with one Gaussian over all of W~ = [W; b].
+
+    Holds the means ``mean`` (M, I + 1, O) and the log scales ``scale_log_diagonal`` (M, D);
+    a subclass adds its correlation parameters and states ``_marginal_variance`` (M, D),
+    ``sample`` and ``kl``. Dense only, with a bias.
     """
 
-    family_name = "fc"
     exact_lrt = False
 
     def __init__(
@@ -74,52 +97,41 @@ class FullCovariance(VariationalLayer):
         **shell,
     ) -> None:
         super().__init__(in_features, out_features, generators, **shell)
+        name = type(self).__name__
         if self.operator.is_conv:
             raise ValueError(
-                "FullCovariance is dense only: a convolution's full factor over (C kh kw + 1) O "
+                f"{name} is dense only: a convolution's factor over (C kh kw + 1) O "
                 "parameters is not supported; use 'mf' or 'gd' for convolutions"
             )
         if not self.has_bias:
-            raise ValueError("FullCovariance: bias=False is not supported (the factor covers b)")
+            raise ValueError(f"{name}: bias=False is not supported (the covariance covers b)")
         if not posterior_std > 0:
-            raise ValueError(f"FullCovariance: posterior_std must be > 0, got {posterior_std}")
+            raise ValueError(f"{name}: posterior_std must be > 0, got {posterior_std}")
         self.dim = (in_features + 1) * out_features
         weight = self.initial_mean(dtype)
-        dtype = weight.dtype
-        self.mean = nn.Parameter(torch.cat([weight, self.zeros_bias(dtype).unsqueeze(1)], dim=1))
-        self.scale_lower = nn.Parameter(
-            torch.zeros(self.num_models, self.dim, self.dim, dtype=dtype)
+        self.mean = nn.Parameter(
+            torch.cat([weight, self.zeros_bias(weight.dtype).unsqueeze(1)], dim=1)
         )
-        self.scale_lower.register_hook(_strictly_lower)
         self.scale_log_diagonal = nn.Parameter(
-            torch.full((self.num_models, self.dim), math.log(posterior_std), dtype=dtype)
+            torch.full((self.num_models, self.dim), math.log(posterior_std), dtype=weight.dtype)
         )
-
-    def scale_tril(self) -> torch.Tensor:
-        """The Cholesky factor L (M, D, D)."""
-        return torch.tril(self.scale_lower, -1) + torch.diag_embed(self.scale_log_diagonal.exp())
-
-    def scale_noise(self, eps: torch.Tensor) -> torch.Tensor:
-        """L eps for eps (M, D) -> (M, D)."""
-        lower = (self.scale_lower @ eps.unsqueeze(-1)).squeeze(-1)
-        return lower + self.scale_log_diagonal.exp() * eps
 
     def _marginal_variance(self) -> torch.Tensor:
-        return self.scale_tril().pow(2).sum(-1).view_as(self.mean)
+        """diag(Sigma) (M, D)."""
+        raise NotImplementedError
+
+    def covariance(self) -> torch.Tensor:
+        """Sigma (M, D, D) in the row-major layout of W~, for tests and diagnostics."""
+        raise NotImplementedError
 
     def means(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.mean[:, :-1], self.mean[:, -1]
 
     def weight_moments(self) -> Moments:
-        return self.mean[:, :-1], self._marginal_variance()[:, :-1]
+        return self.mean[:, :-1], self._marginal_variance().view_as(self.mean)[:, :-1]
 
     def bias_moments(self) -> Moments:
-        return self.mean[:, -1], self._marginal_variance()[:, -1]
-
-    def sample(self, noise: NoiseSource) -> Moments:
-        eps = noise.randn(self.dim, dtype=self.mean.dtype, device=self.mean.device)
-        weight = self.mean + self.scale_noise(eps).view_as(self.mean)
-        return weight[:, :-1], weight[:, -1]
+        return self.mean[:, -1], self._marginal_variance().view_as(self.mean)[:, -1]
 
     @torch.no_grad()
     def load_means(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
@@ -133,12 +145,83 @@ class FullCovariance(VariationalLayer):
         if bias is not None:
             self.mean[:, -1].copy_(bias.expand_as(self.mean[:, -1]))
 
-    def kl(self, prior: Prior) -> torch.Tensor:
-        return prior.kl_full(self.mean.flatten(1), self.scale_lower, self.scale_log_diagonal)
-
     def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        std = self.scale_tril().pow(2).sum(-1).sqrt().view_as(self.mean)
+        std = self._marginal_variance().sqrt().view_as(self.mean)
         return std[:, :-1], std[:, -1]
+
+
+class FullCovariance(JointGaussianLayer):
+    """Dense layer with a full-covariance Gaussian over (W, b); weight samples in SAMPLE mode.
+
+    The other arguments are those of ``MeanField``; ``kernel_size`` and ``bias=False`` are
+    refused.
+
+    Args:
+        posterior_std: initial std of every parameter (s; A starts at zero).
+        factor: the parameterization of L, ``scaled-unit`` (default) or ``direct``.
+    """
+
+    family_name = "fc"
+    correlation_parameters = ("scale_lower",)
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        generators: ModelGenerators | torch.Generator | None = None,
+        posterior_std: float = 1e-4,
+        dtype: torch.dtype | None = None,
+        factor: FactorParameterization | str = FactorParameterization.SCALED_UNIT,
+        **shell,
+    ) -> None:
+        if factor not in {f.value for f in FactorParameterization} | set(FactorParameterization):
+            choices = ", ".join(f.value for f in FactorParameterization)
+            raise ValueError(f"FullCovariance: unknown factor {factor!r}; choose from {choices}")
+        super().__init__(in_features, out_features, generators, posterior_std, dtype, **shell)
+        self.factor = FactorParameterization(factor)
+        self.scale_lower = nn.Parameter(
+            torch.zeros(self.num_models, self.dim, self.dim, dtype=self.mean.dtype)
+        )
+        self.scale_lower.register_hook(_strictly_lower)
+
+    def scale_tril(self) -> torch.Tensor:
+        """The Cholesky factor L (M, D, D)."""
+        scale = self.scale_log_diagonal.exp()
+        lower = torch.tril(self.scale_lower, -1)
+        if self.factor is FactorParameterization.SCALED_UNIT:
+            lower = scale.unsqueeze(-1) * lower
+        return lower + torch.diag_embed(scale)
+
+    def covariance(self) -> torch.Tensor:
+        factor = self.scale_tril()
+        return factor @ factor.transpose(-1, -2)
+
+    def scale_noise(self, eps: torch.Tensor) -> torch.Tensor:
+        """L eps for eps (M, D) -> (M, D)."""
+        lower = (self.scale_lower @ eps.unsqueeze(-1)).squeeze(-1)
+        scale = self.scale_log_diagonal.exp()
+        if self.factor is FactorParameterization.SCALED_UNIT:
+            return scale * (eps + lower)
+        return lower + scale * eps
+
+    def _marginal_variance(self) -> torch.Tensor:
+        """diag(L L^T) (M, D) without forming L: the row norms of A and the scales."""
+        off_diagonal = self.scale_lower.pow(2).sum(-1)  # A is zero on and above the diagonal
+        variance = self.scale_log_diagonal.mul(2.0).exp()
+        if self.factor is FactorParameterization.SCALED_UNIT:
+            return variance * (1.0 + off_diagonal)
+        return variance + off_diagonal
+
+    def sample(self, noise: NoiseSource) -> Moments:
+        eps = noise.randn(self.dim, dtype=self.mean.dtype, device=self.mean.device)
+        weight = self.mean + self.scale_noise(eps).view_as(self.mean)
+        return weight[:, :-1], weight[:, -1]
+
+    def kl(self, prior: Prior) -> torch.Tensor:
+        """KL(q || prior): tr(L L^T) = sum of the marginal variances, log det = 2 sum_d l_d."""
+        trace = self._marginal_variance().sum(-1)
+        log_det = 2.0 * self.scale_log_diagonal.sum(-1)
+        return prior.kl_correlated(self.mean.flatten(1), trace, log_det)
 
     def output_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact per-example output mean and variance, (M, N, O) each."""

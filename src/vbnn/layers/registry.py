@@ -17,6 +17,7 @@ from vbnn.layers.bernoulli_variance import BernoulliVariance
 from vbnn.layers.binary_dropout import BinaryDropout
 from vbnn.layers.fixed_variance import FixedVariance
 from vbnn.layers.full_covariance import FullCovariance
+from vbnn.layers.low_rank_covariance import LowRankCovariance
 from vbnn.layers.mean_field import MeanField
 from vbnn.layers.point import Point
 from vbnn.layers.shell import VariationalLayer
@@ -62,6 +63,12 @@ _SPECS = (
     FamilySpec("mf", MeanField, "mean-field Gaussian, learned variances (LRT)"),
     FamilySpec("gd", FixedVariance, "mean-field Gaussian with one fixed std (LRT)"),
     FamilySpec("fc", FullCovariance, "full-covariance Gaussian per layer", convolution=False),
+    FamilySpec(
+        "fc-low-rank",
+        LowRankCovariance,
+        "Gaussian per layer, diagonal plus rank-r covariance (option rank)",
+        convolution=False,
+    ),
     FamilySpec("point", Point, "point weights (ES, MAP, SGLD)", variational=False),
     FamilySpec("vd-layer", LayerDropout, "variational dropout, one alpha per layer"),
     FamilySpec("vd-neuron", NeuronDropout, "variational dropout, one alpha per output unit"),

@@ -86,6 +86,9 @@ class VariationalLayer(nn.Module):
     has_zero_mean_form = True  # False: zero_mean_approximation leaves the layer unchanged
     has_kl = True  # False: point weights or the dropout baseline (no KL term in the ELBO)
     default_prior: object = GaussianPrior(1.0)  # the prior ``vbnn.kl`` uses when given none
+    # names of the parameters that hold correlations between weights (FC's off-diagonal factor):
+    # ``TrainConfig.cholesky_learning_rate`` gives them an Adam rate of their own
+    correlation_parameters: tuple[str, ...] = ()
     family_name = ""
 
     def __init__(

@@ -2,7 +2,9 @@
 
 Architecture (003_6d46223d87d84c68.txt section 6.1, Caffe's LeNet): conv 20@5x5 -> max-pool 2
 -> conv 50@5x5 -> max-pool 2 -> dense 800 -> 500 -> dense 500 -> 10, with the chosen non-linearity
-after conv1, conv2 and dense1 (before pooling). One network (``generators`` None): images
+after conv1, conv2 and dense1 (before pooling); optionally BatchNorm on dense1's output before
+its non-linearity (the authors' public code, ``da-molchanov/variance-networks``; the papers'
+text has none). One network (``generators`` None): images
 (N, 1, 28, 28) -> logits (N, 10), like any ``nn.Module``. A stack of M (``generators`` a
 ``ModelGenerators``): images (M, N, 1, 28, 28) -> logits (M, N, 10); convolutions use groups=M.
 """
@@ -42,12 +44,16 @@ LAYER_NAMES = ("conv1", "conv2", "dense1", "dense2")
 @dataclass(frozen=True)
 class LeNetConfig:
     """Families of (conv1, conv2, dense1, dense2) (``vbnn.layers.FAMILIES`` names), the
-    non-linearity, biases, and the initial posterior std passed to every layer (None: defaults)."""
+    non-linearity, biases, the initial posterior std passed to every layer (None: defaults),
+    the initial log alpha of every layer that has one (variational dropout; None: the family's
+    default), and BatchNorm after dense1."""
 
     families: tuple[str, str, str, str] = ("vd-layer",) * 4
     activation: NetworkActivation = NetworkActivation.RELU
     bias: bool = True
     posterior_std: float | None = None
+    log_alpha_init: float | None = None
+    batch_norm: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "families", tuple(self.families))
@@ -96,11 +102,30 @@ class LeNet5(nn.Module):
             )
             for name, (i, o, k) in zip(config.families, sizes, strict=True)
         )
+        if config.log_alpha_init is not None:
+            with torch.no_grad():
+                for layer in self.layers:
+                    if isinstance(getattr(layer, "log_alpha", None), nn.Parameter):
+                        layer.log_alpha.fill_(config.log_alpha_init)
+        models = len(generators) if isinstance(generators, ModelGenerators) else 1
+        # one BatchNorm feature per (model, unit): the models of a stack stay independent
+        self.norm = nn.BatchNorm1d(models * 500, dtype=dtype) if config.batch_norm else None
+
+    def normalise(self, output: torch.Tensor) -> torch.Tensor:
+        """BatchNorm of dense1's output (N, 500) or (M, N, 500), per model and unit."""
+        if output.dim() == 2:
+            return self.norm(output)
+        models, rows, features = output.shape
+        flat = output.transpose(0, 1).reshape(rows, models * features)
+        return self.norm(flat).reshape(rows, models, features).transpose(0, 1)
 
     def after(self, index: int, output: torch.Tensor) -> torch.Tensor:
-        """What follows layer ``index``: activation, then pooling (conv) or flattening."""
+        """What follows layer ``index``: (BatchNorm,) activation, then pooling (conv) or
+        flattening."""
         if index == len(self.layers) - 1:
             return output
+        if index == 2 and self.norm is not None:
+            output = self.normalise(output)
         hidden = self.activation(output)
         if index < 2:  # (..., C, H, W): pool the trailing image, keep any leading dimensions
             pooled = functional.max_pool2d(hidden.flatten(0, -4), 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import pairwise
 from typing import Any
 
@@ -49,6 +50,8 @@ class MLP(nn.Module):
         posterior_std: passed to every layer (initial std, or GD's fixed std); a (M,) tensor
             gives each model its own.
         dtype: parameter dtype (None: torch's default).
+        negative_slope: the slope of ``leaky_relu`` below zero (torch's default 0.01); an error
+            for any other activation.
         **options: further keyword arguments of the family's layers.
     """
 
@@ -62,12 +65,17 @@ class MLP(nn.Module):
         generators: ModelGenerators | None = None,
         posterior_std: float | torch.Tensor = 1e-4,
         dtype: torch.dtype | None = None,
+        negative_slope: float | None = None,
         **options: Any,
     ) -> None:
         super().__init__()
         if len(sizes) < 2:
             raise ValueError(f"MLP: sizes needs input and output widths, got {list(sizes)}")
         self.activation = ACTIVATIONS[Activation(activation)]
+        if negative_slope is not None:
+            if Activation(activation) is not Activation.LEAKY_RELU:
+                raise ValueError(f"MLP: negative_slope applies to leaky_relu, not {activation!r}")
+            self.activation = partial(functional.leaky_relu, negative_slope=negative_slope)
         build = layer_builder(family)
         self.layers = nn.ModuleList(
             build(i, o, generators, posterior_std=posterior_std, dtype=dtype, **options)

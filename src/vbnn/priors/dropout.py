@@ -52,6 +52,16 @@ def _sum_per_model(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(t.shape[0], -1).sum(dim=1)
 
 
+def _sum_shared(values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Per-model sum of ``values`` (one per alpha) broadcast to the weights' ``shape``, without
+    materialising the broadcast: each value counts once per weight sharing it (a layer-wise
+    alpha of LeNet-5's dense1 is one value for 400,000 weights). Equal to
+    ``_sum_per_model(broadcast_to(values, shape))`` up to float rounding."""
+    if values.dim() != len(shape) or values.shape[0] != shape[0]:
+        return _sum_per_model(torch.broadcast_to(values, shape))
+    return _sum_per_model(values) * (math.prod(shape) // values.numel())
+
+
 def kl_log_uniform_approximation(log_alpha: torch.Tensor) -> torch.Tensor:
     """Elementwise Molchanov et al. approximation of KL(N(mu, alpha mu^2) || LogU) (002 eq. 10)."""
     return K1 - K1 * torch.sigmoid(K2 + K3 * log_alpha) + 0.5 * functional.softplus(-log_alpha)
@@ -116,9 +126,9 @@ class LogUniformPrior:
         object.__setattr__(self, "generator", _generator(self.seed))
 
     def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
-        log_alpha = torch.broadcast_to(log_alpha, mean.shape)
         if self.estimator is KLEstimator.APPROXIMATION:
-            return _sum_per_model(kl_log_uniform_approximation(log_alpha))
+            return _sum_shared(kl_log_uniform_approximation(log_alpha), mean.shape)
+        log_alpha = torch.broadcast_to(log_alpha, mean.shape)
         eps = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype)
         return _sum_per_model(kl_log_uniform_one_sample(log_alpha, eps))
 
@@ -130,7 +140,7 @@ class LogUniformPrior:
         """For N(mean, std^2): alpha = std^2 / mean^2."""
         return self.kl_dropout(mean, 2.0 * (torch.log(std) - torch.log(torch.abs(mean))))
 
-    def kl_full(self, mean, strictly_lower, log_diagonal) -> torch.Tensor:
+    def kl_correlated(self, mean, trace, log_det) -> torch.Tensor:
         raise TypeError("LogUniformPrior has no KL for correlated Gaussians")
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
@@ -162,7 +172,7 @@ class StudentTPrior:
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
         return self.kl_diagonal(torch.zeros_like(std), std)
 
-    def kl_full(self, mean, strictly_lower, log_diagonal) -> torch.Tensor:
+    def kl_correlated(self, mean, trace, log_det) -> torch.Tensor:
         raise TypeError("StudentTPrior has no KL for correlated Gaussians")
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
@@ -175,7 +185,7 @@ class ARDPrior:
     """Automatic relevance determination N(0, lambda^2), lambda^2 at its optimum (003 eq. 11)."""
 
     def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
-        return _sum_per_model(kl_ard(torch.broadcast_to(log_alpha, mean.shape)))
+        return _sum_shared(kl_ard(log_alpha), mean.shape)
 
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
         """The optimal prior equals q: KL = 0."""
@@ -185,7 +195,7 @@ class ARDPrior:
         """Optimal lambda^2 = mean^2 + std^2: KL = 1/2 log(1 + mean^2 / std^2)."""
         return _sum_per_model(0.5 * torch.log1p((mean / std) ** 2))
 
-    def kl_full(self, mean, strictly_lower, log_diagonal) -> torch.Tensor:
+    def kl_correlated(self, mean, trace, log_det) -> torch.Tensor:
         raise TypeError("ARDPrior has no KL for correlated Gaussians")
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:

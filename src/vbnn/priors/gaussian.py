@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vbnn.core.gaussian import gaussian_log_prob, kl_diagonal_gaussian, kl_full_gaussian_from_factor
+from vbnn.core.gaussian import gaussian_log_prob, kl_diagonal_gaussian, kl_to_isotropic_gaussian
 
 
 def per_model(value: float | torch.Tensor, like: torch.Tensor) -> float | torch.Tensor:
@@ -33,11 +33,11 @@ class GaussianPrior:
     def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         return kl_diagonal_gaussian(mean, std, per_model(self.std, mean))
 
-    def kl_full(
-        self, mean: torch.Tensor, strictly_lower: torch.Tensor, log_diagonal: torch.Tensor
+    def kl_correlated(
+        self, mean: torch.Tensor, trace: torch.Tensor, log_det: torch.Tensor
     ) -> torch.Tensor:
         prior_std = per_model(self.std, mean[:, 0])  # (M,): one value per model's KL
-        return kl_full_gaussian_from_factor(mean, strictly_lower, log_diagonal, prior_std)
+        return kl_to_isotropic_gaussian(mean, trace, log_det, prior_std)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         log_density = gaussian_log_prob(value, 0.0, per_model(self.std, value))

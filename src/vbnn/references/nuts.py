@@ -68,7 +68,7 @@ class NUTSConfig:
     samples: int = 1000
     target_accept: float = 0.8
     max_tree_depth: int = 7
-    compilation: Compilation = Compilation.NONE
+    compilation: Compilation | str = Compilation.NONE
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -60,6 +60,7 @@ def build_stack(
     ``posterior_std`` (M,) overrides ``config.posterior_std`` model by model (tuning candidates).
     """
     generators = ModelGenerators.for_keys(config.seed, keys, "init")
+    options = {"factor": config.covariance_factor} if config.resolved_family == "fc" else {}
     model = MLP(
         config.resolved_family,
         (in_features, *config.hidden, 1),
@@ -67,6 +68,7 @@ def build_stack(
         generators,
         posterior_std=config.posterior_std if posterior_std is None else posterior_std,
         dtype=config.torch_dtype,
+        **options,
     )
     likelihood = GaussianLikelihood(
         len(keys), config.noise_std, config.noise_std_init, config.torch_dtype
@@ -133,6 +135,7 @@ def train_stack(
     prior_std: torch.Tensor | None = None,
     posterior_std: torch.Tensor | None = None,
     make_callback: MakeCallback | None = None,
+    step_size: torch.Tensor | None = None,
 ) -> TrainedStack:
     """Train a stack on ``data``'s training part and evaluate it on its test part.
 
@@ -140,7 +143,8 @@ def train_stack(
     so that its candidates share initialisation and noise: common random numbers).
 
     Args:
-        prior_std, posterior_std: (M,) per-model overrides of the config's values.
+        prior_std, posterior_std, step_size: (M,) per-model overrides of the config's values
+            (``step_size``: SGLD's eta).
         make_callback: called with the built model and likelihood; returns the
             ``training.fit`` step callback (e.g. a ``diagnostics.trajectories.TrajectoryLogger``).
     """
@@ -156,7 +160,16 @@ def train_stack(
     stopped = None
     if config.method is Method.SGLD:
         states = sgld.sample(
-            config, model, likelihood, x, y, train_streams, prior_std, progress, description
+            config,
+            model,
+            likelihood,
+            x,
+            y,
+            train_streams,
+            prior_std,
+            progress,
+            description,
+            step_size,
         )
         outputs, noise_stds = sgld.predictions(model, likelihood, states, data.x_test)
         metrics = metrics_from_predictions(outputs, noise_stds, data.y_test, data.target_scale)
@@ -191,7 +204,7 @@ def train_stack(
 
 
 # Hyper-parameters that may differ between the models of one stack (per-model tensors).
-PER_MODEL_SETTINGS = ("prior_std", "posterior_std")
+PER_MODEL_SETTINGS = ("prior_std", "posterior_std", "step_size")
 
 Overrides = Mapping[int, Mapping[str, float]]  # split id -> hyper-parameter values for it
 

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,16 @@ def run_splits_resumable(
     progress: bool = False,
     extra: Mapping[str, Any] | None = None,
     per_split: Mapping[int, Mapping[str, float]] | None = None,
+    stack_metrics: Callable[[TrainedStack], Mapping[int, Mapping[str, Any]]] | None = None,
 ) -> tuple[RunResult, list[int]]:
     """Like ``engine.run_splits``, but trains only the splits not yet stored.
 
     Each finished chunk is written in one transaction as soon as it finishes (``on_stack``), so a
     kill loses at most the chunk in flight. ``extra`` (e.g. the tuning protocol and the values it
     chose) is stored with the runs and is part of their key; ``per_split`` passes each split's
-    own hyper-parameter values to the engine.
+    own hyper-parameter values to the engine. ``stack_metrics`` computes further metrics of a
+    trained chunk (split id -> {name: value}, e.g. pruned units per layer), stored in the same
+    transaction and read back by ``ResultsDatabase.read_metrics``.
 
     Returns:
         (all requested splits as read back from the database, the splits trained by this call).
@@ -44,7 +47,8 @@ def run_splits_resumable(
     trained: list[int] = []
 
     def store(stack: TrainedStack) -> None:
-        database.write_results(dataset.name, config, stack.results, extra)
+        metrics = stack_metrics(stack) if stack_metrics is not None else None
+        database.write_results(dataset.name, config, stack.results, extra, metrics)
         trained.extend(stack.data.split_ids)
 
     if missing:

@@ -29,7 +29,9 @@ from vbnn.stores.atomic import write_folder_atomic
 from vbnn.training.likelihoods import GaussianLikelihood
 
 FORMAT = "vbnn-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# version 1 predates TrainConfig.covariance_factor: its FC models used L = diag(s) + A
+READABLE_VERSIONS = (1, 2)
 CONFIG_FILE = "model.json"
 STATE_FILE = "state.pt"
 
@@ -51,9 +53,11 @@ class SavedModel:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def config_from_dict(values: dict[str, Any]) -> TrainConfig:
-    """Inverse of ``TrainConfig.to_dict`` (lists back to tuples)."""
+def config_from_dict(values: dict[str, Any], version: int = FORMAT_VERSION) -> TrainConfig:
+    """Inverse of ``TrainConfig.to_dict`` (lists back to tuples) for a file of ``version``."""
     values = dict(values)
+    if version == 1 and values.get("method") == "fc":
+        values.setdefault("covariance_factor", "direct")
     for name in ("hidden", "betas"):
         if name in values:
             values[name] = tuple(values[name])
@@ -122,13 +126,14 @@ def load_model(folder: str | Path) -> SavedModel:
         description = json.loads(config_path.read_text())
     except json.JSONDecodeError as error:
         raise ModelFileError(f"{config_path}: not valid JSON ({error})") from None
-    if description.get("format") != FORMAT or description.get("format_version") != FORMAT_VERSION:
+    version = description.get("format_version")
+    if description.get("format") != FORMAT or version not in READABLE_VERSIONS:
         raise ModelFileError(
-            f"{config_path}: format {description.get('format')!r} version "
-            f"{description.get('format_version')!r}, expected {FORMAT!r} {FORMAT_VERSION}"
+            f"{config_path}: format {description.get('format')!r} version {version!r}, "
+            f"expected {FORMAT!r} {' or '.join(map(str, READABLE_VERSIONS))}"
         )
     try:
-        config = config_from_dict(description["config"])
+        config = config_from_dict(description["config"], version)
         in_features, keys = int(description["in_features"]), tuple(description["keys"])
     except (KeyError, TypeError, ValueError) as error:
         raise ModelFileError(f"{config_path}: bad config ({error})") from None

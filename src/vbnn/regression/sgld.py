@@ -34,10 +34,15 @@ State = dict[str, torch.Tensor]
 NOISE_LOG_STD_PRIOR_STD = 1.0
 
 
-def step_size(config: TrainConfig, iteration: int, num_examples: int) -> float:
-    """eps_t = (step_size / N) (1 + t / decay_steps)^-gamma for t = iteration - 1."""
+def step_size(
+    config: TrainConfig, iteration: int, num_examples: int, eta: torch.Tensor | None = None
+) -> float | torch.Tensor:
+    """eps_t = (eta / N) (1 + t / decay_steps)^-gamma for t = iteration - 1.
+
+    eta is ``config.step_size``, or ``eta`` (M,): one per model of the stack.
+    """
     decay = (1.0 + (iteration - 1) / config.decay_steps) ** (-config.step_decay)
-    return config.step_size / num_examples * decay
+    return (config.step_size if eta is None else eta) / num_examples * decay
 
 
 def log_posterior(
@@ -80,6 +85,7 @@ def sample(
     prior_std: float | torch.Tensor | None = None,
     progress: bool = False,
     description: str = "sgld",
+    eta: torch.Tensor | None = None,
 ) -> list[State]:
     """Run the chains for ``config.resolved_iterations`` steps; return the kept samples.
 
@@ -88,6 +94,7 @@ def sample(
         x, y: (M, N, I) and (M, N) standardised training data.
         generators: one stream per model for mini-batches and Langevin noise.
         prior_std: overrides ``config.prior_std`` (a (M,) tensor: one prior per model).
+        eta: overrides ``config.step_size`` (a (M,) tensor: one step size per model).
 
     Returns:
         The kept states (copies of ``model`` and ``likelihood`` parameters), oldest first.
@@ -101,7 +108,7 @@ def sample(
     iterations = config.resolved_iterations
     optimizer = LangevinDynamics(
         [p for p in modules.parameters() if p.requires_grad],
-        lambda iteration: step_size(config, iteration, num_examples),
+        lambda iteration: step_size(config, iteration, num_examples, eta),
         generators,
     )
     kept: list[State] = []
@@ -119,9 +126,10 @@ def sample(
 
     def describe(iteration: int, terms: dict[str, torch.Tensor]) -> str:
         bad = int((~torch.isfinite(terms["objective"])).nonzero()[0, 0])
+        eps = step_size(config, iteration, num_examples, eta)
+        eps = float(eps[bad]) if isinstance(eps, torch.Tensor) else eps
         return (
-            f"in model {bad} (SGLD log posterior); step size eps = "
-            f"{step_size(config, iteration, num_examples):.3g} is too large "
+            f"in model {bad} (SGLD log posterior); step size eps = {eps:.3g} is too large "
             "(lower TrainConfig.step_size)"
         )
 

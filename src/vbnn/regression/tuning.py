@@ -1,15 +1,17 @@
 """Hyper-parameter search by Bayesian optimisation (Optuna's TPE), candidates trained as a stack.
 
 The overpruning paper (000_e87e55bc25ea4726.txt, experimental details) tuned with Spearmint on one
-split: the prior std of MAP, MF, GD and FC, GD's posterior std, and ES's learning rate. Here:
+split: the prior std of MAP, MF, GD and FC, GD's posterior std, and ES's learning rate. It gives no
+SGLD settings at all; here SGLD's step size eta is searched together with its prior std. Here:
 
 - the objective is the log-likelihood of a *validation* part carved from a split's training rows
   (``TuningConfig.validation_fraction``, seeded), standardised with the remaining rows' statistics;
   no test row is ever seen;
 - each round asks Optuna for ``batch`` candidates and trains them side by side as one model stack
   (prior and posterior std are per-model tensors); candidates share the split's streams, so they
-  start from the same weights and see the same noise (common random numbers). ES's learning rate
-  cannot differ inside one Adam, so ES candidates train one at a time;
+  start from the same weights and see the same noise (common random numbers); SGLD's step size is
+  per model too. ES's learning rate cannot differ inside one Adam, so ES candidates train one at
+  a time;
 - TPE with the constant liar keeps the candidates of one round apart;
 - the study lives in Optuna storage (the results database's SQLite file), so a killed search
   resumes: trials already complete count towards the budget.
@@ -55,8 +57,27 @@ SEARCH_SPACES: dict[Method, dict[str, tuple[float, float]]] = {
     Method.GD: {"prior_std": (0.01, 10.0), "posterior_std": (1e-3, 1.0)},
     Method.FC: {"prior_std": (0.01, 10.0)},
     Method.VI: {"prior_std": (0.01, 10.0)},
-    Method.SGLD: {"prior_std": (0.01, 10.0)},
+    # eta of eps_t = (eta / N)(1 + t / tau)^-gamma; the paper gives no SGLD settings at all
+    Method.SGLD: {"prior_std": (0.01, 10.0), "step_size": (1e-3, 1.0)},
 }
+
+
+def study_name(dataset: str, split: int, config: TrainConfig, seed: int) -> str:
+    """The Optuna study of one (data set, split, method, seed) search.
+
+    Searches that differ from those of the first full Table 1 run carry a suffix, so that the
+    committed results database's studies are resumed only by the searches that made them: FC
+    with a factor other than ``direct``, SGLD, whose step size is now searched too, and any
+    architecture other than one hidden layer of 50 units (e.g. ``/hidden50x50``).
+    """
+    name = f"{dataset}/split{split}/{config.method.value}/seed{seed}"
+    if config.hidden != (50,):
+        name += "/hidden" + "x".join(str(width) for width in config.hidden)
+    if config.method is Method.FC and config.covariance_factor != "direct":
+        name += f"/{config.covariance_factor}"
+    if config.method is Method.SGLD:
+        name += "/step-size"
+    return name
 
 
 @dataclass(frozen=True)
@@ -169,11 +190,6 @@ def evaluate_candidates(
     return scores
 
 
-def study_name(dataset: str, split: int, config: TrainConfig, tuning: TuningConfig) -> str:
-    """The default name of a study: data set, split, method and seed."""
-    return f"{dataset}/split{split}/{config.method.value}/seed{tuning.seed}"
-
-
 def tune(
     dataset: RegressionDataset,
     split: int,
@@ -200,7 +216,7 @@ def tune(
     space = SEARCH_SPACES[config.method]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
-        study_name=name or study_name(dataset.name, split, config, tuning),
+        study_name=name or study_name(dataset.name, split, config, tuning.seed),
         storage=storage,
         direction="maximize",
         load_if_exists=True,

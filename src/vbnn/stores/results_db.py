@@ -263,6 +263,26 @@ class ResultsDatabase:
             )
         return out
 
+    def read_metrics(
+        self,
+        dataset: str,
+        config: Any,
+        split_ids: Iterable[int] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[int, dict[str, Any]]:
+        """Every stored metric of this configuration's splits (all, or ``split_ids``), by split."""
+        rows = self.connection.execute(
+            "SELECT split, metrics FROM runs WHERE dataset=? AND method=? AND config_hash=? "
+            "AND seed=? ORDER BY split",
+            (dataset, _method(config), config_hash(config, extra), int(config.seed)),
+        ).fetchall()
+        wanted = None if split_ids is None else set(split_ids)
+        return {
+            int(split): json.loads(metrics)
+            for split, metrics in rows
+            if wanted is None or split in wanted
+        }
+
     def runs_frame(self) -> pd.DataFrame:
         """Every stored run as a DataFrame (one row per run)."""
         return pd.read_sql_query("SELECT * FROM runs ORDER BY id", self.connection)

@@ -51,7 +51,7 @@ def storage_for(search: Search, out: Path) -> str | optuna.storages.BaseStorage:
     return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
 
 
-def study_name(dataset: str, config: TrainConfig, search: Search) -> str:
+def search_study_name(dataset: str, config: TrainConfig, search: Search) -> str:
     """One study per (data set, configuration, seed): the config hash tells combinations apart."""
     return f"{dataset}/split{search.split}/{config_hash(config)}/seed{config.seed}"
 
@@ -60,7 +60,7 @@ def search_unit(
     dataset: RegressionDataset, config: TrainConfig, search: Search, out: Path, worker: int
 ) -> dict[str, float]:
     """A worker's share of one study (all workers stop when it holds ``trials`` trials)."""
-    name = study_name(dataset.name, config, search)
+    name = search_study_name(dataset.name, config, search)
     storage = storage_for(search, out)
     return tune(dataset, search.split, config, _tuning(search, config), storage, worker, name)
 
@@ -84,7 +84,7 @@ def _searched_values(
     short = [
         (name, config)
         for name, config in grid.runs()
-        if len(finished_trials(storage, study_name(name, config, search))) < search.trials
+        if len(finished_trials(storage, search_study_name(name, config, search))) < search.trials
     ]
     units = [
         Unit(
@@ -105,7 +105,7 @@ def _searched_values(
             config,
             _tuning(search, config),
             storage,
-            name=study_name(name, config, search),
+            name=search_study_name(name, config, search),
         )
         for name, config in grid.runs()
     }

@@ -71,7 +71,7 @@ def tuning_unit(
         storage: the study's own storage (written as the search goes), or None: then the search
             continues an in-memory study holding the ``stored`` trials.
     """
-    name = study_name(dataset.name, split, config, tuning)
+    name = study_name(dataset.name, split, config, tuning.seed)
     if storage is None:
         storage = optuna.storages.InMemoryStorage()
         optuna.create_study(study_name=name, storage=storage, direction="maximize").add_trials(
@@ -91,7 +91,7 @@ def store_trials(
     trials: Sequence[optuna.trial.FrozenTrial],
 ) -> None:
     """The driver's half of a remote :func:`tuning_unit`: add its trials to the stored study."""
-    name = study_name(dataset, split, config, tuning)
+    name = study_name(dataset, split, config, tuning.seed)
     optuna.create_study(
         study_name=name, storage=storage, direction="maximize", load_if_exists=True
     ).add_trials(trials)

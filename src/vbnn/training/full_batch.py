@@ -17,6 +17,7 @@ from torch import nn
 from vbnn.core.contracts import ForwardMode, Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators, NoiseSource, NoiseTape, RecordingGenerators
 from vbnn.core.runtime import one_core_for_noise
+from vbnn.layers.shell import VariationalLayer
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import GaussianLikelihood
@@ -118,7 +119,8 @@ def compiled_objective(
 
 
 def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
-    """Adam parameter groups: FC's off-diagonal Cholesky entries may get their own rate.
+    """Adam parameter groups: the correlation parameters (FC's off-diagonal Cholesky entries,
+    ``VariationalLayer.correlation_parameters``) may get their own rate.
 
     Adam moves every coordinate by about the learning rate whatever the size of its gradient.
     The D (D - 1) / 2 off-diagonal entries of an FC layer's Cholesky factor receive almost pure
@@ -127,11 +129,17 @@ def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
     recovers (reproductions/overpruning/README.md, "FC and Adam").
     ``config.cholesky_learning_rate`` sets their rate apart; None keeps the paper's single rate.
     """
-    trainable = [(n, p) for n, p in modules.named_parameters() if p.requires_grad]
+    trainable = [p for p in modules.parameters() if p.requires_grad]
     if config.cholesky_learning_rate is None:
-        return [{"params": [p for _, p in trainable]}]
-    factor = [p for n, p in trainable if n.endswith("scale_lower")]
-    others = [p for n, p in trainable if not n.endswith("scale_lower")]
+        return [{"params": trainable}]
+    correlations = {
+        id(getattr(layer, name))
+        for layer in modules.modules()
+        if isinstance(layer, VariationalLayer)
+        for name in layer.correlation_parameters
+    }
+    factor = [p for p in trainable if id(p) in correlations]
+    others = [p for p in trainable if id(p) not in correlations]
     groups = [{"params": others}]
     if factor:
         groups.append({"params": factor, "lr": config.cholesky_learning_rate})

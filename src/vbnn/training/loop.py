@@ -86,13 +86,14 @@ class LangevinDynamics(torch.optim.Optimizer):
 
     with eps_t = ``step_size(t)`` (t = 1, 2, ...) and eta drawn per model from ``noise`` (one
     stream per model of the stack, in parameter order), so a chain is the same alone or stacked.
-    Parameters carry the model dimension first.
+    Parameters carry the model dimension first. ``step_size`` returns one number for every
+    model, or a (M,) tensor giving each model of the stack its own (tuning candidates).
     """
 
     def __init__(
         self,
         params: Iterable[torch.Tensor],
-        step_size: Callable[[int], float],
+        step_size: Callable[[int], float | torch.Tensor],
         noise: ModelGenerators,
     ) -> None:
         super().__init__(params, {})
@@ -105,6 +106,12 @@ class LangevinDynamics(torch.optim.Optimizer):
         for group in self.param_groups:
             for parameter in group["params"]:
                 eta = self.noise.randn(*parameter.shape[1:], dtype=parameter.dtype)
+                if isinstance(eps, torch.Tensor):  # (M,): one step size per model
+                    per_model = eps.to(parameter.dtype).reshape(-1, *[1] * (parameter.dim() - 1))
+                    if parameter.grad is not None:
+                        parameter.addcmul_(parameter.grad, per_model, value=-0.5)
+                    parameter.addcmul_(eta, per_model.sqrt())
+                    continue
                 if parameter.grad is not None:
                     parameter.add_(parameter.grad, alpha=-eps / 2)
                 parameter.add_(eta, alpha=math.sqrt(eps))

@@ -13,21 +13,12 @@ and ``fashion_product.json``; ``summary.json`` with every setting.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 from vbnn.core.contracts import Activation
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.depth.models import PretrainConfig
-from vbnn.experiments.depth.report import (
-    aggregate,
-    plot_depth_gap,
-    run_fashion,
-    run_product_figure,
-    run_units,
-    write_summary,
-)
-from vbnn.experiments.depth.units import UnitSettings
-from vbnn.references.nuts import NUTSConfig
 from vbnn.sweeps.executors import add_executor_arguments, settings_from
 
 DESCRIPTION = "004 + blog: product-matrix covariance, NUTS posteriors, diagonal gap vs depth"
@@ -35,14 +26,16 @@ DESCRIPTION = "004 + blog: product-matrix covariance, NUTS posteriors, diagonal 
 
 def run_note(units: list, shared: dict, quick: bool) -> str:
     """One line saying what this run is, with its actual sizes next to the paper's."""
-    nuts = shared["nuts"]
+    chains = shared["chains"]
     depths = sorted({unit.depth for unit in units})
     repeats = max(unit.repeat for unit in units) + 1
+    mass = "dense" if chains.dense_mass else "diagonal"
     sizes = (
         f"{shared['points']} two-moons points (paper 10000), "
         f"{shared['pretrain'].mean_epochs}+{shared['pretrain'].epochs} pre-training epochs "
-        f"(paper 10), NUTS {nuts.warmup} warm-up + {nuts.samples} samples (paper 100 + 1000), "
-        f"tree depth <= {nuts.max_tree_depth}, depths {depths}, {repeats} repeat(s)"
+        f"(paper 10), NumPyro NUTS {chains.chains} chains x ({chains.warmup} warm-up + "
+        f"{chains.samples} samples) (paper 1 x (100 + 1000)), tree depth <= "
+        f"{chains.max_tree_depth}, {mass} mass matrix, depths {depths}, {repeats} repeat(s)"
     )
     if quick:
         return (
@@ -65,9 +58,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--depths", default=None, help="e.g. 1-5 or 1,3,5")
     parser.add_argument("--activations", default=None, help="comma list: relu,leaky_relu,identity")
+    parser.add_argument(
+        "--slopes",
+        default=None,
+        help="LeakyReLU slopes, comma list, one unit set each (default 0.01,0.2; quick 0.2)",
+    )
+    parser.add_argument("--chains", type=int, default=4, help="NUTS chains per unit")
+    parser.add_argument("--dense-mass", action="store_true", help="dense mass matrix")
+    parser.add_argument("--max-rhat", type=float, default=1.05, help="trusted-unit criterion")
+    parser.add_argument("--min-ess", type=float, default=100.0, help="bulk and tail ESS, ditto")
     parser.add_argument("--points", type=int, default=None, help="two-moons training points")
-    parser.add_argument("--warmup", type=int, default=None, help="NUTS burn-in iterations")
-    parser.add_argument("--samples", type=int, default=None, help="NUTS kept samples")
+    parser.add_argument("--warmup", type=int, default=None, help="NUTS warm-up per chain")
+    parser.add_argument("--samples", type=int, default=None, help="NUTS kept samples per chain")
     parser.add_argument("--max-tree-depth", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=None, help="mean and ELBO epochs, each")
     parser.add_argument("--jitter", type=float, default=1e-4, help="added to the covariance")
@@ -91,10 +93,23 @@ def _parse_depths(text: str) -> tuple[int, ...]:
     return tuple(depths)
 
 
+def _require_jax() -> None:
+    """The sampler is NumPyro's (the ``vbnn[jax]`` extra); the CLI imports this module without it
+    (experiments/__init__.py: heavy and optional imports stay inside the functions)."""
+    if importlib.util.find_spec("numpyro") is None:
+        raise ModuleNotFoundError(
+            "vbnn reproduce depth samples with NumPyro: pip install 'vbnn[jax]'"
+        )
+
+
 def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
     """The list of units and the shared settings, from the flags (quick mode fills defaults)."""
+    _require_jax()
+    from vbnn.experiments.depth.units import UnitSettings
+    from vbnn.references.jax_nuts import ChainsConfig
+
     quick = args.quick
-    depths = _parse_depths(args.depths or ("1-4" if quick else "1-5"))
+    depths = _parse_depths(args.depths or ("1-3" if quick else "1-5"))
     names = (args.activations or "relu,leaky_relu,identity").split(",")
     try:
         activations = [Activation(name.strip()) for name in names]
@@ -103,39 +118,64 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
             f"--activations {args.activations!r}: choose from relu,leaky_relu,identity"
         ) from None
     epochs = args.epochs if args.epochs is not None else (3 if quick else 10)
-    nuts = NUTSConfig(
-        warmup=args.warmup if args.warmup is not None else (50 if quick else 100),
+    chains = ChainsConfig(
+        chains=args.chains,
+        warmup=args.warmup if args.warmup is not None else (100 if quick else 1000),
         samples=args.samples if args.samples is not None else (100 if quick else 1000),
-        max_tree_depth=args.max_tree_depth or (6 if quick else 7),
+        max_tree_depth=args.max_tree_depth or (6 if quick else 10),
+        dense_mass=args.dense_mass,
     )
-    # one repeat by default: the full protocol costs ~2.4 h a repeat with 2 workers
-    # (reproductions/depth/README.md)
-    repeats = args.repeats or 1
+    # 5 repeats by default, a unit a time: see reproductions/depth/README.md for the budget
+    repeats = args.repeats or (1 if quick else 5)
     shared = {
         "points": args.points or (1000 if quick else 10_000),
         "jitter": args.jitter,
         "seed": args.seed,
         "pretrain": PretrainConfig(epochs=epochs, mean_epochs=epochs),
-        "nuts": nuts,
+        "chains": chains,
     }
-    units = [
-        UnitSettings(activation=activation, depth=depth, repeat=repeat, **shared)
+    text = args.slopes or ("0.2" if quick else "0.01,0.2")
+    try:
+        slopes = [float(slope) for slope in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--slopes {text!r}: expected numbers, e.g. 0.01,0.2") from None
+    variants = [
+        (activation, slope)
         for activation in activations
-        for depth in depths
-        for repeat in range(repeats)
+        for slope in (slopes if activation is Activation.LEAKY_RELU else [0.01])
     ]
+    # repeat-major: every (activation, depth) gets its first repeat before any gets a second
+    units = [
+        UnitSettings(activation=activation, negative_slope=slope, depth=depth, repeat=repeat,
+                     **shared)
+        for repeat in range(repeats)
+        for depth in depths
+        for activation, slope in variants
+    ]  # fmt: skip
     return units, shared
 
 
 def run(args: argparse.Namespace) -> None:
+    _require_jax()
+    from vbnn.experiments.depth.report import (
+        aggregate,
+        plot_depth_gap,
+        run_fashion,
+        run_product_figure,
+        run_units,
+        write_summary,
+    )
+    from vbnn.references.chain_diagnostics import ConvergenceCriterion
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     units, shared = build_settings(args)
     note = run_note(units, shared, args.quick)
     print(note)
     product = run_product_figure(out, args.heatmap_samples, args.seed)
-    records = run_units(units, out, args.workers, not args.quick, settings_from(args))
-    table = aggregate(records)
+    records = run_units(units, out, args.workers, settings_from(args))
+    criterion = ConvergenceCriterion(args.max_rhat, args.min_ess, args.min_ess)
+    table = aggregate(records, criterion)
     table.to_csv(out / "depth_gap.csv", index=False)
     plot_depth_gap(table, out / "depth_gap.png", args.quick)
     fashion = None if args.no_fashion else run_fashion(out, args)
@@ -149,8 +189,9 @@ def run(args: argparse.Namespace) -> None:
         "wasserstein2_mean": "W2",
         "wasserstein2_sem": "sem ",
         "kl_full_diag_mean": "KL(full||diag)",
-        "nuts_ess_median_mean": "ESS med",
+        "nuts_bulk_ess_min_mean": "ESS min",
         "nuts_rhat_max_mean": "R-hat max",
+        "trusted": "trusted",
         "nuts_divergences_mean": "diverg.",
         "nuts_seconds_mean": "NUTS s",
         "mean_field_test_accuracy_mean": "MF test acc",

@@ -10,6 +10,10 @@ rows of W_1, so each sample of this block is exact without forming the whole pro
 Network: vbnn's ``MeanField`` (log-std parameterisation, LRT), identity activations, N(0, 1)
 prior, full-data ELBO (KL not re-weighted), Adam, softmax cross-entropy. The blog does not give
 the width or the training schedule; both are settings here.
+
+With a LeakyReLU or ReLU ``activation`` the same network gives the blog's *local* product matrix
+(``vbnn.diagnostics.local_product``): M(x) = W_1 D_1(x) ... W_L at a test image x, the pattern
+D_l(x) drawn with the weights; :func:`local_product_block_covariance` samples its block.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from torch.nn import functional
 from vbnn.core.contracts import Activation, ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import ImageDataset, load_images
+from vbnn.diagnostics.local_product import MeanFieldNetwork, sample_local_products
 from vbnn.layers.mean_field import MeanField
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
@@ -39,24 +44,32 @@ class FashionProductConfig:
     posterior_std: float = 1e-3
     samples: int = 10_000
     pixels: int = 10
+    activation: Activation = Activation.IDENTITY
+    negative_slope: float = 0.01
     seed: int = 0
 
 
-def _flat(dataset: ImageDataset, split: str, data_dir) -> tuple[np.ndarray, np.ndarray]:
+def flat_images(dataset: ImageDataset, split: str, data_dir) -> tuple[np.ndarray, np.ndarray]:
     """Images as (N, 784) float32 in [0, 1] and labels (N,) int64 (md5-checked IDX files)."""
     images, labels = load_images(dataset, split, data_dir)
     return images.reshape(len(images), -1).numpy(), labels.numpy()
 
 
 def train_deep_linear(config: FashionProductConfig, data_dir: str | None) -> tuple[MLP, float]:
-    """The trained mean-field deep linear network and its test accuracy (mean weights)."""
-    images, labels = _flat(ImageDataset.FASHION_MNIST, "train", data_dir)
-    test_images, test_labels = _flat(ImageDataset.FASHION_MNIST, "test", data_dir)
+    """The trained mean-field network (deep linear by default) and its test accuracy (mean
+    weights)."""
+    images, labels = flat_images(ImageDataset.FASHION_MNIST, "train", data_dir)
+    test_images, test_labels = flat_images(ImageDataset.FASHION_MNIST, "test", data_dir)
     x = torch.from_numpy(images[: config.train_size])
     y = torch.from_numpy(labels[: config.train_size])
     sizes = [784] + [config.width] * (config.layers - 1) + [10]
     generators = ModelGenerators([config.seed])
-    model = MLP(MeanField, sizes, Activation.IDENTITY, generators, config.posterior_std)
+    leaky = Activation(config.activation) is Activation.LEAKY_RELU
+    slope = config.negative_slope if leaky else None
+    model = MLP(
+        MeanField, sizes, config.activation, generators, config.posterior_std,
+        negative_slope=slope,
+    )  # fmt: skip
     optimiser = torch.optim.Adam(model.parameters(), config.learning_rate)
     prior, n = GaussianPrior(1.0), len(x)
     shuffler = torch.Generator().manual_seed(config.seed)
@@ -99,8 +112,41 @@ def product_block_covariance(
 
 def run_fashion_product(config: FashionProductConfig, data_dir: str | None) -> dict:
     """Train, sample and return the block covariance with what made it."""
-    images, _ = _flat(ImageDataset.FASHION_MNIST, "train", data_dir)
+    images, _ = flat_images(ImageDataset.FASHION_MNIST, "train", data_dir)
     rows = np.sort(np.argsort(images[: config.train_size].var(0))[-config.pixels :])
     model, accuracy = train_deep_linear(config, data_dir)
     covariance = product_block_covariance(model, rows, config.samples, config.seed + 1)
     return {"covariance": covariance, "pixels": rows, "test_accuracy": accuracy}
+
+
+def mean_field_network(model: MLP, slope: float) -> MeanFieldNetwork:
+    """The trained network's means and stds as a ``MeanFieldNetwork`` (float64)."""
+    moments = [(layer.posterior_mean(), layer.posterior_std()) for layer in model.layers]
+    return MeanFieldNetwork(
+        [mean[0][0].detach().double() for mean, _ in moments],
+        [std[0][0].detach().double() for _, std in moments],
+        [mean[1][0].detach().double() for mean, _ in moments],
+        [std[1][0].detach().double() for _, std in moments],
+        slope,
+    )
+
+
+def local_product_block_covariance(
+    network: MeanFieldNetwork,
+    image: np.ndarray,
+    rows: np.ndarray,
+    samples: int,
+    seed: int,
+    chunk: int = 250,
+) -> np.ndarray:
+    """Sample covariance of M(x)[rows, :] (flattened row-major) at the image x (784,)."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.as_tensor(image, dtype=torch.float64)
+    classes = network.weight_means[-1].shape[1]
+    draws = []
+    with torch.no_grad():
+        for start in range(0, samples, chunk):
+            size = min(chunk, samples - start)
+            products = sample_local_products(network, x, size, generator)
+            draws.append(products.reshape(size, -1, classes)[:, rows].reshape(size, -1))
+    return np.cov(torch.cat(draws).numpy(), rowvar=False)

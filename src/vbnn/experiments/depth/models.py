@@ -9,8 +9,8 @@
   cross-entropy (004: "We pretrain the means using a cross-entropy loss to initialize the
   mean-field training"), then the full ELBO (``training.objectives.elbo`` with a Bernoulli
   likelihood; KL not re-weighted, unit Gaussian prior, LRT), ``epochs`` each.
-* :func:`bernoulli_potential` - U(theta) of the point network with the trained means' layout, from
-  our own ``MLP`` of ``Point`` layers through ``torch.func.functional_call``.
+* :func:`point_network` - the point-weight network of an ``MLPArchitecture`` holding the trained
+  means (its potential: ``MLPArchitecture.torch_potential``, or ``jax_potential`` for NumPyro).
 
 The classifier has one logit output and a Bernoulli likelihood (binary cross-entropy), the
 two-class softmax without its redundant output.
@@ -22,15 +22,13 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 import torch
-from torch import nn
 from torch.nn import functional
 
 from vbnn.core.contracts import Activation, ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.point import Point
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.references.nuts import FlatParameters, Potential, call_with, module_potential
+from vbnn.references.architecture import MLPArchitecture
 from vbnn.training.likelihoods import BernoulliLikelihood
 from vbnn.training.loop import run
 from vbnn.training.objectives import elbo, network_output
@@ -75,8 +73,7 @@ def _minibatches(n: int, batch_size: int, generator: torch.Generator) -> list[to
 
 
 def train_mean_field(
-    sizes: list[int],
-    activation: Activation,
+    architecture: MLPArchitecture,
     x: torch.Tensor,
     y: torch.Tensor,
     config: PretrainConfig,
@@ -88,13 +85,15 @@ def train_mean_field(
         x: (N, 2) inputs; y: (N,) labels in {0, 1}.
     """
     generators = ModelGenerators([seed])
+    leaky = architecture.activation is Activation.LEAKY_RELU
     model = MLP(
         "mf",
-        sizes,
-        activation,
+        architecture.sizes,
+        architecture.activation,
         generators,
         config.posterior_std,
         x.dtype,
+        negative_slope=architecture.negative_slope if leaky else None,
         parameterization="softplus",
         init="he",
     )
@@ -132,10 +131,10 @@ def train_mean_field(
     return model
 
 
-def point_network(mean_field: MLP, sizes: list[int], activation: Activation) -> MLP:
-    """A point-weight ``MLP`` (one model) holding the mean-field network's means."""
+def point_network(mean_field: MLP, architecture: MLPArchitecture) -> MLP:
+    """The architecture's point-weight network holding the mean-field network's means."""
     dtype = mean_field.layers[0].weight_mean.dtype
-    network = MLP(Point, sizes, activation, ModelGenerators([0]), dtype=dtype)
+    network = architecture.torch_network(dtype)
     with torch.no_grad():
         for point, source in zip(network.layers, mean_field.layers, strict=True):
             point.weight.copy_(source.weight_mean)
@@ -143,17 +142,13 @@ def point_network(mean_field: MLP, sizes: list[int], activation: Activation) -> 
     return network
 
 
-def bernoulli_potential(
-    network: MLP, x: torch.Tensor, y: torch.Tensor, prior_precision: float = 1.0
-) -> tuple[Potential, FlatParameters]:
-    """U(theta) = sum_n BCE(f_theta(x_n), y_n) + prior_precision / 2 |theta|^2 for ``network``."""
-    inputs = x.unsqueeze(0)
-
-    def log_likelihood(module: nn.Module, params: dict[str, torch.Tensor]) -> torch.Tensor:
-        logits = call_with(module, params, inputs, ForwardMode.MEAN).reshape(-1)
-        return -functional.binary_cross_entropy_with_logits(logits, y, reduction="sum")
-
-    return module_potential(network, log_likelihood, prior_precision)
+def mean_field_stds(mean_field: MLP) -> torch.Tensor:
+    """The mean-field posterior stds, flattened in the point network's parameter order (D,)."""
+    pieces = []
+    for layer in mean_field.layers:
+        weight_std, bias_std = layer.posterior_std()
+        pieces += [weight_std.detach().reshape(-1), bias_std.detach().reshape(-1)]
+    return torch.cat(pieces)
 
 
 def accuracy(network: MLP, x: torch.Tensor, y: torch.Tensor) -> float:

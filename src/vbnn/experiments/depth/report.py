@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -25,6 +26,7 @@ from vbnn.diagnostics.product_covariance import (
     sample_products,
 )
 from vbnn.experiments.depth.fashion_product import FashionProductConfig, run_fashion_product
+from vbnn.experiments.depth.local_product_figure import run_local_product_figure
 from vbnn.experiments.depth.units import (
     UnitOutcome,
     UnitSettings,
@@ -34,6 +36,7 @@ from vbnn.experiments.depth.units import (
     store_unit,
     stored_record,
 )
+from vbnn.references.chain_diagnostics import ConvergenceCriterion
 from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
 
@@ -41,6 +44,7 @@ HEATMAP_DEPTHS = (1, 5, 20)
 GAPS = {
     "kl_diag_full": "KL(q_diag || q_full)",
     "wasserstein2": "W2(q_diag, q_full)",
+    "sample_w2_gap": "W2(HMC, q_diag) - W2(HMC, q_full)",
 }
 
 
@@ -114,20 +118,18 @@ def run_units(
     units: list[UnitSettings],
     out: Path,
     workers: int,
-    progress: bool = False,
     executor: ExecutorSettings | None = None,
 ) -> list[dict[str, Any]]:
     """Every unit (cached ones are read back), with a progress bar on stderr.
 
-    ``progress`` adds Pyro's per-iteration bar inside each unit (one worker only). On Ray
-    (``executor``), the missing units are Ray tasks that return their numbers and this process
-    stores them; locally, ``workers`` processes run and store them."""
+    On Ray (``executor``), the missing units are Ray tasks that return their numbers and this
+    process stores them; locally, ``workers`` processes run and store them."""
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     records = []
     if executor is not None and executor.kind is not ExecutorKind.LOCAL:
         missing = [
-            Unit(f"{s.activation} depth {s.depth} repeat {s.repeat}", compute_unit,
+            Unit(f"{s.label()} depth {s.depth} repeat {s.repeat}", compute_unit,
                  (s, load_samples(s, out)), executor.cpus_per_unit)
             for s in units
             if stored_record(s, out) is None
@@ -141,10 +143,11 @@ def run_units(
     bar = tqdm(total=len(units), desc="depth units", file=sys.stderr)
     if workers == 1:
         for settings in units:
-            records.append(run_unit(settings, out, progress))
+            records.append(run_unit(settings, out))
             bar.update()
     else:
-        with ProcessPoolExecutor(workers) as pool:
+        # spawn, not fork: JAX is multithreaded once imported, and a forked child may deadlock
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             for record in pool.map(_unit_in_process, units, [out] * len(units)):
                 records.append(record)
                 bar.update()
@@ -154,43 +157,74 @@ def run_units(
     return records
 
 
-def aggregate(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """Mean and standard error of the mean over repeats, per activation and depth."""
+def trusted_units(records: list[dict[str, Any]], criterion: ConvergenceCriterion) -> pd.DataFrame:
+    """One row per unit with ``trusted``: its chains pass ``criterion`` (R-hat, bulk, tail ESS)."""
     frame = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in records])
+    frame["trusted"] = [
+        criterion.passes({k.removeprefix("nuts_"): v for k, v in r.items()}) for r in records
+    ]
+    return frame
+
+
+def aggregate(records: list[dict[str, Any]], criterion: ConvergenceCriterion) -> pd.DataFrame:
+    """Per activation and depth: mean and SEM over all repeats, the number of trusted repeats,
+    and the gaps' mean and SEM over the trusted repeats only (NaN where none passed)."""
+    frame = trusted_units(records, criterion)
     columns = [
         *GAPS,
         "kl_full_diag",
-        "nuts_ess_median",
+        "nuts_bulk_ess_min",
+        "nuts_tail_ess_min",
         "nuts_rhat_max",
         "nuts_divergences",
+        "nuts_max_tree_depth_hit_fraction",
         "nuts_seconds",
         "mean_field_test_accuracy",
+        "sample_w2_full",
+        "sample_w2_baseline",
     ]
     grouped = frame.groupby(["activation", "depth"])
     table = grouped[columns].mean().add_suffix("_mean")
     sem = grouped[[*GAPS, "kl_full_diag"]].sem().add_suffix("_sem")  # NaN with one repeat
-    table = table.join(sem).join(grouped["width"].first()).join(grouped.size().rename("repeats"))
+    trusted = frame[frame["trusted"]].groupby(["activation", "depth"])
+    kept = trusted[[*GAPS, "kl_full_diag"]]
+    table = table.join(sem).join(kept.mean().add_suffix("_trusted_mean"))
+    table = table.join(kept.sem().add_suffix("_trusted_sem"))
+    table = table.join(grouped["width"].first()).join(grouped.size().rename("repeats"))
+    table = table.join(grouped["trusted"].sum().rename("trusted_repeats"))
+    table["trusted"] = table["trusted_repeats"] == table["repeats"]
     return table.reset_index()
 
 
 def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
-    """004 Fig. 2 (KL) and the blog's Wasserstein figure: gap vs depth, SEM shaded."""
+    """004 Fig. 2 (KL) and the blog's Wasserstein figure: gap vs depth over all repeats, SEM as
+    error bars; depths where any unit's chains fail the criterion are shaded grey and their
+    points drawn hollow (the paper shades its doubtful region the same way)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(1, len(GAPS), figsize=(10, 3.8))
+    figure, axes = pyplot.subplots(1, len(GAPS), figsize=(15, 4.2))
     for axis, (gap, label) in zip(axes, GAPS.items(), strict=True):
         for activation, rows in table.groupby("activation"):
             mean = rows[f"{gap}_mean"].to_numpy()
             sem = np.nan_to_num(rows[f"{gap}_sem"].to_numpy())
-            axis.plot(rows["depth"], mean, marker="o", label=activation)
-            axis.fill_between(rows["depth"], mean - sem, mean + sem, alpha=0.25)
+            line = axis.errorbar(rows["depth"], mean, sem, marker="o", capsize=3, label=activation)
+            failed = ~rows["trusted"].to_numpy(dtype=bool)
+            axis.scatter(
+                rows["depth"].to_numpy()[failed], mean[failed], s=30, zorder=5,
+                facecolors="white", edgecolors=line[0].get_color(),
+            )  # fmt: skip
+        for depth in table.loc[~table["trusted"], "depth"].unique():
+            axis.axvspan(depth - 0.5, depth + 0.5, color="grey", alpha=0.15, linewidth=0)
         axis.set_xticks(sorted(table["depth"].unique()))
         axis.set_xlabel("hidden layers")
         axis.set_ylabel(label)
-        axis.set_yscale("log")
+        if gap == "sample_w2_gap":  # a difference of two estimates: may be <= 0
+            axis.axhline(0.0, color="black", linewidth=0.6)
+        else:
+            axis.set_yscale("log")
         axis.legend(fontsize=8)
     figure.suptitle(
         "Diagonal vs full-covariance Gaussian fitted to NUTS samples"
@@ -243,6 +277,7 @@ def run_fashion(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         ),
     }
     (out / "fashion_product.json").write_text(json.dumps(record, indent=2))
+    record["local_product"] = run_local_product_figure(out, config, args.data_dir)
     return record
 
 

@@ -1,14 +1,21 @@
 """One unit of the depth experiment: (activation, depth, repeat) -> gap measures.
 
 Protocol (004_6556d25c53efeeec.txt, section 4 and appendix B): two moons (noise 0.1), the widest
-network of this depth under the parameter budget, MFVI pre-training, NUTS from the pre-trained
-means, the full-covariance Gaussian of the samples (empirical covariance + jitter), the closest
-diagonal Gaussian (eq. 6) and KL(q_diag || q_full), plus the 2-Wasserstein distance between the
-two Gaussians (blog, 001_193bc50ee0b0b31a.txt).
+network of this depth under the parameter budget, MFVI pre-training, NumPyro NUTS chains from the
+pre-trained means with jittered starts (``vbnn.references.jax_nuts``; the potential is generated
+from the same ``MLPArchitecture`` as the torch network), the full-covariance Gaussian of the
+pooled samples (empirical covariance + jitter), the closest diagonal Gaussian (eq. 6) and
+KL(q_diag || q_full), the 2-Wasserstein distance between the two Gaussians, and the blog's
+(001_193bc50ee0b0b31a.txt) W2 of the samples themselves to each Gaussian
+(``vbnn.references.wasserstein``: exact transport on ``wasserstein_subsample`` thinned draws).
+Whether the chains are trusted (``ConvergenceCriterion``) is decided
+when the units are aggregated, from the stored diagnostics.
 
 Every finished unit is written atomically to ``<out>/units/<key>.json`` and its samples to
 ``<out>/samples/<key>.npz``, so a killed run loses nothing finished and a re-run skips (and
-re-plots from) what is there.
+re-plots from) what is there. :func:`compute_unit` computes and stores nothing, so a Ray worker
+runs it and the driver stores its :class:`UnitOutcome` (:func:`store_unit`); :func:`run_unit`
+does both here.
 """
 
 from __future__ import annotations
@@ -19,20 +26,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from vbnn.core.contracts import Activation
 from vbnn.experiments.depth.models import (
     PretrainConfig,
     accuracy,
-    bernoulli_potential,
     depth_widths,
     parameter_count,
     point_network,
     train_mean_field,
 )
+from vbnn.references.architecture import MLPArchitecture
 from vbnn.references.gaussian_gap import diagonal_gap, empirical_covariance
-from vbnn.references.nuts import NUTSConfig, run_nuts
+from vbnn.references.jax_nuts import ChainsConfig, jittered_starts, run_chains
+from vbnn.references.jax_potential import jax_potential
+from vbnn.references.wasserstein import wasserstein_gaps
 from vbnn.stores import unit_store
 
 
@@ -43,20 +53,35 @@ class UnitSettings:
     activation: Activation
     depth: int
     repeat: int
+    negative_slope: float = 0.01
     points: int = 10_000
     noise: float = 0.1
     budget: int = 1000
     prior_precision: float = 1.0
     jitter: float = 1e-4
+    wasserstein_subsample: int = 1000
     seed: int = 0
     dtype: str = "float32"
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
-    nuts: NUTSConfig = field(default_factory=NUTSConfig)
+    chains: ChainsConfig = field(default_factory=ChainsConfig)
+
+    def architecture(self) -> MLPArchitecture:
+        sizes = depth_widths(self.depth, self.budget)
+        leaky = Activation(self.activation) is Activation.LEAKY_RELU
+        slope = self.negative_slope if leaky else 0.01
+        return MLPArchitecture(tuple(sizes), self.activation, slope, self.prior_precision**-0.5)
+
+    def label(self) -> str:
+        """The activation with its slope for LeakyReLU, e.g. ``leaky_relu(0.2)``."""
+        activation = Activation(self.activation)
+        if activation is Activation.LEAKY_RELU:
+            return f"{activation.value}({self.negative_slope:g})"
+        return activation.value
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["activation"] = Activation(self.activation).value
-        out["nuts"] = self.nuts.to_dict()
+        out["chains"] = self.chains.to_dict()
         return out
 
 
@@ -73,50 +98,56 @@ class UnitOutcome:
     """What :func:`compute_unit` returns: the unit's record and, when it ran NUTS, its samples."""
 
     record: dict[str, Any]
-    samples: dict[str, Any] | None  # None: NUTS samples came from the store
+    samples: dict[str, Any] | None  # None: the NUTS samples came from the store
     diagnostics: dict[str, Any]
 
 
 def load_samples(settings: UnitSettings, out: Path) -> tuple[Any, dict[str, Any]] | None:
-    """(samples, diagnostics) of a unit whose NUTS chain is stored, else None."""
+    """(samples, diagnostics) of a unit whose NUTS chains are stored, else None."""
     cached = unit_store.load(out / "samples", settings.to_dict())
     return None if cached is None else (cached[0]["samples"], cached[1])
 
 
-def compute_unit(
-    settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | None, progress: bool = False
-) -> UnitOutcome:
+def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | None) -> UnitOutcome:
     """One unit's numbers, storing nothing (a worker's part; NUTS skipped when ``cached``)."""
     dtype = getattr(torch, settings.dtype)
     seed = settings.seed * 1000 + settings.repeat
     x, y = two_moons(settings.points, settings.noise, seed, dtype)
     test_x, test_y = two_moons(1000, settings.noise, seed + 500_000, dtype)
-    sizes = depth_widths(settings.depth, settings.budget)
+    architecture = settings.architecture()
     began = time.perf_counter()
-    mean_field = train_mean_field(sizes, settings.activation, x, y, settings.pretrain, seed)
+    mean_field = train_mean_field(architecture, x, y, settings.pretrain, seed)
     train_seconds = time.perf_counter() - began
-    network = point_network(mean_field, sizes, settings.activation)
-    potential, layout = bernoulli_potential(network, x, y, settings.prior_precision)
-    nuts = dataclasses.replace(settings.nuts, seed=seed)
+    network = point_network(mean_field, architecture)
     arrays = None
     if cached is None:
-        result = run_nuts(potential, layout.flatten(network), nuts, progress)
+        chains = dataclasses.replace(settings.chains, seed=seed)
+        potential = jax_potential(architecture, x.numpy(), y.numpy())
+        start = torch.cat([p.detach().reshape(-1) for p in network.parameters()]).numpy()
+        result = run_chains(potential, jittered_starts(start, chains), chains)
         samples, diagnostics = result.samples, result.diagnostics
-        arrays = {"samples": samples, "log_density": result.log_density,
-                  "steps": result.leapfrog_steps}  # fmt: skip
+        arrays = {
+            "samples": samples.astype(np.float32),
+            "log_density": result.log_density,
+            "steps": result.leapfrog_steps,
+        }
     else:
         samples, diagnostics = cached
-    _, covariance = empirical_covariance(samples, settings.jitter)
+    pooled = samples.reshape(-1, samples.shape[-1])
+    _, covariance = empirical_covariance(pooled, settings.jitter)
     record = {
-        "activation": Activation(settings.activation).value,
+        "activation": settings.label(),
         "depth": settings.depth,
         "repeat": settings.repeat,
-        "width": sizes[1],
-        "parameters": parameter_count(sizes),
+        "width": architecture.sizes[1],
+        "parameters": parameter_count(list(architecture.sizes)),
         "mean_field_test_accuracy": accuracy(network, test_x, test_y),
         "train_seconds": train_seconds,
         **{f"nuts_{name}": value for name, value in diagnostics.items()},
         **diagonal_gap(covariance),
+        **wasserstein_gaps(
+            pooled, settings.jitter, min(settings.wasserstein_subsample, len(pooled)), seed
+        ),
         "settings": settings.to_dict(),
     }
     return UnitOutcome(record, arrays, diagnostics)
@@ -136,10 +167,9 @@ def stored_record(settings: UnitSettings, out: Path) -> dict[str, Any] | None:
     return None if stored is None else stored[1]
 
 
-def run_unit(settings: UnitSettings, out: Path, progress: bool = False) -> dict[str, Any]:
-    """Run (or load) one unit; returns its flat record of settings, diagnostics and gaps."""
+def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
+    """Run (or load) one unit here; returns its flat record of settings, diagnostics and gaps."""
     record = stored_record(settings, out)
     if record is not None:
         return record
-    outcome = compute_unit(settings, load_samples(settings, out), progress)
-    return store_unit(settings, out, outcome)
+    return store_unit(settings, out, compute_unit(settings, load_samples(settings, out)))

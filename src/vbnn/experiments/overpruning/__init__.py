@@ -9,7 +9,14 @@ table (``table1.md``, ``table1.csv``), the bar chart (``figure1.png``) and Figur
 
     vbnn reproduce overpruning --out results/overpruning           # the full run
     vbnn reproduce overpruning --quick --out results/overpruning-quick
+    vbnn reproduce overpruning --extension nine-sets --out results/overpruning-nine-sets
+    vbnn reproduce overpruning --pruning-rules --out reproductions/overpruning
     vbnn reproduce overpruning --executor ray --address HOST:6379   # units on a Ray cluster
+
+``--extension nine-sets`` runs the same machinery on kin8nm, naval and protein (splits 0-4,
+protein 100 hidden units; ``extension``) and writes ``table1_extension.md`` beside published
+PBP and deep-ensembles values; ``--pruning-rules`` counts boston MF's pruned units under every
+counting rule and two priors (``pruning_rules``). Neither touches ``table1.md``.
 
 The studies, then the chunks of splits, are units of an executor (``vbnn.sweeps``, docs/sweeps.md).
 """
@@ -27,6 +34,13 @@ from vbnn.core.contracts import RunResult, TrainConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.overpruning import figures as overpruning_figures
+from vbnn.experiments.overpruning.extension import (
+    EXTENSION_DATASETS,
+    EXTENSION_SPLITS,
+    hidden_width,
+    write_extension_table,
+)
+from vbnn.experiments.overpruning.pruning_rules import count_rules
 from vbnn.experiments.overpruning.table1 import summary_from_results, write_table1
 from vbnn.regression.tuning import TuningConfig, study_name, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
@@ -96,12 +110,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--extension",
+        choices=["nine-sets"],
+        default=None,
+        help="kin8nm, naval, protein (splits 0-4) -> table1_extension.md, beyond the paper",
+    )
+    parser.add_argument(
+        "--pruning-rules",
+        action="store_true",
+        help="only count boston MF's pruned units under every rule -> pruning_rules.md",
+    )
     add_executor_arguments(parser)
 
 
 def _plan(args: argparse.Namespace) -> Plan:
 
     plan = QUICK if args.quick else FULL
+    known = DATASETS
+    if getattr(args, "extension", None) == "nine-sets":
+        kept = tuple(c for c in plan.cuts if not c.startswith(("data sets", "splits", "Figures")))
+        plan = replace(plan, datasets=EXTENSION_DATASETS, splits=EXTENSION_SPLITS, cuts=kept)
+        known = EXTENSION_DATASETS
     if args.datasets:
         plan = replace(plan, datasets=tuple(args.datasets.split(",")))
     if args.methods:
@@ -112,11 +142,9 @@ def _plan(args: argparse.Namespace) -> Plan:
         plan = replace(plan, iterations=args.iterations, figure_iterations=args.iterations)
     if args.trials:
         plan = replace(plan, trials=args.trials, batch=min(plan.batch, args.trials))
-    unknown = sorted(set(plan.datasets) - set(DATASETS)) + sorted(set(plan.methods) - set(METHODS))
+    unknown = sorted(set(plan.datasets) - set(known)) + sorted(set(plan.methods) - set(METHODS))
     if unknown:
-        raise ValueError(
-            f"--datasets/--methods: unknown {unknown}; choose from {DATASETS}, {METHODS}"
-        )
+        raise ValueError(f"--datasets/--methods: unknown {unknown}; choose from {known}, {METHODS}")
     return plan
 
 
@@ -166,7 +194,11 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
         splits = list(plan.splits or range(dataset.num_splits))
         for method in plan.methods:
             config = TrainConfig(
-                method=method, iterations=plan.iterations, seed=args.seed, compile=args.compile
+                method=method,
+                hidden=(hidden_width(dataset_name),),
+                iterations=plan.iterations,
+                seed=args.seed,
+                compile=args.compile,
             )
             jobs.append((dataset, config, splits))
 
@@ -205,9 +237,16 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
 
 def run(args: argparse.Namespace) -> None:
 
-    plan = _plan(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.pruning_rules:
+        splits = parse_splits(args.splits) if args.splits else range(20)
+        count_rules(out, args.data_dir, args.iterations or 5000, list(splits), seed=args.seed,
+                    progress=not args.no_progress)  # fmt: skip
+        print((out / "pruning_rules.md").read_text())
+        return
+    plan = _plan(args)
+    extension = args.extension is not None
     start = time.perf_counter()
     if plan.cuts:
         print("quick mode: " + "; ".join(plan.cuts), file=sys.stderr)
@@ -221,8 +260,11 @@ def run(args: argparse.Namespace) -> None:
         "Hyper-parameters chosen on validation data carved from training rows:",
         *chosen,
     ]
-    written = write_table1(summary_from_results(results), out, notes=notes)
-    if not args.no_figures:
+    if extension:
+        written = write_extension_table(summary_from_results(results), out, notes=notes)
+    else:
+        written = write_table1(summary_from_results(results), out, notes=notes)
+    if not args.no_figures and not extension:
         quick = bool(plan.cuts)
         figure_args = {"iterations": plan.figure_iterations, "splits": [0] if quick else None}
         written += overpruning_figures.figure2_5(
@@ -234,6 +276,7 @@ def run(args: argparse.Namespace) -> None:
         )
     seconds = time.perf_counter() - start
     info = {"seconds": round(seconds, 1), "plan": plan.__dict__, "tune": args.tune}
-    (out / "run_info.json").write_text(json.dumps(info, indent=2, default=str))
-    print((out / "table1.md").read_text())
+    suffix = "_extension" if extension else ""
+    (out / f"run_info{suffix}.json").write_text(json.dumps(info, indent=2, default=str))
+    print((out / f"table1{suffix}.md").read_text())
     print(f"wrote {len(written) + 1} files to {out} in {seconds / 60:.1f} min", file=sys.stderr)

@@ -9,9 +9,12 @@ Produces, each beside the published numbers of shared/reference/published.json:
   * Fig. 1 of 003: the toy four-class problem with a two-neuron variance bottleneck;
   * Fig. 3 of 003 (phase transition), Figs. 3-5 of 002 (kappa histograms, count above
     log10 kappa0 = 1.5 per epoch, sparse ensembles), Fig. 5 of 003 (pruning by sigma).
-Every finished training run is stored in OUT/runs/ (``vbnn.stores.unit_store``: settings, result
-and weights) and reused when the same budget is re-run. With ``--executor ray`` the runs
-(``variance_networks.runs``) train as Ray tasks first; the tables then read them back.
+Every network checkpoints at the end of each epoch and resumes from there when the same command
+is run again; a finished network is stored in OUT/runs/ (``vbnn.stores.unit_store``: settings,
+result and weights) and reused (``runs``). ``--networks`` trains only the named networks (so that
+long runs can go in parallel processes); ``--protocol`` follows the papers' text or the authors'
+public code (``budget.PROTOCOLS``, every difference in ``--help``). With ``--executor ray``
+the networks train as Ray tasks first (``runs.run_missing``); the tables then read them back.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -27,10 +30,23 @@ import torch
 from vbnn.classification.training import ClassifierConfig, train_classifier
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images
-from vbnn.experiments.variance_networks.budget import BUDGETS, Budget, resolve_budget
-from vbnn.experiments.variance_networks.runs import phase_run, run_missing, table_runs
-from vbnn.experiments.variance_networks.tables import make_tables, phase_transition_only
-from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.experiments.variance_networks.budget import (
+    BUDGETS,
+    PROTOCOL_TABLE,
+    PROTOCOLS,
+    Budget,
+    TrainingProtocol,
+    resolve_budget,
+)
+from vbnn.experiments.variance_networks.runs import (
+    network_specs,
+    run_missing,
+    select_networks,
+    table_networks,
+    train_selected,
+)
+from vbnn.experiments.variance_networks.tables import make_tables, markdown, phase_transition_only
+from vbnn.networks.lenet import LeNet5
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, settings_from
@@ -42,9 +58,33 @@ DEFAULT_OUT = "results/variance-networks"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = PROTOCOL_TABLE
     parser.add_argument("--quick", action="store_true", help="~5 min on a data subset")
     parser.add_argument("--size", choices=list(BUDGETS), default=None, help="overrides --quick")
-    parser.add_argument("--epochs", type=int, default=None, help="override the budget's epochs")
+    parser.add_argument(
+        "--epochs", type=int, default=None, help="override the budget's epochs (full: 200)"
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=[p.value for p in TrainingProtocol],
+        default=None,
+        help="text: the papers' text (default); authors: the authors' public code (below)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        metavar="K",
+        help="tracker and kappa after every K-th epoch and the last (default: full 5, else 1)",
+    )
+    parser.add_argument(
+        "--networks",
+        default=None,
+        metavar="NAME,...",
+        help="train only these networks (resumable; no tables), e.g. "
+        f"table2-variance,table1-layer; names: {', '.join(network_specs())}",
+    )
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -74,16 +114,22 @@ def run(args: argparse.Namespace) -> None:
     train_x, train_y = load_images(args.dataset, "train", args.data_dir)
     test_x, test_y = load_images(args.dataset, "test", args.data_dir)
     if args.time_epoch:
-        time_epochs(train_x, train_y)
+        time_epochs(train_x, train_y, TrainingProtocol(budget.protocol))
         return
     out = Path(args.out)
     started = time.perf_counter()
     data = (train_x[: budget.train_size], train_y[: budget.train_size],
             test_x[: budget.test_size], test_y[: budget.test_size])  # fmt: skip
     executor = settings_from(args)
-    if executor.kind is not ExecutorKind.LOCAL:  # train the runs as units; the tables then read
-        specs = [phase_run()] if args.phase_only else table_runs()
-        run_missing(specs, budget, data, args.seed, out, executor)
+    names = select_networks(args.networks) if args.networks is not None else None
+    if executor.kind is not ExecutorKind.LOCAL:  # train the networks as units; the rest reads
+        wanted = names or (["phase-only-layer"] if args.phase_only else table_networks())
+        run_missing(wanted, budget, data, args.seed, out, executor)
+    if names is not None:
+        frame = train_selected(names, budget, data, args.seed, out, not args.no_progress)
+        print(f"budget {budget.name}, protocol {budget.protocol}, {budget.epochs} epochs:")
+        print(markdown(frame.set_index("network")))
+        return
     if args.phase_only:
         frame = phase_transition_only(out, budget, data, args.seed, not args.no_progress)
         rate = budget.log_alpha_learning_rate or 1e-3
@@ -94,11 +140,13 @@ def run(args: argparse.Namespace) -> None:
     seconds = time.perf_counter() - started
     note = (
         f"budget {budget.name}: {budget.train_size} training and {budget.test_size} test images"
-        f" of {args.dataset}, {budget.epochs} epochs, K = {budget.samples}, log alpha learning"
-        f" rate {budget.log_alpha_learning_rate or 1e-3}; wall {seconds:.0f} s"
+        f" of {args.dataset}, protocol {budget.protocol}, {budget.epochs} epochs, K ="
+        f" {budget.samples}, log alpha learning rate {budget.log_alpha_learning_rate or 1e-3};"
+        f" wall {seconds:.0f} s"
     )
-    record = {"budget": asdict(budget), "seconds": seconds, "seed": args.seed,
-              "dataset": args.dataset}  # fmt: skip
+    protocol = {"name": budget.protocol, **asdict(PROTOCOLS[TrainingProtocol(budget.protocol)])}
+    record = {"budget": asdict(budget), "protocol": protocol, "seconds": seconds,
+              "seed": args.seed, "dataset": args.dataset}  # fmt: skip
     write_atomic(out / "run.json", json.dumps(record, indent=1))
     summary = (out / "summary.md").read_text()
     write_atomic(out / "summary.md", f"{note}\n\n{summary}")
@@ -108,15 +156,25 @@ def run(args: argparse.Namespace) -> None:
         print(f"NOTE: {budget.name} run on a data subset; numbers are not the paper's protocol.")
 
 
-def time_epochs(train_x, train_y, steps: int = 30) -> None:
-    """Time ``steps`` minibatch steps (batch 100) of LeNet-5 configurations; print s / epoch."""
-    count = steps * 100
-    for label, families in (("variance (4 x vd-layer)", ("vd-layer",) * 4),
-                            ("dense1 only (Table 1)", ("deterministic", "deterministic",
-                                                       "vd-layer", "deterministic"))):  # fmt: skip
-        model = LeNet5(LeNetConfig(families=families), ModelGenerators([0]))
-        seconds = train_classifier(model, LogUniformPrior(), train_x[:count], train_y[:count],
-                                   ClassifierConfig(epochs=1), progress=False)[0]  # fmt: skip
-        per_epoch = seconds / count * len(train_y)
-        print(f"{label}: {seconds / steps:.3f} s/step, {per_epoch:.0f} s per epoch of "
-              f"{len(train_y)} images (threads={torch.get_num_threads()})")  # fmt: skip
+def time_epochs(train_x, train_y, protocol: TrainingProtocol, steps: int = 30) -> None:
+    """Time ``steps`` minibatch steps of the two long-run LeNet-5 networks (batch, BatchNorm and
+    log alpha of ``protocol``) after 5 warm-up steps; print seconds per epoch of the full set."""
+    settings = PROTOCOLS[protocol]
+    specs = network_specs()
+    for label, name in (("variance (4 x vd-layer)", "table2-variance"),
+                        ("dense1 only (Table 1)", "table1-layer")):  # fmt: skip
+        config = replace(specs[name].config, log_alpha_init=settings.log_alpha_init,
+                         batch_norm=settings.batch_norm)  # fmt: skip
+        model = LeNet5(config, ModelGenerators([0]))
+        timings = []
+        for count in (5, steps):
+            size = count * settings.batch_size
+            run_config = ClassifierConfig(epochs=1, batch_size=settings.batch_size)
+            seconds = train_classifier(model, LogUniformPrior(), train_x[:size], train_y[:size],
+                                       run_config, progress=False)  # fmt: skip
+            timings.append(seconds[0])
+        per_step = timings[-1] / steps
+        per_epoch = per_step * -(-len(train_y) // settings.batch_size)
+        print(f"{label}, protocol {protocol.value}: {per_step:.4f} s/step (batch "
+              f"{settings.batch_size}), {per_epoch:.1f} s per epoch of {len(train_y)} images "
+              f"(threads={torch.get_num_threads()})")  # fmt: skip

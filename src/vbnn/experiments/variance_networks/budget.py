@@ -1,9 +1,13 @@
-"""Budgets and layer settings of the variance-networks reproduction (002, 003)."""
+"""Budgets, training protocols and layer settings of the variance-networks reproduction
+(002, 003)."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass
+from enum import Enum
+
+from vbnn.classification.training import LearningRateSchedule
 
 VARIANCE = "zero-mean"  # the "var" layers of appendix C
 TABLE1 = {"zero-mean": "zero-mean", "layer": "vd-layer", "neuron": "vd-neuron",
@@ -18,6 +22,13 @@ TANH = {"det-det-det-det": ("deterministic",) * 4,
         "det-var-det-det": ("deterministic", VARIANCE, "deterministic", "deterministic"),
         "det-det-var-det": ("deterministic", "deterministic", VARIANCE, "deterministic"),
         "det-var-var-det": ("deterministic", VARIANCE, VARIANCE, "deterministic")}  # fmt: skip
+
+
+class TrainingProtocol(str, Enum):
+    """Whose description of the LeNet-5 training to follow (``PROTOCOLS``)."""
+
+    TEXT = "text"  # the papers' text (003 section 6, 002 section 6)
+    AUTHORS = "authors"  # the authors' public code, da-molchanov/variance-networks (PyTorch)
 
 
 @dataclass(frozen=True)
@@ -35,22 +46,67 @@ class Budget:
     toy_per_class: int
     study_size: int  # test examples of the sparse-ensemble and pruning curves
     log_alpha_learning_rate: float | None = None
+    protocol: str = "text"  # a TrainingProtocol value
+    eval_every: int = 1  # tracker and kappa after every eval_every-th epoch and the last
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "protocol", TrainingProtocol(self.protocol).value)
+        if self.epochs < 1 or self.eval_every < 1:
+            raise ValueError(
+                f"Budget {self.name}: epochs and eval_every must be >= 1, got {self.epochs} and "
+                f"{self.eval_every}"
+            )
 
 
 BUDGETS = {
     "tiny": Budget("tiny", 64, 32, 1, 2, 32, 16, 5, 10, 32),
     "quick": Budget("quick", 5000, 1000, 4, 10, 500, 500, 1500, 100, 1000),
-    # full: all 60000 training images, 20 epochs (the papers train ~200): 16-40 s per epoch per
-    # run at OMP_NUM_THREADS=1 (the 5-epoch run's ``epoch_seconds``), 11 runs
-    # (reproductions/variance-networks/README.md)
-    "full": Budget("full", 60000, 10000, 20, 20, 2000, 1000, 3000, 250, 2000),
+    # full: all 60000 training images, 200 epochs as the papers (003 Fig. 3) and the authors'
+    # code; per-epoch cost: ``--time-epoch`` and reproductions/variance-networks/README.md
+    # (the tracker, 22 passes over 2000 test images, costs ~1/4 of an epoch: every 5th epoch)
+    "full": Budget("full", 60000, 10000, 200, 20, 2000, 1000, 3000, 250, 2000, eval_every=5),
 }
 
 
+@dataclass(frozen=True)
+class ProtocolSettings:
+    """What a protocol fixes: batch size, step-size schedule (Adam, 1e-3 at the start in both),
+    initial log alpha of the variational-dropout layers (None: the family default, -4), and
+    BatchNorm after dense1."""
+
+    batch_size: int
+    schedule: LearningRateSchedule
+    log_alpha_init: float | None
+    batch_norm: bool
+
+
+PROTOCOLS = {
+    TrainingProtocol.TEXT: ProtocolSettings(100, LearningRateSchedule.CONSTANT, None, False),
+    TrainingProtocol.AUTHORS: ProtocolSettings(200, LearningRateSchedule.LINEAR, -5.0, True),
+}
+PROTOCOL_TABLE = """\
+protocols (--protocol), every difference:
+  setting                 text (the papers' text)      authors (da-molchanov/variance-networks)
+  batch size              100                          200
+  Adam step size          1e-3, constant               1e-3 (E - e + 1) / E in epoch e of E
+                                                       (linear decay towards 0, per epoch)
+  initial log alpha       -4 (vd-* layers)             -5 (vd-* layers)
+  BatchNorm               none                         after dense1, before its non-linearity
+  both: 200 epochs (full), LeNet-5-Caffe, weight means N(0, 1 / fan_in), log-uniform prior
+  (Molchanov et al. KL approximation), one LRT sample per step, KL weight 1
+"""
+
+
 def resolve_budget(args: argparse.Namespace) -> Budget:
+    """The budget named by ``--size`` / ``--quick`` (default full), with ``--epochs`` and
+    ``--log-alpha-lr`` applied."""
     budget = BUDGETS[args.size or ("quick" if args.quick else "full")]
     if args.epochs is not None:
         budget = Budget(**{**asdict(budget), "epochs": args.epochs})
     if getattr(args, "log_alpha_lr", None) is not None:
         budget = Budget(**{**asdict(budget), "log_alpha_learning_rate": args.log_alpha_lr})
+    if getattr(args, "protocol", None) is not None:
+        budget = Budget(**{**asdict(budget), "protocol": TrainingProtocol(args.protocol).value})
+    if getattr(args, "eval_every", None) is not None:
+        budget = Budget(**{**asdict(budget), "eval_every": args.eval_every})
     return budget

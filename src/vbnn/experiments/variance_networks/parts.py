@@ -138,23 +138,38 @@ def lenet_kappa(model, layer_index: int, images: torch.Tensor, labels: torch.Ten
     return dense_layer_kappa(model.layers[layer_index], inputs, head, labels)
 
 
-def kappa_callback(layer_index: int, images, labels, store: dict):
-    """Epoch extra for the tracker: count of log10 kappa > 1.5; keeps every epoch's kappa."""
+class KappaCounter:
+    """Epoch extra for the tracker: the count of log10 kappa > 1.5 of one layer (002 Fig. 4);
+    keeps the kappa of the epochs in ``keep`` (those the histograms show, 002 Fig. 3) in
+    ``store`` ({epoch: kappa as a flat float32 array}), which travels in a checkpoint."""
 
-    def extra(epoch: int, model) -> dict[str, float]:
-        kappa = lenet_kappa(model, layer_index, images, labels)
-        store[epoch] = kappa[0].flatten().numpy()
+    def __init__(self, layer_index: int, images, labels, keep: set[int]) -> None:
+        self.layer_index, self.images, self.labels, self.keep = layer_index, images, labels, keep
+        self.store: dict[int, np.ndarray] = {}
+
+    def __call__(self, epoch: int, model) -> dict[str, float]:
+        kappa = lenet_kappa(model, self.layer_index, self.images, self.labels)
+        if epoch in self.keep:
+            self.store[epoch] = kappa[0].flatten().numpy().astype(np.float32)
         return {"kappa_above_1.5": int(count_above(kappa, 1.5)[0])}
 
-    return extra
+    def state_dict(self) -> dict:
+        return {"store": {int(e): torch.from_numpy(v) for e, v in self.store.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.store = {int(e): v.numpy() for e, v in state["store"].items()}
+
+
+def histogram_epochs(epochs: int, eval_every: int) -> set[int]:
+    """The first, middle and last tracked epoch (those the kappa histograms show)."""
+    tracked = [e for e in range(1, epochs + 1) if e % eval_every == 0 or e == epochs]
+    return {tracked[0], tracked[len(tracked) // 2], tracked[-1]}
 
 
 def plot_kappa_histograms(store: dict, path: Path) -> None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
-    epochs = sorted(store)
-    chosen = sorted({epochs[0], epochs[len(epochs) // 2], epochs[-1]})
-    for epoch in chosen:
+    for epoch in sorted(store):
         values = np.log10(np.maximum(store[epoch], 1e-25))  # 002 Fig. 3: kappa = 0 -> 1e-25
         axis.hist(values, bins=60, alpha=0.5, label=f"epoch {epoch}")
     axis.axvline(1.5, color="red", label="log10 kappa0 = 1.5")

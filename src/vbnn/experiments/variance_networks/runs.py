@@ -1,22 +1,34 @@
-"""The LeNet-5 training runs of the variance-networks reproduction, each one unit of work.
+"""The LeNet-5 networks of the variance-networks reproduction, each one resumable training run.
 
-:func:`table_runs` lists every run the tables need (:func:`phase_run` the ``--phase-only`` one);
-:func:`compute_run` trains one and returns its weights and result, storing nothing (what a Ray
-worker does); :func:`train_run` reloads a stored run or computes and stores it (OUT/runs/,
-``vbnn.stores.unit_store``); :func:`run_missing` sends the runs not yet stored to an executor
-and stores each as it comes back, so the tables then only read.
+Every network is named (``network_specs``: ``table1-<row>``, ``table2-dropout``,
+``table2-variance``, ``tanh-<row>``, ``phase-only-layer``) and trained by ``train_run``: Adam,
+log-uniform prior with the Molchanov et al. KL approximation, KL weight 1 (the ELBO of the
+training subset), one LRT sample per step, and the batch size, step-size schedule, initial log
+alpha and BatchNorm of the budget's protocol (``budget.PROTOCOLS``).
 
-Every run: Adam, learning rate 1e-3, batch 100, one noise sample per step, log-uniform prior with
-the Molchanov et al. KL approximation, KL weight 1 (the ELBO of the training subset).
+Resuming. A run checkpoints at the end of every epoch to ``OUT/runs/<key>.checkpoint.pt``
+(``classification.checkpoint``); the same command after a kill continues from there, losing at
+most the epoch under way, with the numbers of an uninterrupted run. A finished network is stored
+in ``OUT/runs/`` (``stores.unit_store``: settings, result, weights, the kappa of the histogram
+epochs), its checkpoint deleted, and skipped by every later command with the same settings.
+While it trains, its tracking so far is in ``OUT/progress/<name>_tracking.csv``.
+
+Units of work. :func:`compute_run` trains one network and returns its arrays and result, writing
+only its checkpoint and tracking file; :func:`store_run` stores them (the driver's part);
+:func:`train_run` does both here, and :func:`run_missing` sends the networks not yet stored to an
+executor (``--executor ray``) and stores each as it comes back, so the tables then only read.
+A Ray worker checkpoints to the same ``OUT/runs/`` path: a retried run resumes from its last
+epoch when that folder is shared by the nodes (docs/sweeps.md states the limit otherwise).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from vbnn.classification.training import (
@@ -24,127 +36,209 @@ from vbnn.classification.training import (
     PhaseTransitionTracker,
     accuracies,
     evaluate_elbo,
+    plot_phase_transition,
     train_classifier,
 )
 from vbnn.core.contracts import InferenceMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.experiments.variance_networks.budget import TABLE1, TABLE1_ACTIVATION, TANH, Budget
-from vbnn.experiments.variance_networks.parts import kappa_callback
+from vbnn.experiments.variance_networks.budget import (
+    PROTOCOLS,
+    TABLE1,
+    TABLE1_ACTIVATION,
+    TANH,
+    Budget,
+    TrainingProtocol,
+)
+from vbnn.experiments.variance_networks.parts import (
+    KappaCounter,
+    histogram_epochs,
+    plot_kappa_histograms,
+)
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
+from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import ExecutorSettings, Unit, run_sweep
 
 DENSE1 = 2  # index of the first dense layer in LeNet5.layers
 TABLE1_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.ENSEMBLE)
-KAPPA = "kappa_epoch_"  # stored arrays beside the weights: dense1's kappa after each epoch
+TANH_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.SAMPLE, InferenceMode.ENSEMBLE)
+KAPPA_PREFIX = "kappa_epoch_"  # arrays of the stored unit holding the histogram epochs' kappa
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    """One training run: its name, network, whether it is tracked each epoch (with dense1's
-    kappa) and the inference modes its test accuracy is measured in."""
+class NetworkSpec:
+    """One network of the reproduction: its LeNet-5, whether the tracker follows it every
+    ``eval_every`` epochs (with kappa of dense1 when ``kappa``), and the inference modes of its
+    final test accuracy (each costs passes over the test set)."""
 
-    name: str
     config: LeNetConfig
     track: bool = False
     kappa: bool = False
     modes: tuple[InferenceMode, ...] = tuple(InferenceMode)
 
 
-def table_runs() -> list[RunSpec]:
-    """The runs of Table 1 (dense1 in each parameterization), Table 2 and appendix C of 003."""
-    runs = []
+def network_specs() -> dict[str, NetworkSpec]:
+    """Every network of the reproduction by name (Table 1 rows, Table 2, appendix C, phase)."""
+    specs = {}
     for label, family in TABLE1.items():
         families = ("deterministic", "deterministic", family, "deterministic")
-        config = LeNetConfig(families=families, activation=TABLE1_ACTIVATION.get(label, "softplus"))
-        layer = label == "layer"
-        runs.append(RunSpec(f"table1-{label}", config, layer, layer, TABLE1_MODES))
-    for label, families in (("dropout", ("deterministic", "deterministic", "dropout", "dropout")),
-                            ("variance", ("vd-layer",) * 4)):  # fmt: skip
-        runs.append(RunSpec(f"table2-{label}", LeNetConfig(families, "relu"), track=True))
-    modes = (InferenceMode.DETERMINISTIC, InferenceMode.SAMPLE, InferenceMode.ENSEMBLE)
+        activation = TABLE1_ACTIVATION.get(label, "softplus")
+        config = LeNetConfig(families=families, activation=activation)
+        is_layer = label == "layer"
+        specs[f"table1-{label}"] = NetworkSpec(config, is_layer, is_layer, TABLE1_MODES)
+    dropout = ("deterministic", "deterministic", "dropout", "dropout")
+    specs["table2-dropout"] = NetworkSpec(LeNetConfig(families=dropout), track=True)
+    specs["table2-variance"] = NetworkSpec(LeNetConfig(families=("vd-layer",) * 4), track=True)
     for label, families in TANH.items():
         config = LeNetConfig(families=families, activation="tanh", bias=False)
-        runs.append(RunSpec(f"tanh-{label}", config, modes=modes))
-    return runs
+        specs[f"tanh-{label}"] = NetworkSpec(config, modes=TANH_MODES)
+    layer = ("deterministic", "deterministic", "vd-layer", "deterministic")
+    config = LeNetConfig(families=layer, activation="softplus")
+    specs["phase-only-layer"] = NetworkSpec(config, True, True, TABLE1_MODES)
+    return specs
 
 
-def phase_run() -> RunSpec:
-    """The Table 1 layer-wise run, tracked every epoch (``--phase-only``)."""
-    families = ("deterministic", "deterministic", "vd-layer", "deterministic")
-    return RunSpec("phase-only-layer", LeNetConfig(families=families, activation="softplus"),
-                   track=True, kappa=True, modes=TABLE1_MODES)  # fmt: skip
+def select_networks(text: str) -> list[str]:
+    """Network names from a comma-separated list; ValueError naming the unknown ones."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = network_specs()
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(f"--networks: unknown {unknown or text!r}; choose from {list(known)}")
+    return names
 
 
-def _key(spec: RunSpec, budget: Budget, seed: int) -> dict[str, Any]:
-    return {"name": spec.name, "budget": asdict(budget), "config": repr(spec.config), "seed": seed}
+def table_networks() -> list[str]:
+    """The networks the tables need (every one but the ``--phase-only`` run)."""
+    return [name for name in network_specs() if name != "phase-only-layer"]
 
 
-def compute_run(
-    spec: RunSpec, budget: Budget, data, seed: int, progress: bool = False
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Train one run; returns (weights and per-epoch kappa arrays, result record)."""
+def protocol_config(spec: NetworkSpec, budget: Budget) -> LeNetConfig:
+    """The spec's LeNet-5 with the initial log alpha and BatchNorm of the budget's protocol."""
+    protocol = PROTOCOLS[TrainingProtocol(budget.protocol)]
+    return replace(spec.config, log_alpha_init=protocol.log_alpha_init,
+                   batch_norm=protocol.batch_norm)  # fmt: skip
+
+
+def run_key(name: str, budget: Budget, seed: int) -> dict[str, Any]:
+    """The settings a stored network (and its checkpoint) is keyed by."""
+    config = protocol_config(network_specs()[name], budget)
+    return {"name": name, "budget": asdict(budget), "config": repr(config), "seed": seed}
+
+
+def checkpoint_path(out: Path, name: str, budget: Budget, seed: int) -> Path:
+    key = run_key(name, budget, seed)
+    return out / "runs" / f"{unit_store.settings_key(key)}.checkpoint.pt"
+
+
+def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress: bool = False
+                ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+    """Train (or resume from its checkpoint) network ``name``; returns (weights and the kappa of
+    the histogram epochs as arrays, result record). Stores no result (:func:`store_run` does)."""
+    spec = network_specs()[name]
+    protocol = PROTOCOLS[TrainingProtocol(budget.protocol)]
     train_x, train_y, test_x, test_y = data
-    model = LeNet5(spec.config, ModelGenerators.for_keys(seed, [0], "init"))
-    tracker, kappa = None, {}
+    model = LeNet5(protocol_config(spec, budget), ModelGenerators.for_keys(seed, [0], "init"))
+    tracker, counter = None, None
     if spec.track:
-        extra = None
         if spec.kappa:
-            extra = kappa_callback(DENSE1, train_x[: budget.kappa_size],
-                                   train_y[: budget.kappa_size], kappa)  # fmt: skip
-        tracker = PhaseTransitionTracker(test_x[: budget.track_size], test_y[: budget.track_size],
-                                         min(budget.samples, 10), seed, extra)  # fmt: skip
+            keep = histogram_epochs(budget.epochs, budget.eval_every)
+            counter = KappaCounter(DENSE1, train_x[: budget.kappa_size],
+                                   train_y[: budget.kappa_size], keep)  # fmt: skip
+        progress_csv = out / "progress" / f"{name}_tracking.csv"
+        tracker = PhaseTransitionTracker(
+            test_x[: budget.track_size], test_y[: budget.track_size], min(budget.samples, 10),
+            seed, counter, lambda frame: write_atomic(progress_csv, frame.to_csv(index=False)),
+        )  # fmt: skip
     prior = LogUniformPrior()
     settings = ClassifierConfig(
-        epochs=budget.epochs, seed=seed, log_alpha_learning_rate=budget.log_alpha_learning_rate
-    )
-    seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress,
-                               spec.name)  # fmt: skip
+        epochs=budget.epochs, batch_size=protocol.batch_size, seed=seed,
+        log_alpha_learning_rate=budget.log_alpha_learning_rate, schedule=protocol.schedule,
+        eval_every=budget.eval_every,
+    )  # fmt: skip
+    checkpoint = checkpoint_path(out, name, budget, seed)
+    seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name,
+                               checkpoint)  # fmt: skip
     model.eval()
     record = {
         "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, spec.modes),
         "elbo": evaluate_elbo(model, prior, train_x, train_y, seed),
         "epoch_seconds": seconds,
         "mean_log_alpha": model.mean_log_alpha(),
+        "protocol": {"name": budget.protocol, **asdict(protocol)},
         "tracking": tracker.frame().to_dict("list") if tracker else None,
     }
+    kappa = counter.store if counter is not None else {}
     arrays = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
-    arrays.update({f"{KAPPA}{epoch}": np.asarray(v) for epoch, v in kappa.items()})
+    arrays.update({f"{KAPPA_PREFIX}{epoch}": np.asarray(v) for epoch, v in kappa.items()})
     return arrays, record
 
 
-def train_run(spec: RunSpec, budget: Budget, data, seed: int, out: Path, progress: bool,
-              kappa: dict | None = None):  # fmt: skip
-    """Reload the stored run (or train and store it); returns (model, result record) and fills
-    ``kappa`` with dense1's kappa per epoch when the run tracked it."""
-    key = _key(spec, budget, seed)
-    stored = unit_store.load(out / "runs", key)
+def store_run(name: str, budget: Budget, seed: int, out: Path,
+              outcome: tuple[dict[str, np.ndarray], dict[str, Any]]) -> None:  # fmt: skip
+    """Store a computed network (``OUT/runs/``), then delete its checkpoint."""
+    unit_store.save(out / "runs", run_key(name, budget, seed), *outcome)
+    checkpoint_path(out, name, budget, seed).unlink(missing_ok=True)
+
+
+def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: bool):
+    """Train (resume, or reload the stored result of) network ``name``; returns (model, result
+    dict, kappa of the histogram epochs {epoch: array}, empty unless the spec tracks kappa)."""
+    stored = unit_store.load(out / "runs", run_key(name, budget, seed))
     if stored is None:
-        arrays, record = compute_run(spec, budget, data, seed, progress)
-        unit_store.save(out / "runs", key, arrays, record)
-    else:
-        arrays, record = stored
-    model = LeNet5(spec.config, ModelGenerators.for_keys(seed, [0], "init"))
-    state = {k: torch.from_numpy(v) for k, v in arrays.items() if not k.startswith(KAPPA)}
+        stored = compute_run(name, budget, data, seed, out, progress)
+        store_run(name, budget, seed, out, stored)
+    else:  # a checkpoint is left when a kill came between storing and deleting
+        checkpoint_path(out, name, budget, seed).unlink(missing_ok=True)
+    arrays, record = stored
+    kappa = {
+        int(k[len(KAPPA_PREFIX) :]): v for k, v in arrays.items() if k.startswith(KAPPA_PREFIX)
+    }
+    state = {k: torch.from_numpy(v) for k, v in arrays.items() if not k.startswith(KAPPA_PREFIX)}
+    model = LeNet5(protocol_config(network_specs()[name], budget),
+                   ModelGenerators.for_keys(seed, [0], "init"))  # fmt: skip
     model.load_state_dict(state)
-    if kappa is not None:
-        kappa.update({int(k[len(KAPPA) :]): v for k, v in arrays.items() if k.startswith(KAPPA)})
-    return model, record
+    model.eval()
+    return model, record, kappa
 
 
-def run_missing(
-    specs: list[RunSpec], budget: Budget, data, seed: int, out: Path, executor: ExecutorSettings
-) -> None:
-    """Train every run of ``specs`` not yet stored as units on ``executor``; store each."""
+def run_missing(names: list[str], budget: Budget, data, seed: int, out: Path,
+                executor: ExecutorSettings) -> None:  # fmt: skip
+    """Train the networks of ``names`` not yet stored as units on ``executor``; store each as it
+    comes back (the workers write only their checkpoints and tracking files under ``out``)."""
+    out = out.resolve()
     units = [
-        Unit(spec.name, compute_run, (spec, budget, data, seed), executor.cpus_per_unit)
-        for spec in specs
-        if unit_store.load(out / "runs", _key(spec, budget, seed)) is None
+        Unit(name, compute_run, (name, budget, data, seed, out), executor.cpus_per_unit)
+        for name in names
+        if unit_store.load(out / "runs", run_key(name, budget, seed)) is None
     ]
 
     def store(unit: Unit, outcome: tuple[dict, dict]) -> None:
-        spec = unit.arguments[0]
-        unit_store.save(out / "runs", _key(spec, budget, seed), *outcome)
+        store_run(unit.arguments[0], budget, seed, out, outcome)
 
     run_sweep(executor, units, store, "LeNet-5 runs")
+
+
+def train_selected(names: list[str], budget: Budget, data, seed: int, out: Path,
+                   progress: bool) -> pd.DataFrame:  # fmt: skip
+    """Train (or resume, or skip when stored) the named networks one after the other. Writes,
+    per network, ``OUT/<name>_summary.csv`` (final accuracy in each mode, mean log alpha, epoch
+    seconds) and, when tracked, ``<name>_tracking.csv``, ``<name>_phase_transition.png`` and
+    ``<name>_kappa_histograms.png``; returns the summary rows."""
+    rows = []
+    for name in names:
+        _, record, kappa = train_run(name, budget, data, seed, out, progress)
+        if record["tracking"] is not None:
+            tracking = pd.DataFrame(record["tracking"])
+            write_atomic(out / f"{name}_tracking.csv", tracking.to_csv(index=False))
+            plot_phase_transition(tracking, out / f"{name}_phase_transition.png", name)
+        if kappa:
+            plot_kappa_histograms(kappa, out / f"{name}_kappa_histograms.png")
+        seconds = record["epoch_seconds"]
+        alphas = {f"log alpha {k}": v for k, v in record["mean_log_alpha"].items()}
+        row = {"network": name, "protocol": budget.protocol, "epochs": len(seconds),
+               "mean epoch s": float(np.mean(seconds)), **record["accuracy"], **alphas}  # fmt: skip
+        write_atomic(out / f"{name}_summary.csv", pd.DataFrame([row]).to_csv(index=False))
+        rows.append(row)
+    return pd.DataFrame(rows)

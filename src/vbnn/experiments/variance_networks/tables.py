@@ -1,8 +1,5 @@
-"""Training runs and tables of the variance-networks reproduction (see ``variance_networks``).
-
-Every LeNet-5 run: Adam, learning rate 1e-3, batch 100, one noise sample per step, log-uniform
-prior with the Molchanov et al. KL approximation, KL weight 1 (the ELBO of the training subset).
-"""
+"""Tables of the variance-networks reproduction (see ``variance_networks``), assembled from the
+networks of ``runs`` (each trained, resumed or reloaded there)."""
 
 from __future__ import annotations
 
@@ -11,9 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vbnn.classification.training import (
-    plot_phase_transition,
-)
+from vbnn.classification.training import plot_phase_transition
 from vbnn.data.paths import published_path
 from vbnn.experiments.variance_networks.budget import TABLE1, TABLE1_ACTIVATION, TANH, Budget
 from vbnn.experiments.variance_networks.parts import (
@@ -24,7 +19,7 @@ from vbnn.experiments.variance_networks.parts import (
     sparse_ensemble_study,
     variance_pruning_study,
 )
-from vbnn.experiments.variance_networks.runs import DENSE1, phase_run, table_runs, train_run
+from vbnn.experiments.variance_networks.runs import DENSE1, train_run
 from vbnn.stores.atomic import write_atomic
 
 
@@ -59,14 +54,13 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     sections = []
     args = (budget, data, seed, out, progress)
     train_x, train_y, test_x, test_y = data
-    runs = {spec.name: spec for spec in table_runs()}
 
     # Table 1 of 003 (other layers deterministic; non-linearity per row: TABLE1_ACTIVATION)
-    rows, kappa_store = {}, {}
+    rows = {}
     for label in TABLE1:
         activation = TABLE1_ACTIVATION.get(label, "softplus")
         is_layer = label == "layer"
-        model, record = train_run(runs[f"table1-{label}"], *args, kappa=kappa_store)
+        model, record, kappa_store = train_run(f"table1-{label}", *args)
         paper = reference.get("variance_networks_parameterizations", {}).get(label, [None] * 5)
         elbo = record["elbo"]
         rows[label] = {
@@ -106,7 +100,7 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     published_2 = reference.get("variance_networks_accuracy", {}).get("LeNet5_MNIST", {})
     rows = {}
     for label in ("Dropout", "Variance"):
-        _, record = train_run(runs[f"table2-{label.lower()}"], *args)
+        _, record, _ = train_run(f"table2-{label.lower()}", *args)
         accuracy = record["accuracy"]
         paper = published_2.get(label, [None] * 3)
         rows[label] = {"1 sample": accuracy["sample"], "deterministic": accuracy["deterministic"],
@@ -127,7 +121,7 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     published_c = reference.get("variance_networks_other", {}).get("tanh_no_bias_LeNet5_MNIST", {})
     rows = {}
     for label in TANH:
-        _, record = train_run(runs[f"tanh-{label}"], *args)
+        _, record, _ = train_run(f"tanh-{label}", *args)
         paper = published_c.get(label, [None, None])
         rows[label] = {"stochastic": record["accuracy"]["sample"],
                        "ensemble": record["accuracy"]["ensemble"],
@@ -146,8 +140,8 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
 
 
 def phase_transition_only(out: Path, budget: Budget, data, seed: int, progress: bool):
-    """The Table 1 layer-wise run alone, tracked every epoch (accuracy in four modes, mean log
-    alpha, count of log10 kappa > 1.5); writes phase_only_tracking.csv and its plot."""
-    store: dict = {}
-    _, record = train_run(phase_run(), budget, data, seed, out, progress, kappa=store)
+    """The Table 1 layer-wise run alone, tracked every ``eval_every`` epochs (accuracy in four
+    modes, mean log alpha, count of log10 kappa > 1.5); writes phase_only_tracking.csv and its
+    plot."""
+    _, record, store = train_run("phase-only-layer", budget, data, seed, out, progress)
     return write_tracking(record, store, out, "phase_only_", "phase_only_")

@@ -1,0 +1,149 @@
+"""REINFORCE (Williams 1992) for a stack of policies, one gymnasium environment per seed.
+
+003_6d46223d87d84c68.txt section 6.2: a policy-gradient update after every episode, with its own
+noise sample per episode, Adam. For model m and its episode (s_t, a_t, r_t), t < T_m,
+
+    G_t = sum_{u >= t} gamma^(u - t) r_u,      A_t = (G_t - mean_t G) / (std_t G + 1e-8),
+    loss_m = -sum_{t < T_m} A_t log pi_m(a_t | s_t, W_m),
+
+with W_m the episode's weight draw (the return normalisation is a common baseline; the paper does
+not state one). The M episodes run in lock-step (a finished one waits) and the losses of the M
+models are summed: Adam acts elementwise, so each model trains exactly as it would alone. The
+score of an episode is its undiscounted return, recorded as the policy acted (with its noise).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import torch
+
+from vbnn.core.randomness import ModelGenerators, derive_seed
+from vbnn.experiments.exploration.policy import EpisodeNoise, Policy, PolicyNoise
+
+
+class Environment(str, Enum):
+    """CartPole with 200-step episodes (CartPole-v0's limit) and Acrobot-v1 (500 steps)."""
+
+    CARTPOLE = "cartpole"
+    ACROBOT = "acrobot"
+
+
+GYM_SETTINGS = {
+    Environment.CARTPOLE: ("CartPole-v1", {"max_episode_steps": 200}),
+    Environment.ACROBOT: ("Acrobot-v1", {}),
+}
+
+
+@dataclass(frozen=True)
+class ReinforceConfig:
+    """Episodes, Adam step, discount and the base seed (model m uses keys m of it)."""
+
+    episodes: int = 1000
+    learning_rate: float = 1e-3
+    discount: float = 0.99
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1 or not self.learning_rate > 0 or not 0 < self.discount <= 1:
+            raise ValueError(f"ReinforceConfig: bad settings {self}")
+
+
+def make_environment(environment: Environment):
+    """A gymnasium environment (needs the optional dependency: pip install 'vbnn[rl]').
+
+    Raises:
+        ValueError: gymnasium is not installed (the message says how to install it).
+    """
+    try:
+        import gymnasium  # optional dependency, imported only when an environment is made
+    except ImportError as error:
+        raise ValueError(
+            f"reproduce exploration needs gymnasium ({error}): pip install 'vbnn[rl]'"
+        ) from error
+
+    name, options = GYM_SETTINGS[Environment(environment)]
+    return gymnasium.make(name, **options)
+
+
+def normalised_returns(rewards: np.ndarray, discount: float) -> np.ndarray:
+    """A_t of the module docstring for one episode's rewards (T,)."""
+    returns = np.zeros(len(rewards))
+    running = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = rewards[t] + discount * running
+        returns[t] = running
+    return (returns - returns.mean()) / (returns.std() + 1e-8)
+
+
+def run_episodes(
+    environment: Environment, noise: PolicyNoise, models: int, config: ReinforceConfig
+) -> tuple[np.ndarray, float]:
+    """Train ``models`` policies (seeds 0 .. models-1); returns (scores (models, episodes),
+    seconds)."""
+    environments = [make_environment(environment) for _ in range(models)]
+    observations = environments[0].observation_space.shape[0]
+    actions = int(environments[0].action_space.n)
+    keys = range(models)
+    initial = ModelGenerators.for_keys(config.seed, keys, "init")
+    policy = Policy(observations, actions, noise, initial)
+    episode_noise = EpisodeNoise(ModelGenerators.for_keys(config.seed, keys, "train"))
+    choosers = [np.random.default_rng(derive_seed(config.seed, m, "eval")) for m in keys]
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
+    scores = np.zeros((models, config.episodes))
+    started = time.perf_counter()
+    for episode in range(config.episodes):
+        episode_noise.new_episode()
+        states = [
+            env.reset(seed=derive_seed(config.seed, m, "validation") % 2**32 if episode == 0
+                      else None)[0]
+            for m, env in enumerate(environments)
+        ]  # fmt: skip
+        trajectories = [([], [], []) for _ in keys]  # states, actions, rewards
+        alive = [True] * models
+        with torch.no_grad():
+            weights = policy.weights(episode_noise)
+        while any(alive):
+            with torch.no_grad():
+                batch = torch.as_tensor(np.stack(states), dtype=torch.float32)[:, None]
+                probabilities = torch.softmax(policy.logits(batch, weights)[:, 0], -1).numpy()
+            for m in keys:
+                if not alive[m]:
+                    continue
+                cumulative = np.cumsum(probabilities[m])
+                action = min(int(np.searchsorted(cumulative, choosers[m].random() * cumulative[-1],
+                                                 side="right")), actions - 1)  # fmt: skip
+                trajectories[m][0].append(states[m])
+                trajectories[m][1].append(action)
+                states[m], reward, terminated, truncated, _ = environments[m].step(action)
+                trajectories[m][2].append(float(reward))
+                alive[m] = not (terminated or truncated)
+        update(policy, episode_noise, optimizer, trajectories, config.discount)
+        scores[:, episode] = [sum(t[2]) for t in trajectories]
+    for env in environments:
+        env.close()
+    return scores, time.perf_counter() - started
+
+
+def update(policy, episode_noise, optimizer, trajectories, discount: float) -> None:
+    """One Adam step on the summed REINFORCE losses of the models (padded to the longest)."""
+    longest = max(len(t[1]) for t in trajectories)
+    models, dimension = len(trajectories), len(trajectories[0][0][0])
+    states = torch.zeros(models, longest, dimension)
+    actions = torch.zeros(models, longest, dtype=torch.long)
+    weights = torch.zeros(models, longest)
+    for m, (seen, taken, rewards) in enumerate(trajectories):
+        steps = len(taken)
+        states[m, :steps] = torch.as_tensor(np.stack(seen), dtype=torch.float32)
+        actions[m, :steps] = torch.as_tensor(taken)
+        weights[m, :steps] = torch.as_tensor(normalised_returns(np.asarray(rewards), discount))
+    logits = policy.logits(states, policy.weights(episode_noise))
+    log_probabilities = torch.log_softmax(logits, -1)
+    chosen = log_probabilities.gather(-1, actions[..., None])[..., 0]
+    loss = -(weights * chosen).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()

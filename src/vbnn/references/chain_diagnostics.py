@@ -1,0 +1,133 @@
+"""Convergence of several MCMC chains: rank-normalised split R-hat, bulk and tail ESS.
+
+Vehtari, Gelman, Simpson, Carpenter & Buerkner (2021), "Rank-normalization, folding, and
+localization: an improved R-hat for assessing convergence of MCMC" (the estimators of Stan and
+ArviZ). For draws theta (C chains, N draws) of one coordinate:
+
+* split every chain in two halves: 2C chains of floor(N / 2) draws (the middle draw of an odd N
+  is dropped);
+* rank-normalise: z = Phi^-1((r - 3/8) / (S + 1/4)), r the rank of a draw among all S = 2C N/2
+  draws (ties get their average rank);
+* R-hat_bulk = R-hat(z), R-hat_folded = R-hat(rank-normalised |theta - median(theta)|),
+  **R-hat = max(R-hat_bulk, R-hat_folded)**, where R-hat(.) = sqrt(var+ / W) is the classic
+  potential scale reduction (Pyro's ``gelman_rubin``: W the mean within-chain variance,
+  var+ = (n - 1) / n W + B / n);
+* **bulk ESS** = ESS(z); **tail ESS** = min(ESS(1[theta <= q_05]), ESS(1[theta <= q_95])), where
+  ESS(.) is Geyer's initial monotone sequence estimator over chains (Pyro's
+  ``effective_sample_size``, the Stan reference manual's formula).
+
+``tests/test_chain_diagnostics.py`` checks them on independent draws (ESS ~ S, R-hat ~ 1), on AR(1)
+chains (ESS = S (1 - rho) / (1 + rho)), and that R-hat catches chains that differ in location or
+only in scale (the folded part).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from pyro.ops.stats import effective_sample_size, gelman_rubin
+from scipy.stats import norm, rankdata
+
+
+def split_chains(draws: np.ndarray) -> np.ndarray:
+    """(C, N, ...) -> (2C, N // 2, ...): each chain's first and second halves as two chains."""
+    if draws.ndim < 2 or draws.shape[1] < 4:
+        raise ValueError(
+            f"split_chains: draws must be (chains, >= 4 draws, ...), got {draws.shape}"
+        )
+    half = draws.shape[1] // 2
+    return np.concatenate([draws[:, :half], draws[:, -half:]], axis=0)
+
+
+def rank_normalise(draws: np.ndarray) -> np.ndarray:
+    """Normal scores of the pooled ranks of (C, N, ...) draws, per trailing coordinate."""
+    chains, samples = draws.shape[:2]
+    flat = draws.reshape(chains * samples, -1)
+    ranks = rankdata(flat, axis=0)
+    return norm.ppf((ranks - 0.375) / (len(flat) + 0.25)).reshape(draws.shape)
+
+
+def _rhat(draws: np.ndarray) -> np.ndarray:
+    return gelman_rubin(torch.as_tensor(draws, dtype=torch.float64), 0, 1).numpy()
+
+
+def _ess(draws: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ess = effective_sample_size(torch.as_tensor(draws, dtype=torch.float64), 0, 1).numpy()
+    return np.where(np.isfinite(ess), ess, np.nan)
+
+
+def rank_rhat(draws: np.ndarray) -> np.ndarray:
+    """max(bulk, folded) rank-normalised split R-hat of (C, N, ...) draws -> (...)."""
+    split = split_chains(np.asarray(draws, dtype=np.float64))
+    folded = np.abs(split - np.median(split.reshape(-1, *split.shape[2:]), axis=0))
+    return np.maximum(_rhat(rank_normalise(split)), _rhat(rank_normalise(folded)))
+
+
+def bulk_ess(draws: np.ndarray) -> np.ndarray:
+    """ESS of the rank-normalised split chains of (C, N, ...) draws -> (...)."""
+    return _ess(rank_normalise(split_chains(np.asarray(draws, dtype=np.float64))))
+
+
+def tail_ess(draws: np.ndarray) -> np.ndarray:
+    """min over the 5 % and 95 % quantiles of the ESS of 1[theta <= q] -> (...)."""
+    split = split_chains(np.asarray(draws, dtype=np.float64))
+    pooled = split.reshape(-1, *split.shape[2:])
+    values = [
+        _ess((split <= np.quantile(pooled, q, axis=0)).astype(np.float64)) for q in (0.05, 0.95)
+    ]
+    return np.minimum(*values)
+
+
+@dataclass(frozen=True)
+class ConvergenceCriterion:
+    """When the chains of a unit are trusted (Vehtari et al. 2021 recommend R-hat < 1.01 and
+    ESS > 100 per coordinate; these defaults are looser on R-hat, see the depth README).
+
+    Attributes:
+        max_rhat: every coordinate's rank-normalised R-hat at most this.
+        min_bulk_ess: every coordinate's bulk ESS at least this.
+        min_tail_ess: every coordinate's tail ESS at least this.
+    """
+
+    max_rhat: float = 1.05
+    min_bulk_ess: float = 100.0
+    min_tail_ess: float = 100.0
+
+    def passes(self, summary: dict[str, float]) -> bool:
+        """``summary`` as returned by :func:`summarise_chains`."""
+        return bool(
+            summary["rhat_max"] <= self.max_rhat
+            and summary["bulk_ess_min"] >= self.min_bulk_ess
+            and summary["tail_ess_min"] >= self.min_tail_ess
+        )
+
+
+def _worst(values: np.ndarray, pick, undefined: float) -> float:
+    """``pick`` over coordinates; ``undefined`` (a failing value) if any is NaN (a coordinate
+    whose draws, or indicator, are constant: no variance to estimate from)."""
+    return undefined if np.isnan(values).any() else float(pick(values))
+
+
+def summarise_chains(draws: np.ndarray, log_density: np.ndarray) -> dict[str, float]:
+    """Worst and median R-hat, bulk and tail ESS over coordinates, and those of the log density.
+
+    Args:
+        draws: (C, N, D) samples of C chains; log_density: (C, N).
+    """
+    draws = np.asarray(draws, dtype=np.float64)
+    if draws.ndim != 3 or draws.shape[0] < 2:
+        raise ValueError(f"summarise_chains: draws must be (chains >= 2, N, D), got {draws.shape}")
+    rhat, bulk, tail = rank_rhat(draws), bulk_ess(draws), tail_ess(draws)
+    density = np.asarray(log_density, dtype=np.float64)[..., None]
+    return {
+        "rhat_max": _worst(rhat, np.max, np.inf),
+        "rhat_median": float(np.nanmedian(rhat)),
+        "bulk_ess_min": _worst(bulk, np.min, 0.0),
+        "bulk_ess_median": float(np.nanmedian(bulk)),
+        "tail_ess_min": _worst(tail, np.min, 0.0),
+        "rhat_log_density": float(rank_rhat(density)[0]),
+        "bulk_ess_log_density": float(bulk_ess(density)[0]),
+    }

@@ -1,0 +1,68 @@
+"""The potential of a ``vbnn.references.architecture.MLPArchitecture`` in JAX (``vbnn[jax]``).
+
+U(theta) = sum_n BCE(f_theta(x_n), y_n) + |theta|^2 / (2 prior_std^2), with the flat vector theta
+laid out as the torch module's ``named_parameters`` (per layer weight (1, I, O), bias (1, O)),
+hidden activation max(h, 0) + slope * min(h, 0) (slope 0: ReLU, 1: identity). The torch
+potential of the same architecture (``MLPArchitecture.torch_potential``) is the reference:
+``tests/test_jax_potential.py`` checks both equal in value and gradient at random points.
+
+BCE(l, y) = max(l, 0) - l y + log(1 + exp(-|l|)), torch's numerically stable form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpy.typing import ArrayLike
+
+from vbnn.references.architecture import MLPArchitecture
+
+JaxPotential = Callable[[jax.Array], jax.Array]
+
+
+def parameter_shapes(architecture: MLPArchitecture) -> list[tuple[int, ...]]:
+    """Shapes of the flat vector's pieces, in order: weight (1, I, O), bias (1, O) per layer."""
+    shapes: list[tuple[int, ...]] = []
+    for inputs, outputs in zip(architecture.sizes[:-1], architecture.sizes[1:], strict=True):
+        shapes += [(1, inputs, outputs), (1, outputs)]
+    return shapes
+
+
+def forward(architecture: MLPArchitecture, theta: jax.Array, x: jax.Array) -> jax.Array:
+    """Network output (N, O) for flat parameters theta (D,) and inputs x (N, I)."""
+    shapes = parameter_shapes(architecture)
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    if theta.shape != (sum(sizes),):
+        raise ValueError(f"forward: theta must have shape ({sum(sizes)},), got {theta.shape}")
+    pieces = jnp.split(theta, np.cumsum(sizes)[:-1])
+    slope = architecture.slope
+    h = x
+    layers = len(shapes) // 2
+    for layer in range(layers):
+        weight = pieces[2 * layer].reshape(shapes[2 * layer][1:])
+        bias = pieces[2 * layer + 1]
+        if layer:
+            h = jnp.maximum(h, 0.0) + slope * jnp.minimum(h, 0.0)
+        h = h @ weight + bias
+    return h
+
+
+def jax_potential(architecture: MLPArchitecture, x: ArrayLike, y: ArrayLike) -> JaxPotential:
+    """U(theta) for inputs x (N, I) and labels y (N,) in {0, 1}; dtype follows x."""
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    if x.ndim != 2 or x.shape[1] != architecture.sizes[0] or y.shape != (x.shape[0],):
+        raise ValueError(
+            f"jax_potential: x must be (N, {architecture.sizes[0]}) and y (N,), got "
+            f"{x.shape} and {y.shape}"
+        )
+    precision = architecture.prior_std**-2
+
+    def potential(theta: jax.Array) -> jax.Array:
+        logits = forward(architecture, theta, x)[:, 0]
+        bce = jnp.maximum(logits, 0) - logits * y + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+        return bce.sum() + 0.5 * precision * jnp.sum(theta**2)
+
+    return potential

@@ -1,0 +1,89 @@
+"""REINFORCE with per-episode parameter noise (003 section 6.2): returns, the replayed noise, the
+fast policy path against the layers' own forward, a stack against one model, a tiny run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from vbnn.cli import main
+from vbnn.core.randomness import ModelGenerators
+from vbnn.experiments.exploration.policy import EpisodeNoise, Policy, PolicyNoise
+from vbnn.experiments.exploration.reinforce import (
+    Environment,
+    ReinforceConfig,
+    normalised_returns,
+    run_episodes,
+)
+
+
+def test_normalised_returns_match_the_discounted_sums():
+    # rewards 1, 1, 1 with gamma 0.5: G = (1.75, 1.5, 1)
+    returns = np.array([1.75, 1.5, 1.0])
+    expected = (returns - returns.mean()) / returns.std()
+    np.testing.assert_allclose(normalised_returns(np.ones(3), 0.5), expected, rtol=1e-6)
+
+
+def test_episode_noise_replays_its_draws_until_a_new_episode():
+    noise = EpisodeNoise(ModelGenerators([1, 2]))
+    noise.new_episode()
+    first = [noise.randn(3, 4), noise.randn(5)]
+    noise.start_pass()
+    torch.testing.assert_close(noise.randn(3, 4), first[0])
+    torch.testing.assert_close(noise.randn(5), first[1])
+    noise.new_episode()
+    assert not torch.allclose(noise.randn(3, 4), first[0])
+    noise.start_pass()
+    with pytest.raises(RuntimeError, match=r"asked for \(5,\) at draw 0"):
+        noise.randn(5)
+
+
+@pytest.mark.parametrize("kind", list(PolicyNoise))
+def test_fast_policy_path_equals_the_layers_own_forward(kind):
+    policy = Policy(4, 2, kind, ModelGenerators.for_keys(0, range(3), "init"))
+    noise = EpisodeNoise(ModelGenerators.for_keys(0, range(3), "train"))
+    noise.new_episode()
+    x = torch.randn(3, 7, 4)
+    with torch.no_grad():
+        fast = policy.logits(x, policy.weights(noise))
+        torch.testing.assert_close(policy(x, noise), fast)
+        torch.testing.assert_close(policy.logits(x, policy.weights(noise)), fast)  # replayed
+
+
+def test_variance_layer_draws_are_zero_mean_with_the_layer_std():
+    policy = Policy(4, 2, PolicyNoise.VARIANCE, ModelGenerators([0]))
+    noise = EpisodeNoise(ModelGenerators([1]))
+    layer = policy.layers[1]
+    std = layer.weight_log_std.exp()
+    with torch.no_grad():
+        noise.new_episode()
+        standardised = policy.weights(noise)[1][0] / std
+    count = standardised.numel()  # 65536 N(0, 1) draws: mean within 5 standard errors
+    assert abs(float(standardised.mean())) < 5 / math.sqrt(count)
+    assert abs(float(standardised.var()) - 1.0) < 5 * math.sqrt(2 / count)
+
+
+def test_a_stack_of_two_trains_model_zero_as_alone():
+    pytest.importorskip("gymnasium")
+    config = ReinforceConfig(episodes=3)
+    together, _ = run_episodes(Environment.CARTPOLE, PolicyNoise.VARIANCE, 2, config)
+    alone, _ = run_episodes(Environment.CARTPOLE, PolicyNoise.VARIANCE, 1, config)
+    np.testing.assert_array_equal(together[0], alone[0])
+    assert together.shape == (2, 3) and (together >= 1).all() and (together <= 200).all()
+
+
+def test_tiny_run_writes_its_files(tmp_path):
+    pytest.importorskip("gymnasium")
+    out = tmp_path / "out"
+    argv = ["reproduce", "exploration", "--env", "cartpole", "--episodes", "2", "--seeds", "2",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    frame = pd.read_csv(out / "scores.csv")
+    assert len(frame) == 3 * 2 * 2 and set(frame["policy"]) == {p.value for p in PolicyNoise}
+    assert (out / "exploration.png").stat().st_size > 0
+    assert json.loads((out / "run.json").read_text())["seeds"] == 2

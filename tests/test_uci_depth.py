@@ -1,0 +1,72 @@
+"""`vbnn reproduce uci-depth`: a tiny run end to end (resumed from the database); the gap test."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vbnn.cli import main
+from vbnn.core.contracts import RunResult, SplitResult, TrainConfig
+from vbnn.experiments.uci_depth.report import gap_frame, shrinks
+
+TINY = ["--quick", "--datasets", "yacht", "--methods", "mf,gd,fc", "--depths", "1,2", "--splits",
+        "0-1", "--iterations", "30", "--trials", "2", "--no-progress"]  # fmt: skip
+
+
+def test_tiny_run_stores_pruned_units_per_layer_and_resumes(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["reproduce", "uci-depth", "--out", str(out), *TINY]) == 0
+    for name in ("depth_table.md", "depth_table.csv", "depth_gaps.csv", "depth_figure.png"):
+        assert (out / name).stat().st_size > 0, name
+    with sqlite3.connect(out / "results.sqlite") as connection:
+        runs = connection.execute("SELECT method, hyperparameters, metrics FROM runs").fetchall()
+        studies = {r[0] for r in connection.execute("SELECT study_name FROM studies")}
+    one_layer = {"yacht/split0/mf/seed0", "yacht/split0/gd/seed0"}
+    fc = {"yacht/split0/fc/seed0/scaled-unit"}  # FC runs at depth 1 only (--fc-depths)
+    assert studies == one_layer | {f"{name}/hidden50x50" for name in one_layer} | fc
+    assert len(runs) == 10  # (MF, GD) x 2 depths x 2 splits + FC x 1 depth x 2 splits
+    for _, hyperparameters, metrics in runs:
+        depth = len(json.loads(hyperparameters)["hidden"])
+        counts = json.loads(metrics)["pruned_per_layer"]
+        assert len(counts) == depth and all(0 <= c <= 50 for c in counts)
+    table = (out / "depth_table.md").read_text()
+    assert "| yacht | MF |" in table and "depth 2" in table
+    # a second invocation finds everything stored and trains nothing
+    assert main(["reproduce", "uci-depth", "--out", str(out), *TINY]) == 0
+    with sqlite3.connect(out / "results.sqlite") as connection:
+        assert connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 10
+    assert (out / "depth_table.md").read_text() == table
+
+
+def _record(method: str, depth: int, values: list[float]) -> dict:
+    splits = tuple(SplitResult(k, v, 1.0, 0.0) for k, v in enumerate(values))
+    result = RunResult("boston", TrainConfig(method=method), splits)
+    return {"dataset": "boston", "method": method, "depth": depth, "result": result}
+
+
+def test_gap_is_paired_over_splits_and_the_verdict_follows_two_standard_errors() -> None:
+    noise = np.random.default_rng(0).normal(size=10)
+    # a split effect (noise x 5) shared by both methods cancels in the paired difference
+    records = [
+        _record("mf", 1, list(-3.0 + 5 * noise)),
+        _record("fc", 1, list(-2.5 + 5 * noise + 0.01 * np.arange(10))),
+        _record("mf", 3, list(-2.9 + 5 * noise)),
+        _record("fc", 3, list(-2.9 + 5 * noise + 0.01 * np.arange(10))),
+    ]
+    gaps = gap_frame(records)
+    depth1 = gaps[gaps["depth"] == 1].iloc[0]
+    assert depth1["gap"] == pytest.approx(-0.5 - 0.045)
+    assert depth1["sem"] == pytest.approx(np.std(0.01 * np.arange(10), ddof=1) / np.sqrt(10))
+    assert shrinks(gaps)["verdict"].tolist() == ["shrinks"]
+    # the same gap at both depths: no significant change
+    records[2] = _record("mf", 3, list(-3.0 + 5 * noise))
+    records[3] = _record("fc", 3, list(-2.5 + 5 * noise + 0.01 * np.arange(10)))
+    assert shrinks(gap_frame(records))["verdict"].tolist() == ["no significant change"]
+
+
+def test_bad_depths_are_named(tmp_path: Path) -> None:
+    assert main(["reproduce", "uci-depth", "--out", str(tmp_path), "--depths", "0"]) == 2
