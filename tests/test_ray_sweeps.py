@@ -1,8 +1,9 @@
 """Sweeps on a real local Ray cluster (started here, 2 CPUs, shared by the module): a Ray sweep
 stores exactly the local sweep's rows; a worker SIGKILLed mid-unit is retried and its unit
 stored once; a driver SIGKILLed mid-sweep resumes, ending with the local executor's database;
-a variance network whose worker is killed resumes from its checkpoint; depth units (NumPyro)
-store the local records."""
+the overpruning and uci-depth reproductions store their local rows and trials; a variance
+network whose worker is killed resumes from its checkpoint; a depth unit (NumPyro) stores the
+local record."""
 
 from __future__ import annotations
 
@@ -186,6 +187,20 @@ def test_overpruning_on_ray_stores_the_local_runs_and_trials(
     assert len(_rows(local)) == 4 and _rows(remote) == _rows(local)
     # the trials a worker ran on its in-memory copy of each study, stored by the driver
     assert len(_studies(local)) == 2 * 3 and _studies(remote) == _studies(local)
+
+
+def test_uci_depth_on_ray_stores_the_local_runs_metrics_and_trials(
+    cluster: str, data_dir: Path, tmp_path: Path
+) -> None:
+    tiny = ["reproduce", "uci-depth", "--datasets", "yacht", "--methods", "mf,es", "--depths",
+            "1,2", "--splits", "0-1", "--iterations", "30", "--trials", "2",
+            "--no-progress"]  # fmt: skip
+    assert main([*tiny, "--out", str(tmp_path / "local"), "--cpus-per-unit", "1"]) == 0
+    assert main([*tiny, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
+    local, remote = tmp_path / "local" / "results.sqlite", tmp_path / "ray" / "results.sqlite"
+    assert len(_rows(local)) == 2 * 2 * 2 and _rows(remote) == _rows(local)
+    assert sum('"pruned_per_layer"' in row[6] for row in _rows(remote)) == 4  # MF's, per split
+    assert len(_studies(local)) == 2 * 2 * 2 and _studies(remote) == _studies(local)
 
 
 # A Budget of the variance-networks reproduction on random images: 10 steps of batch 100 an

@@ -1,28 +1,37 @@
 """Units of UCI work for an executor: train splits, tune a study; the driver stores what they
-return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for Table 1).
+return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for Table 1,
+``experiments.uci_depth``).
 
 - :func:`split_units` cuts the splits a configuration still lacks into the stacks the engine
   would train together (``engine.choose_chunk_size``), so a unit is one chunk: a local run
   stores what it stored before, chunk by chunk.
-- :func:`train_unit` trains one chunk and returns its ``SplitResult`` rows.
-- :func:`tuning_unit` runs (the rest of) one Optuna study. Given the study's storage (this
-  process) it writes there as it goes, as ``tuning.tune`` always did; given none (a Ray worker),
-  it continues an in-memory copy of the trials stored so far and returns the new trials, which
-  the driver adds to its storage (:func:`store_trials`). The sampler sees the same history with
-  the same seed either way, so it proposes the same candidates.
+- :func:`train_unit` trains one chunk and returns its ``SplitResult`` rows;
+  :func:`train_unit_with_metrics` also returns further per-split metrics of the trained stack
+  (``stack_metrics``, e.g. pruned units per layer), stored with the rows.
+- :func:`tuning_unit` runs (the rest of) one Optuna study (:func:`study_units` makes the units
+  of the studies still short of their trials, :func:`trial_keeper` is the driver's callback).
+  Given the study's storage (this process) it writes there as it goes, as ``tuning.tune``
+  always did; given none (a Ray worker), it continues an in-memory copy of the trials stored so
+  far and returns the new trials, which the driver adds to its storage (:func:`store_trials`).
+  The sampler sees the same history with the same seed either way, so it proposes the same
+  candidates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import optuna
 
 from vbnn.core.contracts import SplitResult, TrainConfig
 from vbnn.data.splits import group_by_size
 from vbnn.data.uci import RegressionDataset
-from vbnn.regression.engine import choose_chunk_size, run_splits
+from vbnn.regression.engine import TrainedStack, choose_chunk_size, run_splits
 from vbnn.regression.tuning import TuningConfig, study_name, tune
+from vbnn.sweeps.executors import Unit
+
+StackMetrics = Callable[[TrainedStack], Mapping[int, Mapping[str, Any]]]
 
 
 def split_units(
@@ -45,6 +54,23 @@ def train_unit(
 ) -> list[SplitResult]:
     """``config`` on ``splits`` (each split's own tuned values in ``per_split``)."""
     return list(run_splits(dataset, splits, config, per_split=per_split).splits)
+
+
+def train_unit_with_metrics(
+    dataset: RegressionDataset,
+    splits: list[int],
+    config: TrainConfig,
+    per_split: Mapping[int, Mapping[str, float]] | None,
+    stack_metrics: StackMetrics,
+) -> tuple[list[SplitResult], dict[int, Mapping[str, Any]]]:
+    """Like :func:`train_unit`; also ``stack_metrics`` of every trained stack (split -> values)."""
+    metrics: dict[int, Mapping[str, Any]] = {}
+
+    def measure(stack: TrainedStack) -> None:
+        metrics.update(stack_metrics(stack))
+
+    result = run_splits(dataset, splits, config, per_split=per_split, on_stack=measure)
+    return list(result.splits), metrics
 
 
 def finished_trials(storage: optuna.storages.BaseStorage | str, name: str) -> list:
@@ -95,3 +121,38 @@ def store_trials(
     optuna.create_study(
         study_name=name, storage=storage, direction="maximize", load_if_exists=True
     ).add_trials(trials)
+
+
+def study_units(
+    studies: Sequence[tuple[RegressionDataset, int, TrainConfig]],
+    tuning: TuningConfig,
+    storage: optuna.storages.BaseStorage,
+    remote: bool,
+    cpus: int | None,
+) -> list[Unit]:
+    """One :func:`tuning_unit` per study (data set, split tuned, config) still short of its
+    trials: writing to ``storage`` as it goes here, or on an in-memory copy when ``remote``."""
+    units = []
+    for dataset, split, config in studies:
+        stored = finished_trials(storage, study_name(dataset.name, split, config, tuning.seed))
+        if len(stored) >= tuning.trials:
+            continue
+        where = (None, stored) if remote else (storage,)
+        hidden = "x".join(str(width) for width in config.hidden)
+        key = f"tune {dataset.name} {config.method.value} hidden {hidden} split {split}"
+        units.append(Unit(key, tuning_unit, (dataset, split, config, tuning, *where), cpus))
+    return units
+
+
+def trial_keeper(
+    storage: optuna.storages.BaseStorage, remote: bool
+) -> Callable[[Unit, list[optuna.trial.FrozenTrial]], None]:
+    """The driver's callback for :func:`study_units`: a remote unit's trials into ``storage``
+    (a local unit has written them already)."""
+
+    def keep(unit: Unit, trials: list[optuna.trial.FrozenTrial]) -> None:
+        if remote:
+            dataset, split, config, tuning = unit.arguments[:4]
+            store_trials(storage, dataset.name, split, config, tuning, trials)
+
+    return keep

@@ -42,7 +42,7 @@ from vbnn.experiments.overpruning.extension import (
 )
 from vbnn.experiments.overpruning.pruning_rules import count_rules
 from vbnn.experiments.overpruning.table1 import summary_from_results, write_table1
-from vbnn.regression.tuning import TuningConfig, study_name, tune
+from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.executors import (
     ExecutorKind,
@@ -51,7 +51,7 @@ from vbnn.sweeps.executors import (
     run_sweep,
     settings_from,
 )
-from vbnn.sweeps.uci import finished_trials, split_units, store_trials, train_unit, tuning_unit
+from vbnn.sweeps.uci import split_units, study_units, train_unit, trial_keeper
 
 DESCRIPTION = "overpruning paper (000_*): tuned Table 1 with SGLD, Figures 1-5"
 
@@ -162,24 +162,6 @@ def tuned_values(
     return {k: tune(dataset, k, config, tuning, storage) for k in splits}
 
 
-def _tuning_units(args, plan: Plan, jobs: list, storage, remote: bool) -> list[Unit]:
-    """One unit per study still short of its trials (the split tuned: 0, or each split)."""
-    tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
-    units = []
-    for dataset, config, splits in jobs:
-        tuned = {"none": [], "once": [0], "per-split": splits}[args.tune]
-        for k in tuned:
-            stored = finished_trials(storage, study_name(dataset.name, k, config, tuning))
-            if len(stored) >= plan.trials:
-                continue
-            # a Ray worker tunes an in-memory copy; here, the unit writes the study as it goes
-            where = (None, stored) if remote else (storage,)
-            units.append(Unit(f"tune {dataset.name} {config.method.value} split {k}",
-                              tuning_unit, (dataset, k, config, tuning, *where),
-                              args.cpus_per_unit))  # fmt: skip
-    return units
-
-
 def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
     """Tune, train and evaluate every (data set, method) as units on the chosen executor (all
     studies first, then the chunks of splits); the driver alone writes the database."""
@@ -202,13 +184,11 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
             )
             jobs.append((dataset, config, splits))
 
-    def keep_trials(unit: Unit, trials: list) -> None:
-        if remote:
-            dataset, split, config, tuning = unit.arguments[:4]
-            store_trials(storage, dataset.name, split, config, tuning, trials)
-
-    units = _tuning_units(args, plan, jobs, storage, remote)
-    run_sweep(settings, units, keep_trials, "tuning", progress)
+    tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
+    tuned = {"none": lambda splits: [], "once": lambda splits: [0], "per-split": list}[args.tune]
+    studies = [(dataset, k, config) for dataset, config, splits in jobs for k in tuned(splits)]
+    units = study_units(studies, tuning, storage, remote, args.cpus_per_unit)
+    run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
     with ResultsDatabase(database_path) as database:
         units, extras, extra_of = [], [], {}
         for dataset, config, splits in jobs:  # the studies are complete: values read back

@@ -17,6 +17,10 @@ Writes ``depth_table.md`` / ``depth_table.csv`` (test LL and pruned units per la
 
     vbnn reproduce uci-depth --out results/uci-depth   # 6 sets x ES, MF, GD x 3 depths + FC x 1
     vbnn reproduce uci-depth --quick --out results/uci-depth-quick
+    vbnn reproduce uci-depth --executor ray --address HOST:6379   # units on a Ray cluster
+
+The studies, then the chunks of splits, are units of an executor (``vbnn.sweeps``, docs/sweeps.md);
+the driver alone writes the database.
 """
 
 from __future__ import annotations
@@ -28,13 +32,20 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vbnn.core.contracts import TrainConfig
+from vbnn.core.contracts import RunResult, TrainConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.uci_depth.report import pruned_counts_metric, write_report
-from vbnn.regression.resumable import run_splits_resumable
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+from vbnn.sweeps.executors import (
+    ExecutorKind,
+    Unit,
+    add_executor_arguments,
+    run_sweep,
+    settings_from,
+)
+from vbnn.sweeps.uci import split_units, study_units, train_unit_with_metrics, trial_keeper
 
 DESCRIPTION = "004 sec. 5 on UCI: ES, MF, GD, FC with 1-3 hidden layers, pruned units per layer"
 
@@ -97,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-progress", action="store_true")
+    add_executor_arguments(parser)
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -126,40 +138,63 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 
 def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
-    """Tune, train and evaluate every (data set, method, depth); from/into the database.
+    """Tune, train and evaluate every (data set, method, depth) as units on the chosen executor
+    (all studies first, then the chunks of splits); from/into the database.
 
     Returns one record per (data set, method, depth): its per-split results and stored metrics.
     """
-    from tqdm.auto import tqdm
-
     database_path = out / "results.sqlite"
     storage = optuna_storage(database_path)
-    jobs = [
-        (d, m, k)
-        for d in plan.datasets
-        for k in plan.depths
-        for m in plan.methods
-        if m != "fc" or k in plan.fc_depths
-    ]
-    records = []
+    settings = settings_from(args)
+    remote = settings.kind is not ExecutorKind.LOCAL
+    progress = not args.no_progress
+    tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
+    jobs = []
+    for dataset_name in plan.datasets:
+        dataset = load_uci(dataset_name, args.data_dir)
+        splits = list(plan.splits or range(dataset.num_splits))
+        for depth in plan.depths:
+            for method in plan.methods:
+                if method == "fc" and depth not in plan.fc_depths:
+                    continue
+                config = TrainConfig(method=method, hidden=(WIDTH,) * depth,
+                                     iterations=plan.iterations, seed=args.seed,
+                                     compile=args.compile)  # fmt: skip
+                jobs.append((dataset, config, splits))
+    units = study_units([(d, 0, c) for d, c, _ in jobs], tuning, storage, remote,
+                        args.cpus_per_unit)  # fmt: skip
+    run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
+    records, outputs = [], []
     with ResultsDatabase(database_path) as database:
-        for dataset_name, method, depth in tqdm(jobs, desc="uci depth", disable=args.no_progress):
-            dataset = load_uci(dataset_name, args.data_dir)
-            splits = list(plan.splits or range(dataset.num_splits))
-            config = TrainConfig(method=method, hidden=(WIDTH,) * depth, iterations=plan.iterations,
-                                 seed=args.seed, compile=args.compile)  # fmt: skip
-            tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
+        units, extra_of = [], {}
+        for dataset, config, splits in jobs:  # the studies are complete: values read back
             chosen = tune(dataset, 0, config, tuning, storage)
             values = {k: chosen for k in splits}
             extra = {"tune": "once", "trials": plan.trials, "values": values}
-            result, _ = run_splits_resumable(
-                database, dataset, splits, config, progress=not args.no_progress, extra=extra,
-                per_split=values, stack_metrics=pruned_counts_metric(config, values),
-            )  # fmt: skip
-            metrics = database.read_metrics(dataset_name, config, splits, extra)
-            records.append({"dataset": dataset_name, "method": method, "depth": depth,
-                            "values": chosen, "result": result, "metrics": metrics})  # fmt: skip
-    return records
+            records.append((dataset, config, splits, chosen, extra))
+            metric = pruned_counts_metric(config, values)
+            for chunk in split_units(dataset, config, database.missing_splits(
+                    dataset.name, splits, config, extra), None):  # fmt: skip
+                key = f"{dataset.name} {config.method.value} depth {len(config.hidden)} {chunk}"
+                extra_of[key] = extra
+                arguments = (dataset, chunk, config, {k: chosen for k in chunk}, metric)
+                units.append(Unit(key, train_unit_with_metrics, arguments, args.cpus_per_unit))
+
+        def store(unit: Unit, outcome: tuple) -> None:
+            dataset, _, config, _, _ = unit.arguments
+            results, metrics = outcome
+            database.write_results(dataset.name, config, results, extra_of[unit.key], metrics)
+
+        run_sweep(settings, units, store, "uci depth", progress)
+        for record in records:
+            dataset, config, splits, chosen, extra = record
+            stored = database.read_results(dataset.name, config, splits, extra)
+            result = RunResult(dataset=dataset.name, config=config, splits=tuple(stored))
+            metrics = database.read_metrics(dataset.name, config, splits, extra)
+            outputs.append({"dataset": dataset.name, "method": config.method.value,
+                            "depth": len(config.hidden), "values": chosen, "result": result,
+                            "metrics": metrics})  # fmt: skip
+    return outputs
 
 
 def run(args: argparse.Namespace) -> None:
