@@ -92,6 +92,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--time-epoch", action="store_true", help="only time LeNet-5 steps and print epoch cost"
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the networks train, e.g. cuda or cuda:1 (a run there is stored apart from "
+        "the CPU's: its training noise comes from the device's generators)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
         "--phase-only",
@@ -110,11 +116,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
+    device = checked_device(args.device)
     budget = resolve_budget(args)
     train_x, train_y = load_images(args.dataset, "train", args.data_dir)
     test_x, test_y = load_images(args.dataset, "test", args.data_dir)
     if args.time_epoch:
-        time_epochs(train_x, train_y, TrainingProtocol(budget.protocol))
+        time_epochs(train_x, train_y, TrainingProtocol(budget.protocol), device=device)
         return
     out = Path(args.out)
     started = time.perf_counter()
@@ -124,29 +131,29 @@ def run(args: argparse.Namespace) -> None:
     names = select_networks(args.networks) if args.networks is not None else None
     if executor.kind is not ExecutorKind.LOCAL:  # train the networks as units; the rest reads
         wanted = names or (["phase-only-layer"] if args.phase_only else table_networks())
-        run_missing(wanted, budget, data, args.seed, out, executor)
+        run_missing(wanted, budget, data, args.seed, out, executor, device)
     if names is not None:
-        frame = train_selected(names, budget, data, args.seed, out, not args.no_progress)
+        frame = train_selected(names, budget, data, args.seed, out, not args.no_progress, device)
         print(f"budget {budget.name}, protocol {budget.protocol}, {budget.epochs} epochs:")
         print(markdown(frame.set_index("network")))
         return
     if args.phase_only:
-        frame = phase_transition_only(out, budget, data, args.seed, not args.no_progress)
+        frame = phase_transition_only(out, budget, data, args.seed, not args.no_progress, device)
         rate = budget.log_alpha_learning_rate or 1e-3
         print(f"budget {budget.name}, {budget.epochs} epochs, log alpha learning rate {rate}:")
         print(frame.round(2).to_string(index=False))
         return
-    make_tables(out, budget, data, args.seed, progress=not args.no_progress)
+    make_tables(out, budget, data, args.seed, not args.no_progress, device)
     seconds = time.perf_counter() - started
     note = (
         f"budget {budget.name}: {budget.train_size} training and {budget.test_size} test images"
         f" of {args.dataset}, protocol {budget.protocol}, {budget.epochs} epochs, K ="
         f" {budget.samples}, log alpha learning rate {budget.log_alpha_learning_rate or 1e-3};"
-        f" wall {seconds:.0f} s"
+        f" device {device}; wall {seconds:.0f} s"
     )
     protocol = {"name": budget.protocol, **asdict(PROTOCOLS[TrainingProtocol(budget.protocol)])}
     record = {"budget": asdict(budget), "protocol": protocol, "seconds": seconds,
-              "seed": args.seed, "dataset": args.dataset}  # fmt: skip
+              "seed": args.seed, "dataset": args.dataset, "device": device}  # fmt: skip
     write_atomic(out / "run.json", json.dumps(record, indent=1))
     summary = (out / "summary.md").read_text()
     write_atomic(out / "summary.md", f"{note}\n\n{summary}")
@@ -156,16 +163,33 @@ def run(args: argparse.Namespace) -> None:
         print(f"NOTE: {budget.name} run on a data subset; numbers are not the paper's protocol.")
 
 
-def time_epochs(train_x, train_y, protocol: TrainingProtocol, steps: int = 30) -> None:
+def checked_device(name: str) -> str:
+    """``name`` as a torch device string; ValueError naming --device when it is unknown or not
+    present on this machine."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ValueError(f"--device {name!r}: {error}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name!r}: this machine's torch sees no CUDA device")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {name!r}: only cpu and cuda are supported")
+    return str(device)
+
+
+def time_epochs(train_x, train_y, protocol: TrainingProtocol, steps: int = 30,
+                device: str = "cpu") -> None:  # fmt: skip
     """Time ``steps`` minibatch steps of the two long-run LeNet-5 networks (batch, BatchNorm and
-    log alpha of ``protocol``) after 5 warm-up steps; print seconds per epoch of the full set."""
+    log alpha of ``protocol``) on ``device`` after 5 warm-up steps; print seconds per epoch of
+    the full set."""
     settings = PROTOCOLS[protocol]
+    train_x, train_y = train_x.to(device), train_y.to(device)
     specs = network_specs()
     for label, name in (("variance (4 x vd-layer)", "table2-variance"),
                         ("dense1 only (Table 1)", "table1-layer")):  # fmt: skip
         config = replace(specs[name].config, log_alpha_init=settings.log_alpha_init,
                          batch_norm=settings.batch_norm)  # fmt: skip
-        model = LeNet5(config, ModelGenerators([0]))
+        model = LeNet5(config, ModelGenerators([0])).to(device)
         timings = []
         for count in (5, steps):
             size = count * settings.batch_size
@@ -177,4 +201,4 @@ def time_epochs(train_x, train_y, protocol: TrainingProtocol, steps: int = 30) -
         per_epoch = per_step * -(-len(train_y) // settings.batch_size)
         print(f"{label}, protocol {protocol.value}: {per_step:.4f} s/step (batch "
               f"{settings.batch_size}), {per_epoch:.1f} s per epoch of {len(train_y)} images "
-              f"(threads={torch.get_num_threads()})")  # fmt: skip
+              f"(device {device}, threads={torch.get_num_threads()})")  # fmt: skip

@@ -150,7 +150,7 @@ class KappaCounter:
     def __call__(self, epoch: int, model) -> dict[str, float]:
         kappa = lenet_kappa(model, self.layer_index, self.images, self.labels)
         if epoch in self.keep:
-            self.store[epoch] = kappa[0].flatten().numpy().astype(np.float32)
+            self.store[epoch] = kappa[0].flatten().cpu().numpy().astype(np.float32)
         return {"kappa_above_1.5": int(count_above(kappa, 1.5)[0])}
 
     def state_dict(self) -> dict:

@@ -121,25 +121,31 @@ def protocol_config(spec: NetworkSpec, budget: Budget) -> LeNetConfig:
                    batch_norm=protocol.batch_norm)  # fmt: skip
 
 
-def run_key(name: str, budget: Budget, seed: int) -> dict[str, Any]:
-    """The settings a stored network (and its checkpoint) is keyed by."""
+def run_key(name: str, budget: Budget, seed: int, device: str = "cpu") -> dict[str, Any]:
+    """The settings a stored network (and its checkpoint) is keyed by. A run on an accelerator
+    draws its training noise from that device's generators (other numbers than on the CPU), so
+    it is a run of its own: its device type joins the key (CPU keys stay as they were)."""
     config = protocol_config(network_specs()[name], budget)
-    return {"name": name, "budget": asdict(budget), "config": repr(config), "seed": seed}
+    key = {"name": name, "budget": asdict(budget), "config": repr(config), "seed": seed}
+    kind = torch.device(device).type
+    return key if kind == "cpu" else {**key, "device": kind}
 
 
-def checkpoint_path(out: Path, name: str, budget: Budget, seed: int) -> Path:
-    key = run_key(name, budget, seed)
+def checkpoint_path(out: Path, name: str, budget: Budget, seed: int, device: str = "cpu") -> Path:
+    key = run_key(name, budget, seed, device)
     return out / "runs" / f"{unit_store.settings_key(key)}.checkpoint.pt"
 
 
-def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress: bool = False
-                ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
-    """Train (or resume from its checkpoint) network ``name``; returns (weights and the kappa of
-    the histogram epochs as arrays, result record). Stores no result (:func:`store_run` does)."""
+def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress: bool = False,
+                device: str = "cpu") -> tuple[dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+    """Train (or resume from its checkpoint) network ``name`` on ``device`` (initial weights
+    drawn on the CPU, as everywhere); returns (weights and the kappa of the histogram epochs as
+    CPU arrays, result record). Stores no result (:func:`store_run` does)."""
     spec = network_specs()[name]
     protocol = PROTOCOLS[TrainingProtocol(budget.protocol)]
-    train_x, train_y, test_x, test_y = data
+    train_x, train_y, test_x, test_y = (tensor.to(device) for tensor in data)
     model = LeNet5(protocol_config(spec, budget), ModelGenerators.for_keys(seed, [0], "init"))
+    model.to(device)
     tracker, counter = None, None
     if spec.track:
         if spec.kappa:
@@ -157,7 +163,7 @@ def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress:
         log_alpha_learning_rate=budget.log_alpha_learning_rate, schedule=protocol.schedule,
         eval_every=budget.eval_every,
     )  # fmt: skip
-    checkpoint = checkpoint_path(out, name, budget, seed)
+    checkpoint = checkpoint_path(out, name, budget, seed, device)
     seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name,
                                checkpoint)  # fmt: skip
     model.eval()
@@ -176,21 +182,24 @@ def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress:
 
 
 def store_run(name: str, budget: Budget, seed: int, out: Path,
-              outcome: tuple[dict[str, np.ndarray], dict[str, Any]]) -> None:  # fmt: skip
+              outcome: tuple[dict[str, np.ndarray], dict[str, Any]], device: str = "cpu"
+              ) -> None:  # fmt: skip
     """Store a computed network (``OUT/runs/``), then delete its checkpoint."""
-    unit_store.save(out / "runs", run_key(name, budget, seed), *outcome)
-    checkpoint_path(out, name, budget, seed).unlink(missing_ok=True)
+    unit_store.save(out / "runs", run_key(name, budget, seed, device), *outcome)
+    checkpoint_path(out, name, budget, seed, device).unlink(missing_ok=True)
 
 
-def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: bool):
-    """Train (resume, or reload the stored result of) network ``name``; returns (model, result
-    dict, kappa of the histogram epochs {epoch: array}, empty unless the spec tracks kappa)."""
-    stored = unit_store.load(out / "runs", run_key(name, budget, seed))
+def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: bool,
+              device: str = "cpu"):  # fmt: skip
+    """Train on ``device`` (resume, or reload the stored result of) network ``name``; returns
+    (model on the CPU, result dict, kappa of the histogram epochs {epoch: array}, empty unless
+    the spec tracks kappa)."""
+    stored = unit_store.load(out / "runs", run_key(name, budget, seed, device))
     if stored is None:
-        stored = compute_run(name, budget, data, seed, out, progress)
-        store_run(name, budget, seed, out, stored)
+        stored = compute_run(name, budget, data, seed, out, progress, device)
+        store_run(name, budget, seed, out, stored, device)
     else:  # a checkpoint is left when a kill came between storing and deleting
-        checkpoint_path(out, name, budget, seed).unlink(missing_ok=True)
+        checkpoint_path(out, name, budget, seed, device).unlink(missing_ok=True)
     arrays, record = stored
     kappa = {
         int(k[len(KAPPA_PREFIX) :]): v for k, v in arrays.items() if k.startswith(KAPPA_PREFIX)
@@ -204,31 +213,31 @@ def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: b
 
 
 def run_missing(names: list[str], budget: Budget, data, seed: int, out: Path,
-                executor: ExecutorSettings) -> None:  # fmt: skip
+                executor: ExecutorSettings, device: str = "cpu") -> None:  # fmt: skip
     """Train the networks of ``names`` not yet stored as units on ``executor``; store each as it
     comes back (the workers write only their checkpoints and tracking files under ``out``)."""
-    out = out.resolve()
+    out, cpus = out.resolve(), executor.cpus_per_unit
     units = [
-        Unit(name, compute_run, (name, budget, data, seed, out), executor.cpus_per_unit)
+        Unit(name, compute_run, (name, budget, data, seed, out, False, device), cpus)
         for name in names
-        if unit_store.load(out / "runs", run_key(name, budget, seed)) is None
+        if unit_store.load(out / "runs", run_key(name, budget, seed, device)) is None
     ]
 
     def store(unit: Unit, outcome: tuple[dict, dict]) -> None:
-        store_run(unit.arguments[0], budget, seed, out, outcome)
+        store_run(unit.arguments[0], budget, seed, out, outcome, device)
 
     run_sweep(executor, units, store, "LeNet-5 runs")
 
 
 def train_selected(names: list[str], budget: Budget, data, seed: int, out: Path,
-                   progress: bool) -> pd.DataFrame:  # fmt: skip
+                   progress: bool, device: str = "cpu") -> pd.DataFrame:  # fmt: skip
     """Train (or resume, or skip when stored) the named networks one after the other. Writes,
     per network, ``OUT/<name>_summary.csv`` (final accuracy in each mode, mean log alpha, epoch
     seconds) and, when tracked, ``<name>_tracking.csv``, ``<name>_phase_transition.png`` and
     ``<name>_kappa_histograms.png``; returns the summary rows."""
     rows = []
     for name in names:
-        _, record, kappa = train_run(name, budget, data, seed, out, progress)
+        _, record, kappa = train_run(name, budget, data, seed, out, progress, device)
         if record["tracking"] is not None:
             tracking = pd.DataFrame(record["tracking"])
             write_atomic(out / f"{name}_tracking.csv", tracking.to_csv(index=False))

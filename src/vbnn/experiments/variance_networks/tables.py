@@ -49,10 +49,11 @@ def write_tracking(record: dict, kappa: dict, out: Path, prefix: str, kappa_pref
     return tracking
 
 
-def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = True) -> None:
+def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = True,
+                device: str = "cpu") -> None:  # fmt: skip
     reference = published()
     sections = []
-    args = (budget, data, seed, out, progress)
+    args = (budget, data, seed, out, progress, device)
     train_x, train_y, test_x, test_y = data
 
     # Table 1 of 003 (other layers deterministic; non-linearity per row: TABLE1_ACTIVATION)
@@ -139,9 +140,10 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     write_atomic(out / "summary.md", "\n\n".join(sections) + "\n")
 
 
-def phase_transition_only(out: Path, budget: Budget, data, seed: int, progress: bool):
+def phase_transition_only(out: Path, budget: Budget, data, seed: int, progress: bool,
+                          device: str = "cpu"):  # fmt: skip
     """The Table 1 layer-wise run alone, tracked every ``eval_every`` epochs (accuracy in four
     modes, mean log alpha, count of log10 kappa > 1.5); writes phase_only_tracking.csv and its
     plot."""
-    _, record, store = train_run("phase-only-layer", budget, data, seed, out, progress)
+    _, record, store = train_run("phase-only-layer", budget, data, seed, out, progress, device)
     return write_tracking(record, store, out, "phase_only_", "phase_only_")
