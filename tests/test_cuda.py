@@ -20,10 +20,12 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import FAMILIES
 from vbnn.networks.lenet import LeNet5, LeNetConfig
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
 
 CUDA = torch.device(os.environ.get("VBNN_TEST_DEVICE", "cuda"))
+# cuBLAS reads this when it starts: its deterministic workspace (for the resume test)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 pytestmark = pytest.mark.skipif(
     CUDA.type == "cuda" and not torch.cuda.is_available(), reason="no CUDA device"
 )
@@ -80,6 +82,37 @@ def test_a_model_draws_the_same_on_cuda_alone_or_in_a_stack(name: str) -> None:
         torch.testing.assert_close(single, together)
 
 
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_prior_gives_the_cpu_kl_on_cuda(name: str) -> None:
+    """Each prior a family accepts: the KL lands on the device and equals the CPU's (the
+    Student-t KL is a one-sample estimate from the global stream: only finite there)."""
+    layer = make(name)
+    on_gpu = make(name)
+    on_gpu.load_state_dict(layer.state_dict())
+    on_gpu.to(CUDA)
+    for prior in (GaussianPrior(0.7), LogUniformPrior(), ARDPrior(), StudentTPrior(3.0)):
+        try:
+            expected = layer.kl(prior)
+        except (TypeError, NotImplementedError):
+            continue  # a pair the family refuses on every device
+        kl = on_gpu.kl(prior)
+        assert kl.device.type == CUDA.type and torch.isfinite(kl).all(), type(prior).__name__
+        if not isinstance(prior, StudentTPrior):
+            torch.testing.assert_close(kl.cpu(), expected, msg=type(prior).__name__)
+
+
+@pytest.fixture
+def deterministic():
+    """cuDNN and torch ops in their deterministic implementations (the default GPU kernels
+    may sum in another order from run to run)."""
+    settings = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = settings
+
+
 def _lenet_run(checkpoint: Path | None, stop_after: int | None = None) -> dict:
     generator = torch.Generator().manual_seed(5)
     images = torch.rand(120, 1, 28, 28, generator=generator).to(CUDA)
@@ -98,7 +131,9 @@ def _lenet_run(checkpoint: Path | None, stop_after: int | None = None) -> dict:
     return model.state_dict()
 
 
-def test_a_lenet_run_on_cuda_resumes_to_the_uninterrupted_numbers(tmp_path: Path) -> None:
+def test_a_lenet_run_on_cuda_resumes_to_the_uninterrupted_numbers(
+    tmp_path: Path, deterministic
+) -> None:
     whole = _lenet_run(None)
     checkpoint = tmp_path / "run.checkpoint.pt"
     _lenet_run(checkpoint, stop_after=2)

@@ -134,7 +134,7 @@ class LogUniformPrior:
 
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
         """Constant in sigma (003 appendix F); 0 under this normalisation."""
-        return torch.zeros(std.shape[0], dtype=std.dtype)
+        return std.new_zeros(std.shape[0])
 
     def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """For N(mean, std^2): alpha = std^2 / mean^2."""
@@ -176,7 +176,8 @@ class StudentTPrior:
         raise TypeError("StudentTPrior has no KL for correlated Gaussians")
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        dist = torch.distributions.StudentT(torch.tensor(self.nu, dtype=value.dtype))
+        nu = torch.tensor(self.nu, dtype=value.dtype, device=value.device)
+        dist = torch.distributions.StudentT(nu)
         return _sum_per_model(dist.log_prob(value))
 
 
@@ -189,7 +190,7 @@ class ARDPrior:
 
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
         """The optimal prior equals q: KL = 0."""
-        return torch.zeros(std.shape[0], dtype=std.dtype)
+        return std.new_zeros(std.shape[0])
 
     def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """Optimal lambda^2 = mean^2 + std^2: KL = 1/2 log(1 + mean^2 / std^2)."""
