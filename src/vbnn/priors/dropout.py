@@ -129,7 +129,7 @@ class LogUniformPrior:
         if self.estimator is KLEstimator.APPROXIMATION:
             return _sum_shared(kl_log_uniform_approximation(log_alpha), mean.shape)
         log_alpha = torch.broadcast_to(log_alpha, mean.shape)
-        eps = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype)
+        eps = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype).to(mean.device)
         return _sum_per_model(kl_log_uniform_one_sample(log_alpha, eps))
 
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
@@ -163,7 +163,7 @@ class StudentTPrior:
 
     def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         mean, std = torch.broadcast_tensors(mean, std)
-        eps = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype)
+        eps = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype).to(mean.device)
         return _sum_per_model(kl_student_t_one_sample(mean, std, self.nu, eps))
 
     def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
