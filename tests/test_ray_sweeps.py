@@ -37,11 +37,14 @@ from vbnn.stores import unit_store
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
 
-# A fresh clone's full run hung in this module's cluster teardown after failures not yet
-# understood (issue 15's note); until that is fixed the module runs on request only.
-if os.environ.get("VBNN_RAY_TESTS") != "1":
-    pytest.skip("set VBNN_RAY_TESTS=1 to run the Ray cluster tests", allow_module_level=True)
+if os.environ.get("VBNN_RAY_TESTS") == "0":
+    pytest.skip("VBNN_RAY_TESTS=0: the Ray cluster tests are switched off", allow_module_level=True)
 ray = pytest.importorskip("ray", reason="pip install 'vbnn[ray]'")
+# ray.init starts its processes with fork + exec from this process. When an earlier test module
+# imported JAX, JAX's at-fork hook warns that forking a multithreaded process may deadlock, and
+# filterwarnings = error turns that warning into an error in the cluster's setup. Here the
+# child execs at once, so the warning does not apply.
+pytestmark = pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning")
 
 # 2 methods x 3 seeds x 2 splits, one split a unit: 12 units of a second or so each
 GRID = """
