@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from vbnn.cli import main
+from vbnn.experiments.variance_networks import checked_device
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 EXPECTED = [
@@ -96,3 +98,13 @@ def test_selected_networks_train_alone_with_the_authors_protocol(tmp_path: Path,
     wrong = ["reproduce", "variance-networks", "--size", "tiny", "--networks", "table9"]
     assert main([*wrong, "--out", str(out), "--data-dir", str(data)]) == 2
     assert "unknown ['table9']" in capsys.readouterr().err
+
+
+def test_device_flag_names_what_is_wrong(capsys: pytest.CaptureFixture[str]) -> None:
+    assert checked_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="--device 'gpu0'"):
+        checked_device("gpu0")
+    if not torch.cuda.is_available():
+        assert main(["reproduce", "variance-networks", "--device", "cuda", "--size", "tiny"]) == 2
+        error = capsys.readouterr().err
+        assert "--device 'cuda': this machine's torch sees no CUDA device" in error
