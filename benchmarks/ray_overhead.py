@@ -8,6 +8,10 @@ the same runs bit for bit (the script checks it) and the difference is Ray's ove
 included) and parallelism.
 
     python benchmarks/ray_overhead.py --out benchmarks/results/ray_overhead.json
+
+``--timed-tasks`` also prints, for every Ray task, the seconds its unit took inside the worker
+(the worker's output reaches this process's log) and the driver's time of receipt, which
+separates Ray's per-task cost from the work.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 import ray
 import torch
 
+import vbnn.sweeps.ray_executor as ray_executor
 from vbnn.cli import main
 
 COLUMNS = "dataset, split, method, config_hash, seed, metrics"
@@ -41,6 +46,29 @@ def timed_run(folder: Path, datasets: str, executor: list[str]) -> float:
 def rows(folder: Path) -> list[tuple]:
     with sqlite3.connect(folder / "results.sqlite") as connection:
         return sorted(connection.execute(f"SELECT {COLUMNS} FROM runs").fetchall())
+
+
+def _timed_call(function, cpus: int, *arguments):
+    """The Ray executor's task body, printing the unit's own seconds from the worker."""
+    began = time.perf_counter()
+    torch.set_num_threads(cpus)
+    result = function(*arguments)
+    print(f"task: {time.perf_counter() - began:.2f} s in worker {os.getpid()}", flush=True)
+    return result
+
+
+def time_tasks() -> None:
+    """Make the Ray executor time every task inside the worker and log each receipt."""
+    ray_executor._remote_call = ray.remote(_timed_call)
+    untimed_run = ray_executor.RayExecutor.run
+
+    def run(self, units):
+        began = time.perf_counter()
+        for outcome in untimed_run(self, units):
+            print(f"driver: {outcome.unit.key} received at {time.perf_counter() - began:.2f} s")
+            yield outcome
+
+    ray_executor.RayExecutor.run = run
 
 
 def run(datasets: str) -> dict:
@@ -71,7 +99,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="yacht")
     parser.add_argument("--out", type=Path, default=None, help="write the record as JSON")
+    parser.add_argument("--timed-tasks", action="store_true", help="print every Ray task's time")
     args = parser.parse_args()
+    if args.timed_tasks:
+        time_tasks()
     record = run(args.datasets)
     text = json.dumps(record, indent=2)
     print(text)
