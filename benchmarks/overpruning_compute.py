@@ -7,7 +7,10 @@ A reproduction made in pieces has no single wall time; the database keeps enough
 * training: the ``wall_seconds`` of every stored run of the configuration the table uses (the
   newest config hash of each data set and method; older hashes are runs of superseded code).
 
-    python benchmarks/overpruning_compute.py results/overpruning/results.sqlite
+    python benchmarks/overpruning_compute.py results/overpruning/results.sqlite [--by-method]
+
+``--by-method`` splits both by method: tuning per study name (a study's name carries its
+method and, for a re-tuned family, a suffix such as ``/scaled-unit``), training per method.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ def busy_seconds(intervals: pd.DataFrame) -> float:
     return total
 
 
-def compute_minutes(path: Path) -> pd.DataFrame:
+def _read(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs of the configuration the table uses, completed Optuna trials with their study)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no results database here")
     runs = ResultsDatabase(path).runs_frame()
@@ -49,6 +53,21 @@ def compute_minutes(path: Path) -> pd.DataFrame:
     current = current[current["config_hash"] == current["newest"]]
     trials["start"], trials["end"] = pd.to_datetime(trials["start"]), pd.to_datetime(trials["end"])
     trials["dataset"] = trials["study_name"].str.split("/").str[0]
+    return current, trials
+
+
+def minutes_by_method(path: Path) -> tuple[pd.Series, pd.DataFrame]:
+    """(busy minutes of every tuning study, training minutes and runs per data set and method)."""
+    current, trials = _read(path)
+    tuning = trials.groupby("study_name")[["start", "end"]].apply(busy_seconds) / 60
+    training = current.groupby(["dataset", "method"])["wall_seconds"].agg(["sum", "size"])
+    training = training.rename(columns={"sum": "training_min", "size": "runs"})
+    training["training_min"] /= 60
+    return tuning.rename("tuning_min"), training
+
+
+def compute_minutes(path: Path) -> pd.DataFrame:
+    current, trials = _read(path)
     tuning = trials.groupby(["dataset", "study_name"])[["start", "end"]].apply(busy_seconds)
     table = pd.DataFrame({
         "tuning_min": tuning.groupby("dataset").sum() / 60,
@@ -62,7 +81,14 @@ def compute_minutes(path: Path) -> pd.DataFrame:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("database", type=Path)
-    table = compute_minutes(parser.parse_args().database)
+    parser.add_argument("--by-method", action="store_true", help="split by study and method")
+    args = parser.parse_args()
+    if args.by_method:
+        tuning, training = minutes_by_method(args.database)
+        print(tuning.round(1).to_string())
+        print(training.round(1).to_string())
+        return
+    table = compute_minutes(args.database)
     print(table.round(1).to_string())
     total = table[["tuning_min", "training_min", "total_min"]].sum()
     print(f"all: tuning {total['tuning_min']:.0f} min, training {total['training_min']:.0f} min,"

@@ -119,3 +119,17 @@ def test_uci_defaults_come_from_the_tuned_presets_and_say_so(data_dir, capsys) -
     captured = capsys.readouterr()
     assert json.loads(captured.out)["config"]["posterior_std"] == GD_POSTERIOR_STD
     assert "vbnn's stated GD default" in captured.err
+
+
+def test_sgld_takes_its_tuned_step_size_unless_given(data_dir, capsys) -> None:
+    from vbnn.regression.presets import PRESETS
+
+    base = ["uci", "--dataset", "boston", "--method", "sgld", "--splits", "0", "--iterations",
+            "10", "--test-samples", "2", "--data-dir", str(data_dir), "--json",
+            "--no-progress"]  # fmt: skip
+    assert main(base) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["config"]["step_size"] == PRESETS["boston"]["sgld"]["step_size"]
+    assert "--step-size to override" in captured.err
+    assert main([*base, "--step-size", "0.01"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["step_size"] == 0.01

@@ -54,7 +54,8 @@ def load_dataset(name: str, data_dir: str | None) -> RegressionDataset:
     return load_uci(name, data_dir)
 
 
-TUNED = ("learning_rate", "prior_std", "posterior_std")  # flags that default to a preset
+# flags that default to a preset
+TUNED = ("learning_rate", "prior_std", "posterior_std", "step_size")
 
 
 def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
@@ -82,7 +83,6 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
         test_samples=args.test_samples,
         seed=args.seed,
         chunk_size=args.chunk_size,
-        step_size=args.step_size,
         cholesky_learning_rate=args.cholesky_learning_rate,
         covariance_factor=args.covariance_factor,
         compile=args.compile,
@@ -231,9 +231,9 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         "--activation", choices=[a.value for a in Activation], default=defaults.activation.value
     )
     parser.add_argument("--test-samples", type=int, default=defaults.test_samples)
-    parser.add_argument(
-        "--step-size", type=float, default=defaults.step_size, help="SGLD: eta (eps_0 = eta / N)"
-    )
+    parser.add_argument("--step-size", type=float, default=None,
+                        help=f"SGLD: eta, eps_0 = eta / N ({preset_note} "
+                        f"{defaults.step_size})")  # fmt: skip
     parser.add_argument(
         "--cholesky-learning-rate",
         type=float,
