@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import torch
 
 from vbnn.cli import main
 from vbnn.experiments.variance_networks import checked_device
+from vbnn.experiments.variance_networks.budget import BUDGETS
+from vbnn.experiments.variance_networks.runs import network_specs, protocol_config, run_key
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 EXPECTED = [
@@ -108,3 +111,13 @@ def test_device_flag_names_what_is_wrong(capsys: pytest.CaptureFixture[str]) -> 
         assert main(["reproduce", "variance-networks", "--device", "cuda", "--size", "tiny"]) == 2
         error = capsys.readouterr().err
         assert "--device 'cuda': this machine's torch sees no CUDA device" in error
+
+
+def test_batchnorm_ablation_differs_from_the_authors_protocol_only_in_batchnorm() -> None:
+    spec = network_specs()["table1-layer"]
+    authors = replace(BUDGETS["tiny"], protocol="authors")
+    ablation = replace(BUDGETS["tiny"], protocol="authors-without-batchnorm")
+    with_norm, without_norm = protocol_config(spec, authors), protocol_config(spec, ablation)
+    assert with_norm.batch_norm and not without_norm.batch_norm
+    assert replace(without_norm, batch_norm=True) == with_norm
+    assert run_key("table1-layer", authors, 0) != run_key("table1-layer", ablation, 0)

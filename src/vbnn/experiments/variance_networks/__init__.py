@@ -69,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--protocol",
         choices=[p.value for p in TrainingProtocol],
         default=None,
-        help="text: the papers' text (default); authors: the authors' public code (below)",
+        help="text: the papers' text (default); authors: the authors' public code; "
+        "authors-without-batchnorm: an ablation of it (below)",
     )
     parser.add_argument(
         "--eval-every",

@@ -29,6 +29,9 @@ class TrainingProtocol(str, Enum):
 
     TEXT = "text"  # the papers' text (003 section 6, 002 section 6)
     AUTHORS = "authors"  # the authors' public code, da-molchanov/variance-networks (PyTorch)
+    # an ablation, not a description: the authors' protocol with its BatchNorm removed, to test
+    # whether BatchNorm is what keeps Table 1's dense1-only networks from collapsing
+    AUTHORS_WITHOUT_BATCHNORM = "authors-without-batchnorm"
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class ProtocolSettings:
 PROTOCOLS = {
     TrainingProtocol.TEXT: ProtocolSettings(100, LearningRateSchedule.CONSTANT, None, False),
     TrainingProtocol.AUTHORS: ProtocolSettings(200, LearningRateSchedule.LINEAR, -5.0, True),
+    TrainingProtocol.AUTHORS_WITHOUT_BATCHNORM: ProtocolSettings(
+        200, LearningRateSchedule.LINEAR, -5.0, False
+    ),
 }
 PROTOCOL_TABLE = """\
 protocols (--protocol), every difference:
@@ -92,7 +98,8 @@ protocols (--protocol), every difference:
                                                        (linear decay towards 0, per epoch)
   initial log alpha       -4 (vd-* layers)             -5 (vd-* layers)
   BatchNorm               none                         after dense1, before its non-linearity
-  both: 200 epochs (full), LeNet-5-Caffe, weight means N(0, 1 / fan_in), log-uniform prior
+  authors-without-batchnorm: an ablation, the authors' protocol with no BatchNorm
+  all: 200 epochs (full), LeNet-5-Caffe, weight means N(0, 1 / fan_in), log-uniform prior
   (Molchanov et al. KL approximation), one LRT sample per step, KL weight 1
 """
 
