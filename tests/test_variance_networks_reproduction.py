@@ -7,6 +7,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -98,6 +99,16 @@ def test_selected_networks_train_alone_with_the_authors_protocol(tmp_path: Path,
     before = {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()}
     assert main(argv) == 0  # stored: skipped
     assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()} == before
+    assert main([*argv, "--batchnorm-diagnostic"]) == 0  # reads the stored networks only
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()} == before
+    diagnostic = pd.read_csv(out / "batchnorm_diagnostic.csv").set_index("network")
+    for name in ("table1-layer", "table2-variance"):
+        summary = pd.read_csv(out / f"{name}_summary.csv")
+        assert diagnostic.loc[name, "running"] == pytest.approx(summary["deterministic"][0])
+    text = ["reproduce", "variance-networks", "--size", "tiny", "--batchnorm-diagnostic"]
+    capsys.readouterr()
+    assert main([*text, "--out", str(out), "--data-dir", str(data)]) == 2  # text: not stored
+    assert "no finished 'table1-layer' run" in capsys.readouterr().err
     wrong = ["reproduce", "variance-networks", "--size", "tiny", "--networks", "table9"]
     assert main([*wrong, "--out", str(out), "--data-dir", str(data)]) == 2
     assert "unknown ['table9']" in capsys.readouterr().err

@@ -362,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.handler(args)
-    except (DataError, NonFiniteLossError, ValueError) as error:
+    except (DataError, FileNotFoundError, NonFiniteLossError, ValueError) as error:
         print(f"vbnn: error: {error}", file=sys.stderr)
         return 2
     except SweepError as error:  # the finished units are stored; a re-run retries the rest

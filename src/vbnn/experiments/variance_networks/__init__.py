@@ -30,6 +30,7 @@ import torch
 from vbnn.classification.training import ClassifierConfig, train_classifier
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images
+from vbnn.experiments.variance_networks.batchnorm import diagnose
 from vbnn.experiments.variance_networks.budget import (
     BUDGETS,
     PROTOCOL_TABLE,
@@ -54,6 +55,7 @@ from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, settings
 __all__ = ["BUDGETS", "DESCRIPTION", "Budget", "add_arguments", "run", "time_epochs"]
 
 DESCRIPTION = "Variance networks (Neklyudov et al.): LeNet-5 tables, toy bottleneck, kappa"
+BATCHNORM_NETWORKS = ("table1-layer", "table2-variance")
 DEFAULT_OUT = "results/variance-networks"
 
 
@@ -106,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only track the Table 1 layer-wise run per epoch (phase transition, kappa counts)",
     )
     parser.add_argument(
+        "--batchnorm-diagnostic",
+        action="store_true",
+        help="no training: mean-propagation accuracy of the stored --networks (default "
+        f"{','.join(BATCHNORM_NETWORKS)}) with BatchNorm's running statistics, the mean "
+        "activations' own statistics and no BatchNorm (writes OUT/batchnorm_diagnostic.csv)",
+    )
+    parser.add_argument(
         "--log-alpha-lr",
         type=float,
         default=None,
@@ -123,6 +132,14 @@ def run(args: argparse.Namespace) -> None:
     test_x, test_y = load_images(args.dataset, "test", args.data_dir)
     if args.time_epoch:
         time_epochs(train_x, train_y, TrainingProtocol(budget.protocol), device=device)
+        return
+    if args.batchnorm_diagnostic:
+        names = select_networks(args.networks or ",".join(BATCHNORM_NETWORKS))
+        frame = diagnose(names, budget, test_x[: budget.test_size], test_y[: budget.test_size],
+                         args.seed, Path(args.out), device)  # fmt: skip
+        write_atomic(Path(args.out) / "batchnorm_diagnostic.csv", frame.to_csv(index=False))
+        print(f"mean propagation (%) of the stored networks, {budget.test_size} test images:")
+        print(markdown(frame.set_index("network")))
         return
     out = Path(args.out)
     started = time.perf_counter()

@@ -204,12 +204,33 @@ def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: b
     kappa = {
         int(k[len(KAPPA_PREFIX) :]): v for k, v in arrays.items() if k.startswith(KAPPA_PREFIX)
     }
+    return network_from_arrays(name, budget, seed, arrays), record, kappa
+
+
+def network_from_arrays(name: str, budget: Budget, seed: int, arrays: dict[str, np.ndarray]
+                        ) -> LeNet5:  # fmt: skip
+    """Network ``name`` (a stack of one, as trained, in eval mode on the CPU) with the weights of
+    a stored unit's arrays."""
     state = {k: torch.from_numpy(v) for k, v in arrays.items() if not k.startswith(KAPPA_PREFIX)}
     model = LeNet5(protocol_config(network_specs()[name], budget),
                    ModelGenerators.for_keys(seed, [0], "init"))  # fmt: skip
     model.load_state_dict(state)
-    model.eval()
-    return model, record, kappa
+    return model.eval()
+
+
+def load_stored(name: str, budget: Budget, seed: int, out: Path, device: str = "cpu") -> LeNet5:
+    """The stored network ``name`` of ``out/runs`` without training it.
+
+    Raises:
+        FileNotFoundError: it has not been trained to the end (names the folder and the run).
+    """
+    stored = unit_store.load(out / "runs", run_key(name, budget, seed, device))
+    if stored is None:
+        raise FileNotFoundError(
+            f"{out / 'runs'}: no finished {name!r} run (budget {budget.name}, protocol"
+            f" {budget.protocol}, seed {seed}, device {device}); train it with --networks {name}"
+        )
+    return network_from_arrays(name, budget, seed, stored[0])
 
 
 def run_missing(names: list[str], budget: Budget, data, seed: int, out: Path,
