@@ -34,7 +34,10 @@ DENSE1 = 2  # index of dense1 in LeNet5.layers
 
 
 def mean_accuracy(model: LeNet5, images: torch.Tensor, labels: torch.Tensor) -> float:
-    """Accuracy (%) of model 0 with every weight at its mean (one pass over ``images``)."""
+    """Accuracy (%) of model 0 with every weight at its mean, in one pass over ``images``.
+
+    Not ``training.accuracies``: it predicts in chunks of 1000 images, and a BatchNorm in train
+    mode (the "own batch" variant) would then normalise each chunk by its own statistics."""
     with torch.no_grad():
         logits = model(as_input(model, images), ForwardMode.MEAN)
     return 100.0 * float(accuracy(logits.softmax(-1), labels).flatten()[0])
