@@ -8,6 +8,7 @@ return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for T
 - :func:`train_unit` trains one chunk and returns its ``SplitResult`` rows;
   :func:`train_unit_with_metrics` also returns further per-split metrics of the trained stack
   (``stack_metrics``, e.g. pruned units per layer), stored with the rows.
+- :func:`add_study_arguments` gives the two UCI reproductions their shared command-line options.
 - :func:`tuning_unit` runs (the rest of) one Optuna study (:func:`study_units` makes the units
   of the studies still short of their trials, :func:`trial_keeper` is the driver's callback).
   Given the study's storage (this process) it writes there as it goes, as ``tuning.tune``
@@ -19,7 +20,9 @@ return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for T
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -32,6 +35,30 @@ from vbnn.regression.tuning import TuningConfig, study_name, tune
 from vbnn.sweeps.executors import Unit
 
 StackMetrics = Callable[[TrainedStack], Mapping[int, Mapping[str, Any]]]
+
+
+def add_study_arguments(
+    parser: argparse.ArgumentParser,
+    out: str,
+    quick_help: str,
+    datasets: Sequence[str],
+    methods: Sequence[str],
+    splits_help: str,
+) -> None:
+    """The options of a UCI study shared by ``reproduce overpruning`` and ``uci-depth``."""
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--out", type=Path, default=Path(out))
+    parser.add_argument("--datasets", default=None, help=f"comma list (default: {datasets})")
+    parser.add_argument("--methods", default=None, help=f"comma list (default: {methods})")
+    parser.add_argument("--splits", default=None, help=splits_help)
+    parser.add_argument("--iterations", type=int, default=None, help="override every run's")
+    parser.add_argument("--trials", type=int, default=None, help="tuning candidates per study")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
+    )
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--no-progress", action="store_true")
 
 
 def split_units(

@@ -51,7 +51,13 @@ from vbnn.sweeps.executors import (
     run_sweep,
     settings_from,
 )
-from vbnn.sweeps.uci import split_units, study_units, train_unit, trial_keeper
+from vbnn.sweeps.uci import (
+    add_study_arguments,
+    split_units,
+    study_units,
+    train_unit,
+    trial_keeper,
+)
 
 DESCRIPTION = "overpruning paper (000_*): tuned Table 1 with SGLD, Figures 1-5"
 
@@ -93,23 +99,14 @@ QUICK = Plan(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="about 5 minutes; says what it cuts")
-    parser.add_argument("--out", type=Path, default=Path("results/overpruning"))
-    parser.add_argument("--datasets", default=None, help=f"comma list (default: {DATASETS})")
-    parser.add_argument("--methods", default=None, help=f"comma list (default: {METHODS})")
-    parser.add_argument("--splits", default=None, help="e.g. 0-4 (default: all 20; quick 0-4)")
-    parser.add_argument("--iterations", type=int, default=None, help="override every run's")
+    add_study_arguments(
+        parser, "results/overpruning", "about 5 minutes; says what it cuts", DATASETS, METHODS,
+        "e.g. 0-4 (default: all 20; quick 0-4)",
+    )  # fmt: skip
     parser.add_argument(
         "--tune", choices=["once", "per-split", "none"], default="once", help="tuning protocol"
     )
-    parser.add_argument("--trials", type=int, default=None, help="tuning candidates per study")
     parser.add_argument("--no-figures", action="store_true", help="Table 1 and Figure 1 only")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
-    )
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
         "--extension",
         choices=["nine-sets"],

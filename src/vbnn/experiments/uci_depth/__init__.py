@@ -45,7 +45,13 @@ from vbnn.sweeps.executors import (
     run_sweep,
     settings_from,
 )
-from vbnn.sweeps.uci import split_units, study_units, train_unit_with_metrics, trial_keeper
+from vbnn.sweeps.uci import (
+    add_study_arguments,
+    split_units,
+    study_units,
+    train_unit_with_metrics,
+    trial_keeper,
+)
 
 DESCRIPTION = "004 sec. 5 on UCI: ES, MF, GD, FC with 1-3 hidden layers, pruned units per layer"
 
@@ -91,23 +97,14 @@ QUICK = Plan(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="about 3 minutes; says what it cuts")
-    parser.add_argument("--out", type=Path, default=Path("results/uci-depth"))
-    parser.add_argument("--datasets", default=None, help=f"comma list (default: {DATASETS})")
-    parser.add_argument("--methods", default=None, help=f"comma list (default: {METHODS})")
+    add_study_arguments(
+        parser, "results/uci-depth", "about 3 minutes; says what it cuts", DATASETS, METHODS,
+        "e.g. 0-4 (default: all 20)",
+    )  # fmt: skip
     parser.add_argument("--depths", default=None, help="comma list of hidden layers (1,2,3)")
     parser.add_argument(
         "--fc-depths", default=None, help="depths at which FC runs (default 1: it is costly)"
     )
-    parser.add_argument("--splits", default=None, help="e.g. 0-4 (default: all 20)")
-    parser.add_argument("--iterations", type=int, default=None, help="override every run's")
-    parser.add_argument("--trials", type=int, default=None, help="tuning candidates per study")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
-    )
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--no-progress", action="store_true")
     add_executor_arguments(parser)
 
 
