@@ -15,8 +15,10 @@ from vbnn.cli import main
 from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments.exploration.policy import EpisodeNoise, Policy, PolicyNoise
 from vbnn.experiments.exploration.reinforce import (
+    Baseline,
     Environment,
     ReinforceConfig,
+    RunningBaseline,
     normalised_returns,
     run_episodes,
 )
@@ -27,6 +29,35 @@ def test_normalised_returns_match_the_discounted_sums():
     returns = np.array([1.75, 1.5, 1.0])
     expected = (returns - returns.mean()) / returns.std()
     np.testing.assert_allclose(normalised_returns(np.ones(3), 0.5), expected, rtol=1e-6)
+
+
+def test_running_baseline_by_hand():
+    baseline = RunningBaseline(discount=0.5, decay=0.9)
+    # first episode, rewards 1, 1, 1: G = (1.75, 1.5, 1), nothing earlier: advantage 0
+    np.testing.assert_array_equal(baseline.advantages(np.ones(3)), np.zeros(3))
+    # second, rewards 2, 0 (G = 2, 0) against b = (1.75, 1.5): residual (0.25, -1.5),
+    # s^2 = 0.9 * 0 + 0.1 * mean(0.25^2, 1.5^2)
+    scale = math.sqrt(0.1 * (0.25**2 + 1.5**2) / 2)
+    np.testing.assert_allclose(baseline.advantages(np.array([2.0, 0.0])),
+                               np.array([0.25, -1.5]) / scale, rtol=1e-6)  # fmt: skip
+    # b is now (0.9 * 1.75 + 0.1 * 2, 0.9 * 1.5 + 0, 1): a third episode of length 4 is compared
+    # with it on its first three steps, and its fourth step (never seen) gets advantage 0
+    returns = np.array([1.875, 1.75, 1.5, 1.0])
+    expected = returns - np.array([1.775, 1.35, 1.0, 1.0])
+    scale = math.sqrt(0.9 * scale**2 + 0.1 * np.mean(expected**2))
+    np.testing.assert_allclose(baseline.advantages(np.ones(4)), expected / scale, rtol=1e-6)
+
+
+def test_running_baseline_ignores_an_episode_that_repeats_and_episode_baseline_does_not():
+    # Acrobot's failing episode: 500 steps of -1. Normalising per episode gives it advantages that
+    # rise with t; the running baseline, after the first, gives exactly 0.
+    rewards = -np.ones(500)
+    baseline = RunningBaseline(discount=0.99)
+    for _ in range(3):
+        advantages = baseline.advantages(rewards)
+        np.testing.assert_allclose(advantages, 0.0, atol=1e-9)
+    per_episode = normalised_returns(rewards, 0.99)
+    assert (np.diff(per_episode) > 0).all() and per_episode[0] < -0.5 and per_episode[-1] > 2
 
 
 def test_episode_noise_replays_its_draws_until_a_new_episode():
@@ -87,3 +118,16 @@ def test_tiny_run_writes_its_files(tmp_path):
     assert len(frame) == 3 * 2 * 2 and set(frame["policy"]) == {p.value for p in PolicyNoise}
     assert (out / "exploration.png").stat().st_size > 0
     assert json.loads((out / "run.json").read_text())["seeds"] == 2
+
+
+def test_running_baseline_run_is_stored_apart_from_the_default(tmp_path):
+    pytest.importorskip("gymnasium")
+    out = tmp_path / "out"
+    argv = ["reproduce", "exploration", "--env", "cartpole", "--policy", "deterministic",
+            "--episodes", "3", "--seeds", "1", "--out", str(out)]  # fmt: skip
+    assert main([*argv, "--baseline", "running"]) == 0
+    assert main(argv) == 0
+    assert len(list((out / "runs").glob("*.json"))) == 2
+    assert json.loads((out / "run.json").read_text())["config"]["baseline"] == "episode"
+    config = ReinforceConfig(episodes=3, baseline="running")
+    assert config.baseline is Baseline.RUNNING

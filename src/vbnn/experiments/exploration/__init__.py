@@ -22,7 +22,12 @@ import pandas as pd
 import torch
 
 from vbnn.experiments.exploration.policy import PolicyNoise
-from vbnn.experiments.exploration.reinforce import Environment, ReinforceConfig, run_episodes
+from vbnn.experiments.exploration.reinforce import (
+    Baseline,
+    Environment,
+    ReinforceConfig,
+    run_episodes,
+)
 from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic
 from vbnn.stores.markdown import markdown_table
@@ -44,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=None, help=f"default {EPISODES}")
     parser.add_argument("--seeds", type=int, default=None, help=f"default {SEEDS}")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adam step")
+    parser.add_argument("--baseline", choices=[b.value for b in Baseline], default="episode",
+                        help="advantages: returns normalised per episode, or minus a running "
+                        "mean over earlier episodes (reinforce.py)")  # fmt: skip
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=0, help="base seed of the 9 streams")
     parser.add_argument("--no-progress", action="store_true", help="(accepted, no bar)")
@@ -54,7 +62,9 @@ def train_cell(
 ) -> tuple[np.ndarray, float]:
     """Scores (seeds, episodes) and training seconds of one cell, from the store when present."""
     settings = {"environment": environment.value, "policy": noise.value, "seeds": seeds,
-                **asdict(config)}  # fmt: skip
+                **asdict(config), "baseline": config.baseline.value}  # fmt: skip
+    if config.baseline is Baseline.EPISODE:
+        del settings["baseline"]  # the key of cells stored before the option existed
     stored = unit_store.load(store, settings)
     if stored is not None:
         arrays, info = stored
@@ -105,7 +115,8 @@ def plot_scores(frame: pd.DataFrame, path: Path, window: int) -> Path:
 def run(args: argparse.Namespace) -> None:
     seeds = args.seeds or (QUICK_SEEDS if args.quick else SEEDS)
     episodes = args.episodes or (QUICK_EPISODES if args.quick else EPISODES)
-    config = ReinforceConfig(episodes=episodes, learning_rate=args.learning_rate, seed=args.seed)
+    config = ReinforceConfig(episodes=episodes, learning_rate=args.learning_rate, seed=args.seed,
+                             baseline=Baseline(args.baseline))  # fmt: skip
     environments = list(Environment) if args.env == "both" else [Environment(args.env)]
     policies = list(PolicyNoise) if args.policy == "all" else [PolicyNoise(args.policy)]
     out, started = Path(args.out), time.perf_counter()
@@ -132,10 +143,12 @@ def run(args: argparse.Namespace) -> None:
     plot_scores(frame, out / "exploration.png", window)
     seconds = time.perf_counter() - started
     note = (f"REINFORCE, {seeds} seeds, {episodes} episodes, Adam {args.learning_rate}, discount "
-            f"{config.discount}; score = return of each training episode; wall {seconds:.0f} s "
+            f"{config.discount}, {config.baseline.value} baseline; score = return of each "
+            f"training episode; wall {seconds:.0f} s "
             f"(threads={torch.get_num_threads()})")  # fmt: skip
     text = f"{note}\n\n{markdown_table(pd.DataFrame(summary), float_format='{:.1f}')}\n"
     write_atomic(out / "summary.md", text)
-    record = {"config": asdict(config), "seeds": seeds, "seconds": seconds, "cells": costs}
+    record = {"config": {**asdict(config), "baseline": config.baseline.value}, "seeds": seeds,
+              "seconds": seconds, "cells": costs}  # fmt: skip
     write_atomic(out / "run.json", json.dumps(record, indent=1))
     print(text)

@@ -3,17 +3,26 @@
 003_6d46223d87d84c68.txt section 6.2: a policy-gradient update after every episode, with its own
 noise sample per episode, Adam. For model m and its episode (s_t, a_t, r_t), t < T_m,
 
-    G_t = sum_{u >= t} gamma^(u - t) r_u,      A_t = (G_t - mean_t G) / (std_t G + 1e-8),
-    loss_m = -sum_{t < T_m} A_t log pi_m(a_t | s_t, W_m),
+    G_t = sum_{u >= t} gamma^(u - t) r_u,      loss_m = -sum_{t < T_m} A_t log pi_m(a_t | s_t, W_m),
 
-with W_m the episode's weight draw (the return normalisation is a common baseline; the paper does
-not state one). The M episodes run in lock-step (a finished one waits) and the losses of the M
-models are summed: Adam acts elementwise, so each model trains exactly as it would alone. The
+with W_m the episode's weight draw and A_t from one of two baselines (the paper states none):
+
+* ``episode`` (the default): A_t = (G_t - mean_t G) / (std_t G + 1e-8), G normalised over the
+  episode's own steps, a common choice. It is not a baseline in Williams' sense: it depends on
+  the episode itself, and an episode whose rewards carry no information (Acrobot's 500 steps of
+  -1) still gets A_t rising with t, which moves the policy.
+* ``running``: A_t = (G_t - b_t) / s, b_t an exponential moving average of G_t at step t over
+  the model's earlier episodes and s that of the squared residual (floored at 1e-6 of the
+  largest |G_t|, ``RunningBaseline``): b is independent of the episode's actions, so the
+  gradient stays unbiased, and A is zero for an episode that repeats the earlier ones.
+
+The M episodes run in lock-step (a finished one waits) and the losses of the M models are summed: Adam acts elementwise, so each model trains exactly as it would alone. The
 score of an episode is its undiscounted return, recorded as the policy acted (with its noise).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -38,18 +47,27 @@ GYM_SETTINGS = {
 }
 
 
+class Baseline(str, Enum):
+    """How the returns become advantages (module docstring)."""
+
+    EPISODE = "episode"
+    RUNNING = "running"
+
+
 @dataclass(frozen=True)
 class ReinforceConfig:
-    """Episodes, Adam step, discount and the base seed (model m uses keys m of it)."""
+    """Episodes, Adam step, discount, the base seed (model m uses keys m of it), the baseline."""
 
     episodes: int = 1000
     learning_rate: float = 1e-3
     discount: float = 0.99
     seed: int = 0
+    baseline: Baseline = Baseline.EPISODE
 
     def __post_init__(self) -> None:
         if self.episodes < 1 or not self.learning_rate > 0 or not 0 < self.discount <= 1:
             raise ValueError(f"ReinforceConfig: bad settings {self}")
+        object.__setattr__(self, "baseline", Baseline(self.baseline))
 
 
 def make_environment(environment: Environment):
@@ -69,14 +87,54 @@ def make_environment(environment: Environment):
     return gymnasium.make(name, **options)
 
 
-def normalised_returns(rewards: np.ndarray, discount: float) -> np.ndarray:
-    """A_t of the module docstring for one episode's rewards (T,)."""
+def discounted_returns(rewards: np.ndarray, discount: float) -> np.ndarray:
+    """G_t of the module docstring for one episode's rewards (T,)."""
     returns = np.zeros(len(rewards))
     running = 0.0
     for t in range(len(rewards) - 1, -1, -1):
         running = rewards[t] + discount * running
         returns[t] = running
+    return returns
+
+
+def normalised_returns(rewards: np.ndarray, discount: float) -> np.ndarray:
+    """A_t of the ``episode`` baseline for one episode's rewards (T,)."""
+    returns = discounted_returns(rewards, discount)
     return (returns - returns.mean()) / (returns.std() + 1e-8)
+
+
+class RunningBaseline:
+    """The ``running`` baseline of one model: b_t and s from its earlier episodes.
+
+    ``advantages`` gives A_t for an episode's rewards and folds its returns into b with weight
+    ``1 - decay``. b_t comes from the earlier episodes only; the scale s folds in the episode's
+    own squared residual first (one positive number per episode: it does not turn the episode's
+    gradient, and it keeps the second episode from dividing by zero). The first episode, and the
+    steps beyond the longest earlier episode, take b_t = G_t (advantage 0: nothing to compare).
+    """
+
+    def __init__(self, discount: float, decay: float = 0.9) -> None:
+        self.discount, self.decay = discount, decay
+        self.means = np.zeros(0)
+        self.square = None  # moving average of the mean squared residual
+
+    def advantages(self, rewards: np.ndarray) -> np.ndarray:
+        returns = discounted_returns(rewards, self.discount)
+        known = min(len(returns), len(self.means))
+        baseline = np.concatenate([self.means[:known], returns[known:]])
+        residual = returns - baseline
+        square = float(np.mean(residual**2))
+        self.square = square if self.square is None else (
+            self.decay * self.square + (1 - self.decay) * square
+        )  # fmt: skip
+        # the floor keeps rounding residuals (1e-14 when episodes repeat) from being divided up
+        floor = max(1e-6 * float(np.abs(returns).max(initial=0.0)), 1e-8)
+        advantages = residual / max(math.sqrt(self.square), floor)
+        self.means = np.concatenate([
+            self.decay * self.means[:known] + (1 - self.decay) * returns[:known],
+            self.means[known:], returns[known:],
+        ])  # fmt: skip
+        return advantages
 
 
 def run_episodes(
@@ -93,6 +151,7 @@ def run_episodes(
     episode_noise = EpisodeNoise(ModelGenerators.for_keys(config.seed, keys, "train"))
     choosers = [np.random.default_rng(derive_seed(config.seed, m, "eval")) for m in keys]
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
+    baselines = [RunningBaseline(config.discount) for _ in keys]
     scores = np.zeros((models, config.episodes))
     started = time.perf_counter()
     for episode in range(config.episodes):
@@ -121,25 +180,31 @@ def run_episodes(
                 states[m], reward, terminated, truncated, _ = environments[m].step(action)
                 trajectories[m][2].append(float(reward))
                 alive[m] = not (terminated or truncated)
-        update(policy, episode_noise, optimizer, trajectories, config.discount)
+        rewards = [np.asarray(t[2]) for t in trajectories]
+        if config.baseline is Baseline.RUNNING:
+            advantages = [b.advantages(r) for b, r in zip(baselines, rewards, strict=True)]
+        else:
+            advantages = [normalised_returns(r, config.discount) for r in rewards]
+        update(policy, episode_noise, optimizer, trajectories, advantages)
         scores[:, episode] = [sum(t[2]) for t in trajectories]
     for env in environments:
         env.close()
     return scores, time.perf_counter() - started
 
 
-def update(policy, episode_noise, optimizer, trajectories, discount: float) -> None:
-    """One Adam step on the summed REINFORCE losses of the models (padded to the longest)."""
+def update(policy, episode_noise, optimizer, trajectories, advantages: list[np.ndarray]) -> None:
+    """One Adam step on the summed REINFORCE losses of the models (padded to the longest), with
+    each model's A_t (T_m,)."""
     longest = max(len(t[1]) for t in trajectories)
     models, dimension = len(trajectories), len(trajectories[0][0][0])
     states = torch.zeros(models, longest, dimension)
     actions = torch.zeros(models, longest, dtype=torch.long)
     weights = torch.zeros(models, longest)
-    for m, (seen, taken, rewards) in enumerate(trajectories):
+    for m, ((seen, taken, _), advantage) in enumerate(zip(trajectories, advantages, strict=True)):
         steps = len(taken)
         states[m, :steps] = torch.as_tensor(np.stack(seen), dtype=torch.float32)
         actions[m, :steps] = torch.as_tensor(taken)
-        weights[m, :steps] = torch.as_tensor(normalised_returns(np.asarray(rewards), discount))
+        weights[m, :steps] = torch.as_tensor(advantage)
     logits = policy.logits(states, policy.weights(episode_noise))
     log_probabilities = torch.log_softmax(logits, -1)
     chosen = log_probabilities.gather(-1, actions[..., None])[..., 0]
