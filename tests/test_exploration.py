@@ -131,3 +131,17 @@ def test_running_baseline_run_is_stored_apart_from_the_default(tmp_path):
     assert json.loads((out / "run.json").read_text())["config"]["baseline"] == "episode"
     config = ReinforceConfig(episodes=3, baseline="running")
     assert config.baseline is Baseline.RUNNING
+
+
+def test_noise_and_signal_separates_draw_noise_from_state_signal():
+    from vbnn.experiments.exploration.diagnostic import noise_and_signal
+
+    states = torch.randn(50, 4, generator=torch.Generator().manual_seed(0))
+    draws, across_states = noise_and_signal(PolicyNoise.DETERMINISTIC, states, draws=5)
+    policy = Policy(4, 2, PolicyNoise.DETERMINISTIC, ModelGenerators.for_keys(0, [0], "init"))
+    with torch.no_grad():
+        by_hand = torch.softmax(policy(states[None], EpisodeNoise(ModelGenerators([0]))), -1)
+    assert draws == 0.0
+    assert across_states == pytest.approx(by_hand[0, :, 0].double().std(correction=0).item())
+    noisy, _ = noise_and_signal(PolicyNoise.VARIANCE, states, draws=5)
+    assert noisy > 0.0
