@@ -120,17 +120,17 @@ def test_tiny_run_writes_its_files(tmp_path):
     assert json.loads((out / "run.json").read_text())["seeds"] == 2
 
 
-def test_running_baseline_run_is_stored_apart_from_the_default(tmp_path):
+def test_episode_baseline_run_is_stored_apart_from_the_default(tmp_path):
     pytest.importorskip("gymnasium")
     out = tmp_path / "out"
     argv = ["reproduce", "exploration", "--env", "cartpole", "--policy", "deterministic",
             "--episodes", "3", "--seeds", "1", "--out", str(out)]  # fmt: skip
-    assert main([*argv, "--baseline", "running"]) == 0
+    assert main([*argv, "--baseline", "episode"]) == 0
     assert main(argv) == 0
     assert len(list((out / "runs").glob("*.json"))) == 2
-    assert json.loads((out / "run.json").read_text())["config"]["baseline"] == "episode"
-    config = ReinforceConfig(episodes=3, baseline="running")
-    assert config.baseline is Baseline.RUNNING
+    assert json.loads((out / "run.json").read_text())["config"]["baseline"] == "running"
+    config = ReinforceConfig(episodes=3, baseline="episode")
+    assert config.baseline is Baseline.EPISODE
 
 
 def test_noise_and_signal_separates_draw_noise_from_state_signal():

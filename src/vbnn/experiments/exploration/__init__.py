@@ -49,9 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=None, help=f"default {EPISODES}")
     parser.add_argument("--seeds", type=int, default=None, help=f"default {SEEDS}")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adam step")
-    parser.add_argument("--baseline", choices=[b.value for b in Baseline], default="episode",
-                        help="advantages: returns normalised per episode, or minus a running "
-                        "mean over earlier episodes (reinforce.py)")  # fmt: skip
+    parser.add_argument("--baseline", choices=[b.value for b in Baseline], default="running",
+                        help="advantages: returns minus a running mean over earlier episodes "
+                        "(unbiased), or normalised per episode (reinforce.py)")  # fmt: skip
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=0, help="base seed of the 9 streams")
     parser.add_argument("--no-progress", action="store_true", help="(accepted, no bar)")

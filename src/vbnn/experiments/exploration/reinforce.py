@@ -7,17 +7,19 @@ noise sample per episode, Adam. For model m and its episode (s_t, a_t, r_t), t <
 
 with W_m the episode's weight draw and A_t from one of two baselines (the paper states none):
 
-* ``episode`` (the default): A_t = (G_t - mean_t G) / (std_t G + 1e-8), G normalised over the
-  episode's own steps, a common choice. It is not a baseline in Williams' sense: it depends on
-  the episode itself, and an episode whose rewards carry no information (Acrobot's 500 steps of
-  -1) still gets A_t rising with t, which moves the policy.
-* ``running``: A_t = (G_t - b_t) / s, b_t an exponential moving average of G_t at step t over
-  the model's earlier episodes and s that of the squared residual (floored at 1e-6 of the
-  largest |G_t|, ``RunningBaseline``): b is independent of the episode's actions, so the
-  gradient stays unbiased, and A is zero for an episode that repeats the earlier ones.
+* ``episode``: A_t = (G_t - mean_t G) / (std_t G + 1e-8), G normalised over the episode's own
+  steps, a common choice. It is not a baseline in Williams' sense: it depends on the episode
+  itself, and an episode whose rewards carry no information (Acrobot's 500 steps of -1) still
+  gets A_t rising with t, which moves the policy.
+* ``running`` (the default): A_t = (G_t - b_t) / s, b_t an exponential moving average of G_t
+  at step t over the model's earlier episodes and s that of the squared residual (floored at
+  1e-6 of the largest |G_t|, ``RunningBaseline``): b is independent of the episode's actions, so
+  subtracting it adds no bias (s, one positive number per episode, scales the step), and A is
+  zero for an episode that repeats the earlier ones.
 
-The M episodes run in lock-step (a finished one waits) and the losses of the M models are summed: Adam acts elementwise, so each model trains exactly as it would alone. The
-score of an episode is its undiscounted return, recorded as the policy acted (with its noise).
+The M episodes run in lock-step (a finished one waits) and the losses of the M models are summed:
+Adam acts elementwise, so each model trains exactly as it would alone. The score of an episode is
+its undiscounted return, recorded as the policy acted (with its noise).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class ReinforceConfig:
     learning_rate: float = 1e-3
     discount: float = 0.99
     seed: int = 0
-    baseline: Baseline = Baseline.EPISODE
+    baseline: Baseline = Baseline.RUNNING
 
     def __post_init__(self) -> None:
         if self.episodes < 1 or not self.learning_rate > 0 or not 0 < self.discount <= 1:
