@@ -62,7 +62,7 @@ def train_cell(
 ) -> tuple[np.ndarray, float]:
     """Scores (seeds, episodes) and training seconds of one cell, from the store when present."""
     settings = {"environment": environment.value, "policy": noise.value, "seeds": seeds,
-                **asdict(config), "baseline": config.baseline.value}  # fmt: skip
+                **asdict(config)}  # fmt: skip
     if config.baseline is Baseline.EPISODE:
         del settings["baseline"]  # the key of cells stored before the option existed
     stored = unit_store.load(store, settings)
@@ -148,7 +148,6 @@ def run(args: argparse.Namespace) -> None:
             f"(threads={torch.get_num_threads()})")  # fmt: skip
     text = f"{note}\n\n{markdown_table(pd.DataFrame(summary), float_format='{:.1f}')}\n"
     write_atomic(out / "summary.md", text)
-    record = {"config": {**asdict(config), "baseline": config.baseline.value}, "seeds": seeds,
-              "seconds": seconds, "cells": costs}  # fmt: skip
+    record = {"config": asdict(config), "seeds": seeds, "seconds": seconds, "cells": costs}
     write_atomic(out / "run.json", json.dumps(record, indent=1))
     print(text)
