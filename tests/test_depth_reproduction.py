@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -77,6 +78,10 @@ def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none) -> 
     assert len(list((tmp_path / "units").glob("*.json"))) == 4
     assert len(list((tmp_path / "samples").glob("*.npz"))) == 4
     assert "QUICK MODE" in (tmp_path / "summary.json").read_text()
+    jax, numpyro = pytest.importorskip("jax"), pytest.importorskip("numpyro")
+    units = pd.read_csv(tmp_path / "depth_units.csv")
+    assert (units["software"] == f"jax {jax.__version__}, numpyro {numpyro.__version__}, "
+            f"torch {torch.__version__}").all()  # fmt: skip
     # a second run re-plots from the cache without sampling again
     units_before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "units").glob("*.json")}
     depth.run(parser.parse_args([*flags, "--no-fashion"]))

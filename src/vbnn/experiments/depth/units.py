@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
+import numpyro
 import torch
 
 from vbnn.core.contracts import Activation
@@ -143,6 +145,7 @@ def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | No
         "parameters": parameter_count(list(architecture.sizes)),
         "mean_field_test_accuracy": accuracy(network, test_x, test_y),
         "train_seconds": train_seconds,
+        "software": software_versions(),
         **{f"nuts_{name}": value for name, value in diagnostics.items()},
         **diagonal_gap(covariance),
         **wasserstein_gaps(
@@ -151,6 +154,11 @@ def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | No
         "settings": settings.to_dict(),
     }
     return UnitOutcome(record, arrays, diagnostics)
+
+
+def software_versions() -> str:
+    """The libraries that made a unit's numbers: a NUTS chain is reproducible only under them."""
+    return f"jax {jax.__version__}, numpyro {numpyro.__version__}, torch {torch.__version__}"
 
 
 def store_unit(settings: UnitSettings, out: Path, outcome: UnitOutcome) -> dict[str, Any]:
