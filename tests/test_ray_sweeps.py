@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from stored_rows import stored_runs, stored_trials
 from threadpoolctl import threadpool_limits
 
 from vbnn.cli import main
@@ -72,14 +73,6 @@ def cluster() -> Iterator[str]:
         ray.shutdown()  # stops every process this instance started
 
 
-def _rows(path: Path) -> list[tuple]:
-    with sqlite3.connect(path) as connection:
-        return sorted(connection.execute(
-            "SELECT dataset, split, method, config_hash, seed, hyperparameters, metrics, "
-            "test_log_likelihood, test_rmse FROM runs"
-        ).fetchall())  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def local_rows(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> list[tuple]:
     """The rows the local executor stores for GRID (the reference for the Ray sweeps)."""
@@ -88,7 +81,7 @@ def local_rows(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> list
     command = ["sweep", str(folder / "grid.toml"), "--out", str(folder), "--no-progress",
                "--cpus-per-unit", "1"]  # one torch thread, as on a Ray worker  # fmt: skip
     assert main(command) == 0
-    rows = _rows(folder / "results.sqlite")
+    rows = stored_runs(folder / "results.sqlite")
     assert len(rows) == UNITS
     return rows
 
@@ -96,7 +89,7 @@ def local_rows(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> list
 def _stored(path: Path) -> list[tuple]:
     """The rows so far ([] while the driver has not yet created the file and its table)."""
     try:
-        return _rows(path) if path.exists() else []
+        return stored_runs(path) if path.exists() else []
     except sqlite3.OperationalError:
         return []
 
@@ -106,7 +99,7 @@ def test_ray_sweep_stores_the_local_rows(cluster: str, local_rows: list, tmp_pat
     command = ["sweep", str(tmp_path / "grid.toml"), "--out", str(tmp_path), "--no-progress",
                "--executor", "ray"]  # fmt: skip
     assert main(command) == 0
-    assert _rows(tmp_path / "results.sqlite") == local_rows
+    assert stored_runs(tmp_path / "results.sqlite") == local_rows
 
 
 def _pid_then_sleep(folder: Path, index: int) -> SplitResult:
@@ -166,21 +159,13 @@ def test_driver_killed_mid_sweep_resumes_to_the_local_database(
         driver.send_signal(signal.SIGKILL)
         _, errors = driver.communicate()
     assert driver.returncode == -signal.SIGKILL, errors.decode()[-2000:]
-    stored = _rows(database)
+    stored = stored_runs(database)
     assert 2 <= len(stored) < UNITS  # killed mid-sweep
     # the same command again: trains only the missing units
     finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert f"{UNITS - len(stored)} to train" in finished.stderr
-    assert _rows(database) == local_rows
-
-
-def _studies(path: Path) -> list[tuple]:
-    with sqlite3.connect(path) as connection:
-        return sorted(connection.execute(
-            "SELECT s.study_name, t.number, t.state, v.value FROM trials t JOIN studies s "
-            "USING (study_id) LEFT JOIN trial_values v USING (trial_id)"
-        ).fetchall())  # fmt: skip
+    assert stored_runs(database) == local_rows
 
 
 def test_overpruning_on_ray_stores_the_local_runs_and_trials(
@@ -192,9 +177,9 @@ def test_overpruning_on_ray_stores_the_local_runs_and_trials(
     assert main([*tiny, "--out", str(tmp_path / "local"), "--cpus-per-unit", "1"]) == 0
     assert main([*tiny, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
     local, remote = tmp_path / "local" / "results.sqlite", tmp_path / "ray" / "results.sqlite"
-    assert len(_rows(local)) == 4 and _rows(remote) == _rows(local)
+    assert len(stored_runs(local)) == 4 and stored_runs(remote) == stored_runs(local)
     # the trials a worker ran on its in-memory copy of each study, stored by the driver
-    assert len(_studies(local)) == 2 * 3 and _studies(remote) == _studies(local)
+    assert len(stored_trials(local)) == 2 * 3 and stored_trials(remote) == stored_trials(local)
 
 
 def test_uci_depth_on_ray_stores_the_local_runs_metrics_and_trials(
@@ -206,9 +191,10 @@ def test_uci_depth_on_ray_stores_the_local_runs_metrics_and_trials(
     assert main([*tiny, "--out", str(tmp_path / "local"), "--cpus-per-unit", "1"]) == 0
     assert main([*tiny, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
     local, remote = tmp_path / "local" / "results.sqlite", tmp_path / "ray" / "results.sqlite"
-    assert len(_rows(local)) == 2 * 2 * 2 and _rows(remote) == _rows(local)
-    assert sum('"pruned_per_layer"' in row[6] for row in _rows(remote)) == 4  # MF's, per split
-    assert len(_studies(local)) == 2 * 2 * 2 and _studies(remote) == _studies(local)
+    assert len(stored_runs(local)) == 2 * 2 * 2 and stored_runs(remote) == stored_runs(local)
+    # MF stores its pruned units per layer with each split
+    assert sum('"pruned_per_layer"' in row[6] for row in stored_runs(remote)) == 4
+    assert len(stored_trials(local)) == 2 * 2 * 2 and stored_trials(remote) == stored_trials(local)
 
 
 # A Budget of the variance-networks reproduction on random images: 10 steps of batch 100 an
@@ -295,10 +281,10 @@ def test_depth_units_on_ray_store_the_local_records(cluster: str, tmp_path: Path
     torch.set_num_threads(1)
     try:
         with threadpool_limits(limits=1):
-            local = run_units(units, tmp_path / "local", 1)
+            local = run_units(units, tmp_path / "local")
     finally:
         torch.set_num_threads(threads)
-    remote = run_units(units, tmp_path / "ray", 1, ExecutorSettings(kind=ExecutorKind.RAY))
+    remote = run_units(units, tmp_path / "ray", ExecutorSettings(kind=ExecutorKind.RAY))
     assert len(list((tmp_path / "ray" / "samples").glob("*.npz"))) == 1  # stored by the driver
 
     def untimed(record: dict) -> str:  # JSON: NaN diagnostics compare equal

@@ -8,6 +8,8 @@ the units that failed.
 
 - :class:`LocalExecutor`: this process, one unit after another, in order: what every command
   did before executors existed.
+- :class:`ProcessExecutor`: ``workers`` processes of this machine, spawned (not forked: torch
+  and JAX are multithreaded once imported), each unit on ``cpus`` torch threads; no Ray needed.
 - ``RayExecutor`` (``vbnn.sweeps.ray_executor``, loaded by :func:`make_executor` only when asked
   for, so Ray stays an optional dependency): every unit a Ray task with ``num_cpus`` declared and
   ``max_retries``, so a worker process that dies mid-unit is retried and its unit runs once.
@@ -17,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import multiprocessing
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
@@ -32,6 +37,7 @@ RAY_INSTALL = "pip install 'vbnn[ray]'"
 
 class ExecutorKind(str, Enum):
     LOCAL = "local"
+    PROCESSES = "processes"
     RAY = "ray"
 
 
@@ -92,17 +98,53 @@ class LocalExecutor:
         pass
 
 
+def call_with_threads(function: Callable[..., Any], cpus: int, *arguments: Any) -> Any:
+    """Run one unit in a worker process, torch limited to the unit's declared CPUs."""
+    torch.set_num_threads(cpus)
+    return function(*arguments)
+
+
+class ProcessExecutor:
+    """``workers`` spawned processes of this machine; outcomes come back as units finish.
+
+    A unit that raises is reported with its traceback and the others go on. A worker process
+    that dies (killed, out of memory) breaks the pool: its unit and those still queued are
+    reported as failed, and re-running the command runs only what is not stored.
+    """
+
+    def __init__(self, workers: int) -> None:
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def run(self, units: Sequence[Unit]) -> Iterator[Outcome]:
+        submit = self.pool.submit
+        futures = {
+            submit(call_with_threads, unit.function, unit.cpus or 1, *unit.arguments): unit
+            for unit in units
+        }
+        for future in as_completed(futures):
+            try:
+                yield Outcome(futures[future], future.result())
+            except Exception:  # the unit's own error, or its worker's death
+                yield Outcome(futures[future], error=traceback.format_exc(limit=-3).strip())
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
 @dataclass(frozen=True)
 class ExecutorSettings:
     """Which executor and, for Ray, where and how.
 
     Attributes:
-        kind: local or ray.
+        kind: local, processes or ray.
         address: Ray cluster address (e.g. ``127.0.0.1:6379`` from ``ray start --head``, or
             ``auto``); None starts a private Ray instance on this machine.
         cpus_per_unit: CPUs (torch threads) of a unit; Ray runs ``total CPUs / cpus_per_unit``
-            at once. None: torch's default locally, 1 on Ray. Float sums depend on the thread
-            count, so a local and a Ray run agree bit for bit at equal ``cpus_per_unit``.
+            at once. None: torch's default locally, 1 in worker processes and on Ray. Float sums
+            depend on the thread count, so the executors agree bit for bit at equal
+            ``cpus_per_unit``.
+        workers: processes at once for ``processes`` (None: this machine's CPUs divided by
+            ``cpus_per_unit``).
         max_retries: Ray retries of a unit whose worker process died.
         num_cpus: CPUs of a private Ray instance (None: all of this machine's).
     """
@@ -112,12 +154,23 @@ class ExecutorSettings:
     cpus_per_unit: int | None = None
     max_retries: int = 3
     num_cpus: int | None = None
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.cpus_per_unit is not None and self.cpus_per_unit < 1:
             raise ValueError(f"--cpus-per-unit must be >= 1, got {self.cpus_per_unit}")
-        if self.kind is ExecutorKind.LOCAL and self.address is not None:
+        if self.kind is not ExecutorKind.RAY and self.address is not None:
             raise ValueError("--address needs --executor ray")
+        if self.workers is not None and self.kind is not ExecutorKind.PROCESSES:
+            raise ValueError("--workers needs --executor processes")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+
+    def process_count(self) -> int:
+        """Worker processes of ``processes``: ``workers``, else CPUs / ``cpus_per_unit``."""
+        if self.workers is not None:
+            return self.workers
+        return max(1, (os.cpu_count() or 1) // (self.cpus_per_unit or 1))
 
 
 def make_executor(settings: ExecutorSettings) -> Executor:
@@ -128,6 +181,8 @@ def make_executor(settings: ExecutorSettings) -> Executor:
     """
     if settings.kind is ExecutorKind.LOCAL:
         return LocalExecutor()
+    if settings.kind is ExecutorKind.PROCESSES:
+        return ProcessExecutor(settings.process_count())
     try:
         module = importlib.import_module("vbnn.sweeps.ray_executor")
     except ModuleNotFoundError as error:
@@ -138,12 +193,20 @@ def make_executor(settings: ExecutorSettings) -> Executor:
 
 
 def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--executor``, ``--address``, ``--cpus-per-unit`` (``settings_from`` reads them)."""
+    """``--executor``, ``--workers``, ``--address``, ``--cpus-per-unit`` (``settings_from``
+    reads them)."""
     parser.add_argument(
         "--executor",
         choices=[k.value for k in ExecutorKind],
         default="local",
-        help=f"where units run (ray: {RAY_INSTALL})",
+        help=f"where units run: here one by one, in worker processes here, or on Ray "
+        f"({RAY_INSTALL})",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes at once with --executor processes (default: CPUs / --cpus-per-unit)",
     )
     parser.add_argument(
         "--address",
@@ -155,13 +218,16 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="torch threads of a unit, CPUs a Ray task declares (default: "
-        "torch's default locally, 1 on Ray)",
+        "torch's default locally, 1 in worker processes and on Ray)",
     )
 
 
 def settings_from(args: argparse.Namespace) -> ExecutorSettings:
     return ExecutorSettings(
-        kind=ExecutorKind(args.executor), address=args.address, cpus_per_unit=args.cpus_per_unit
+        kind=ExecutorKind(args.executor),
+        address=args.address,
+        cpus_per_unit=args.cpus_per_unit,
+        workers=args.workers,
     )
 
 

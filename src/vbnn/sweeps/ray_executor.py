@@ -13,22 +13,13 @@ re-running the command skips every unit already stored.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import ray
-import torch
 
-from vbnn.sweeps.executors import ExecutorSettings, Outcome, Unit
+from vbnn.sweeps.executors import ExecutorSettings, Outcome, Unit, call_with_threads
 
-
-def _call(function: Callable[..., Any], cpus: int, *arguments: Any) -> Any:
-    """Run one unit on a worker, torch limited to the unit's declared CPUs."""
-    torch.set_num_threads(cpus)
-    return function(*arguments)
-
-
-_remote_call = ray.remote(_call)
+_remote_call = ray.remote(call_with_threads)
 
 
 class RayExecutor:

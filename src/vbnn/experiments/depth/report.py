@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -109,23 +107,13 @@ def run_product_figure(out: Path, samples: int, seed: int) -> list[dict[str, Any
     return rows
 
 
-def _unit_in_process(settings: UnitSettings, out: Path) -> dict[str, Any]:
-    torch.set_num_threads(1)
-    return run_unit(settings, out)
-
-
 def run_units(
-    units: list[UnitSettings],
-    out: Path,
-    workers: int,
-    executor: ExecutorSettings | None = None,
+    units: list[UnitSettings], out: Path, executor: ExecutorSettings | None = None
 ) -> list[dict[str, Any]]:
     """Every unit (cached ones are read back), with a progress bar on stderr.
 
-    On Ray (``executor``), the missing units are Ray tasks that return their numbers and this
-    process stores them; locally, ``workers`` processes run and store them."""
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
+    In worker processes or on Ray (``executor``), the missing units run there and return their
+    numbers, and this process stores them; otherwise they run and are stored here, in order."""
     records = []
     if executor is not None and executor.kind is not ExecutorKind.LOCAL:
         missing = [
@@ -138,19 +126,11 @@ def run_units(
         def store(unit: Unit, outcome: UnitOutcome) -> None:
             store_unit(unit.arguments[0], out, outcome)
 
-        run_sweep(executor, missing, store, "depth units")
-        workers = 1  # every unit is stored now: the loop below reads them back
+        run_sweep(executor, missing, store, "depth units")  # the loop below reads them back
     bar = tqdm(total=len(units), desc="depth units", file=sys.stderr)
-    if workers == 1:
-        for settings in units:
-            records.append(run_unit(settings, out))
-            bar.update()
-    else:
-        # spawn, not fork: JAX is multithreaded once imported, and a forked child may deadlock
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for record in pool.map(_unit_in_process, units, [out] * len(units)):
-                records.append(record)
-                bar.update()
+    for settings in units:
+        records.append(run_unit(settings, out))
+        bar.update()
     bar.close()
     flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in records])
     flat.to_csv(out / "depth_units.csv", index=False)
