@@ -109,9 +109,8 @@ def test_settings_name_the_argument_at_fault(settings: dict, message: str) -> No
         ExecutorSettings(**settings)
 
 
-def test_default_workers_fill_the_machine() -> None:
-    cpus = os.cpu_count() or 1
+def test_default_workers_fill_the_cpus_this_process_may_use() -> None:
+    cpus = len(os.sched_getaffinity(0))
     assert ExecutorSettings(kind=ExecutorKind.PROCESSES).process_count() == cpus
-    assert (
-        ExecutorSettings(kind=ExecutorKind.PROCESSES, cpus_per_unit=cpus * 2).process_count() == 1
-    )
+    two_each = ExecutorSettings(kind=ExecutorKind.PROCESSES, cpus_per_unit=2)
+    assert two_each.process_count() == max(1, cpus // 2)

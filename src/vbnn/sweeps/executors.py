@@ -170,7 +170,14 @@ class ExecutorSettings:
         """Worker processes of ``processes``: ``workers``, else CPUs / ``cpus_per_unit``."""
         if self.workers is not None:
             return self.workers
-        return max(1, (os.cpu_count() or 1) // (self.cpus_per_unit or 1))
+        return max(1, usable_cpus() // (self.cpus_per_unit or 1))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a container's or ``taskset``'s share, not the host's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def make_executor(settings: ExecutorSettings) -> Executor:
