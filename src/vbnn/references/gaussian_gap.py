@@ -165,3 +165,62 @@ def diagonal_gap(covariance: np.ndarray) -> dict[str, float]:
         "wasserstein2": wasserstein2_gaussian(zero, np.diag(variance), zero, covariance),
         "kl_full_diag": kl_full_to_moment_matched_diagonal(covariance),
     }
+
+
+def kl_closest_diagonal_null(
+    variances: np.ndarray, draws: int, jitter: float = 1e-4, seed: int = 0
+) -> float:
+    """What :func:`kl_closest_diagonal` of an empirical covariance reports when there is no
+    correlation at all: the KL of the covariance (+ ``jitter``) of ``draws`` independent draws
+    of N(0, diag(variances)).
+
+    The estimator's floor, its bias: the true value is 0, but sampling noise correlates every
+    pair of the D coordinates a little. For draws N >> D it is about D (D - 1) / (4 N), a quarter
+    of the summed squared sample correlations; it grows much faster as N nears D. Autocorrelated
+    draws (MCMC) behave like fewer independent ones, so for chains this is a lower bound.
+    """
+    variances = np.asarray(variances, dtype=np.float64)
+    if variances.ndim != 1 or not np.all(variances > 0):
+        raise ValueError(
+            "kl_closest_diagonal_null: variances must be a vector of positive numbers, got shape "
+            f"{variances.shape}"
+        )
+    if draws <= len(variances) and jitter == 0:
+        raise ValueError(
+            f"kl_closest_diagonal_null: {draws} draws in {len(variances)} dimensions give a "
+            "singular covariance; add jitter or draw more"
+        )
+    rng = np.random.default_rng(seed)
+    samples = rng.standard_normal((draws, len(variances))) * np.sqrt(variances)
+    return kl_closest_diagonal(empirical_covariance(samples, jitter)[1])
+
+
+def kl_closest_diagonal_chain_null(
+    chains: np.ndarray, jitter: float = 1e-4, seed: int = 0
+) -> float:
+    """The estimator's floor for MCMC draws: :func:`kl_closest_diagonal` of the pooled draws
+    after each coordinate's chains are decoupled from the other coordinates.
+
+    Every coordinate gets its own random order of the chains and its own random circular shift
+    in time within each chain, so it keeps its marginal, its autocorrelation and its chains'
+    levels, while its pairing with the other coordinates is broken: no cross-coordinate
+    dependence is left but what sampling noise makes. Unlike :func:`kl_closest_diagonal_null`
+    this counts that autocorrelated draws are worth fewer independent ones. Shifts shorter than a
+    coordinate's autocorrelation time leave some of its coupling in place (chains that do not
+    mix), so the floor is then too low.
+
+    Args:
+        chains: (chains, draws, D).
+    """
+    chains = np.asarray(chains, dtype=np.float64)
+    if chains.ndim != 3 or chains.shape[0] * chains.shape[1] < 2:
+        raise ValueError(
+            f"kl_closest_diagonal_chain_null: chains must be (chains, draws, D), got {chains.shape}"
+        )
+    count, length, dim = chains.shape
+    rng = np.random.default_rng(seed)
+    order = rng.permuted(np.tile(np.arange(count)[:, None], (1, dim)), axis=0)  # (chains, D)
+    shift = rng.integers(0, length, size=(count, dim))
+    time = (np.arange(length)[None, :, None] + shift[:, None, :]) % length
+    decoupled = chains[order[:, None, :], time, np.arange(dim)[None, None, :]]
+    return kl_closest_diagonal(empirical_covariance(decoupled.reshape(-1, dim), jitter)[1])

@@ -1,0 +1,83 @@
+"""The KL estimator's floor for every unit whose NUTS samples are on disk: ``kl_null.csv``.
+
+KL(q_diag || q_full) is computed from the empirical covariance of 1200 pooled draws in about
+1000 dimensions, so sampling noise alone gives it a large value. For each unit this computes
+two floors, what the same estimator reports with no correlation between parameters at all:
+``kl_null_iid`` for as many independent draws with the unit's marginal variances
+(``kl_closest_diagonal_null``), and ``kl_null_chains`` for the unit's own chains with every
+parameter's chains reordered and circularly shifted on their own
+(``kl_closest_diagonal_chain_null``: it keeps the autocorrelation, which makes the draws worth
+fewer independent ones). ``kl_excess`` is the KL above the chain floor. Where a parameter's
+autocorrelation time is longer than the chains (chains that do not mix), the shift cannot
+decouple it and the floor is too low.
+
+Run from the repository root after the run (the samples are not committed):
+``python reproductions/depth/reduced-1000/kl_null.py results/depth-reduced``. Units whose
+samples are elsewhere (those sampled on another machine) are left out and counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vbnn.references.gaussian_gap import (
+    empirical_covariance,
+    kl_closest_diagonal,
+    kl_closest_diagonal_chain_null,
+    kl_closest_diagonal_null,
+)
+
+HERE = Path(__file__).parent
+
+
+def unit_row(unit: Path, samples_dir: Path) -> dict | None:
+    """One unit's KL, its floor and the excess; None when its samples are not in ``samples_dir``."""
+    record = json.loads(unit.read_text())
+    info, settings = record["info"], record["info"]["settings"]
+    arrays = samples_dir / f"{unit.stem}.npz"
+    if not arrays.exists():
+        return None
+    samples = np.load(arrays)["samples"]
+    pooled = samples.reshape(-1, samples.shape[-1]).astype(np.float64)
+    kl = kl_closest_diagonal(empirical_covariance(pooled, settings["jitter"])[1])
+    if not np.isclose(kl, info["kl_diag_full"], rtol=1e-6):
+        raise ValueError(f"{unit}: stored KL {info['kl_diag_full']} but the samples give {kl}")
+    seed = settings["repeat"]
+    iid = kl_closest_diagonal_null(pooled.var(0, ddof=1), len(pooled), settings["jitter"], seed)
+    floor = kl_closest_diagonal_chain_null(samples, settings["jitter"], seed)
+    return {
+        "activation": info["activation"],
+        "depth": info["depth"],
+        "repeat": info["repeat"],
+        "parameters": pooled.shape[1],
+        "draws": len(pooled),
+        "kl_diag_full": kl,
+        "kl_null_iid": iid,
+        "kl_null_chains": floor,
+        "kl_excess": kl - floor,
+        "unit": unit.stem,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="the run's --out folder (holds samples/)")
+    args = parser.parse_args()
+    units = sorted((HERE / "units").glob("*.json"))
+    rows = [unit_row(u, args.run / "samples") for u in units]
+    frame = pd.DataFrame([r for r in rows if r is not None])
+    frame.sort_values(["activation", "depth", "repeat"]).to_csv(HERE / "kl_null.csv", index=False)
+    print(f"{len(frame)} of {len(units)} units have their samples in {args.run / 'samples'}\n")
+    summary = frame.groupby(["activation", "depth"])[
+        ["kl_diag_full", "kl_null_iid", "kl_null_chains", "kl_excess"]
+    ]
+    print(summary.agg(["mean", "sem", "count"]).round(1).to_string())
+
+
+if __name__ == "__main__":
+    main()
