@@ -1,7 +1,8 @@
 """The KL estimator's floor for every unit whose NUTS samples are on disk: ``kl_null.csv``.
 
-KL(q_diag || q_full) is computed from the empirical covariance of 1200 pooled draws in about
-1000 dimensions, so sampling noise alone gives it a large value. For each unit this computes
+Writes ``kl_null.csv`` and ``kl_null.png``. KL(q_diag || q_full) is computed from the
+empirical covariance of 1200 pooled draws in about 1000 dimensions, so sampling noise alone
+gives it a large value. For each unit this computes
 two floors, what the same estimator reports with no correlation between parameters at all:
 ``kl_null_iid`` for as many independent draws with the unit's marginal variances
 (``kl_closest_diagonal_null``), and ``kl_null_chains`` for the unit's own chains with every
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vbnn.references.chain_diagnostics import ConvergenceCriterion
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
     kl_closest_diagonal,
@@ -60,8 +62,58 @@ def unit_row(unit: Path, samples_dir: Path) -> dict | None:
         "kl_null_iid": iid,
         "kl_null_chains": floor,
         "kl_excess": kl - floor,
+        "trusted": ConvergenceCriterion().passes(
+            {k.removeprefix("nuts_"): v for k, v in info.items()}
+        ),
         "unit": unit.stem,
     }
+
+
+def plot(frame: pd.DataFrame, path: Path) -> None:
+    """KL with both floors, and the excess over the chain floor, against depth (mean and SEM
+    over the units with samples); hollow points have an untrusted unit, and depths where no unit
+    is trusted are shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(1, 2, figsize=(11, 4.4))
+    for index, (activation, rows) in enumerate(frame.groupby("activation")):
+        grouped = rows.groupby("depth")
+        depth = grouped.size().index.to_numpy()
+        failed = ~grouped["trusted"].all().to_numpy()
+        for axis, column in zip(axes, ("kl_diag_full", "kl_excess"), strict=True):
+            mean = grouped[column].mean().to_numpy()
+            line = axis.errorbar(
+                depth, mean, grouped[column].sem().fillna(0), marker="o", capsize=3,
+                label=activation,
+            )  # fmt: skip
+            color = line[0].get_color()
+            axis.scatter(depth[failed], mean[failed], s=30, zorder=5, facecolors="white",
+                         edgecolors=color)  # fmt: skip
+        floors = grouped[["kl_null_chains", "kl_null_iid"]].mean()
+        axes[0].plot(depth, floors["kl_null_chains"], "--", color=color,
+                     label="chain floor" if index == 0 else None)  # fmt: skip
+        axes[0].plot(depth, floors["kl_null_iid"], ":", color=color,
+                     label="independent-draw floor" if index == 0 else None)  # fmt: skip
+    untrusted = frame.groupby("depth")["trusted"].any()
+    for axis in axes:
+        for depth in untrusted[~untrusted].index:
+            axis.axvspan(depth - 0.5, depth + 0.5, color="grey", alpha=0.15, linewidth=0)
+        axis.set_xticks(sorted(frame["depth"].unique()))
+        axis.set_xlabel("hidden layers")
+        axis.legend(fontsize=7)
+    axes[0].set_ylabel("nats")
+    axes[0].set_title("KL(q_diag || q_full) from the samples, and its floors", fontsize=10)
+    axes[1].axhline(0.0, color="black", linewidth=0.6)
+    axes[1].set_ylabel("nats")
+    axes[1].set_title("KL above the chain floor", fontsize=10)
+    figure.suptitle("Reduced depth run: how much of the KL is the estimator's floor "
+                    "(grey: no unit's chains pass)", fontsize=11)  # fmt: skip
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
 
 
 def main() -> None:
@@ -77,6 +129,7 @@ def main() -> None:
         ["kl_diag_full", "kl_null_iid", "kl_null_chains", "kl_excess"]
     ]
     print(summary.agg(["mean", "sem", "count"]).round(1).to_string())
+    plot(frame, HERE / "kl_null.png")
 
 
 if __name__ == "__main__":
