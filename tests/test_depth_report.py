@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vbnn.experiments.depth.report import aggregate
+from vbnn.experiments.depth.report import aggregate, doubtful_depths
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
 
 
@@ -53,3 +53,17 @@ def test_only_repeats_passing_the_criterion_enter_the_trusted_gap() -> None:
     assert row["kl_diag_full_mean"] == pytest.approx(3.0)
     rows[0]["nuts_tail_ess_min"] = 50.0
     assert aggregate(rows, ConvergenceCriterion()).iloc[0]["trusted_repeats"] == 1
+
+
+def test_a_depth_is_doubtful_only_where_no_activation_is_trusted() -> None:
+    rows = []
+    for activation, depth, rhat in [
+        ("relu", 1, 1.0), ("identity", 1, 1.5),  # one activation mixes: not shaded
+        ("relu", 2, 1.5), ("identity", 2, 1.5),  # none does: shaded
+    ]:  # fmt: skip
+        rows += [
+            {**row, "activation": activation, "depth": depth} for row in records([1.0], [rhat])
+        ]
+    table = aggregate(rows, ConvergenceCriterion(max_rhat=1.05))
+    assert table["trusted"].tolist() == [False, False, True, False]  # identity, then relu
+    assert doubtful_depths(table) == [2]

@@ -176,10 +176,18 @@ def aggregate(records: list[dict[str, Any]], criterion: ConvergenceCriterion) ->
     return table.reset_index()
 
 
+def doubtful_depths(table: pd.DataFrame) -> list[int]:
+    """The depths of an ``aggregate`` table where no activation's repeats all pass the
+    criterion: the region the figure shades."""
+    anywhere = table.groupby("depth")["trusted"].any()
+    return [int(depth) for depth in anywhere.index[~anywhere.to_numpy(dtype=bool)]]
+
+
 def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
     """004 Fig. 2 (KL) and the blog's Wasserstein figure: gap vs depth over all repeats, SEM as
-    error bars; depths where any unit's chains fail the criterion are shaded grey and their
-    points drawn hollow (the paper shades its doubtful region the same way)."""
+    error bars. A point whose repeats' chains do not all pass the criterion is drawn hollow; a
+    depth where no activation's do is shaded grey, as the paper shades its doubtful region (one
+    activation that never mixes, such as a linear net, would otherwise shade every depth)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,7 +204,7 @@ def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
                 rows["depth"].to_numpy()[failed], mean[failed], s=30, zorder=5,
                 facecolors="white", edgecolors=line[0].get_color(),
             )  # fmt: skip
-        for depth in table.loc[~table["trusted"], "depth"].unique():
+        for depth in doubtful_depths(table):
             axis.axvspan(depth - 0.5, depth + 0.5, color="grey", alpha=0.15, linewidth=0)
         axis.set_xticks(sorted(table["depth"].unique()))
         axis.set_xlabel("hidden layers")
