@@ -13,7 +13,8 @@ autocorrelation time is longer than the chains (chains that do not mix), the shi
 decouple it and the floor is too low.
 
 Run from the repository root after the run (the samples are not committed):
-``python reproductions/depth/reduced-1000/kl_null.py results/depth-reduced``. Units whose
+``python reproductions/depth/reduced-1000/kl_null.py results/depth-reduced`` (``--units`` for
+another folder of unit records, such as ``tree-depth-10/units``). Units whose
 samples are elsewhere (those sampled on another machine) are left out and counted.
 """
 
@@ -119,17 +120,22 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the run's --out folder (holds samples/)")
+    parser.add_argument(
+        "--units", type=Path, default=HERE / "units",
+        help="unit records (default: this folder's); the outputs go beside it",
+    )  # fmt: skip
     args = parser.parse_args()
-    units = sorted((HERE / "units").glob("*.json"))
+    out = args.units.parent
+    units = sorted(args.units.glob("*.json"))
     rows = [unit_row(u, args.run / "samples") for u in units]
     frame = pd.DataFrame([r for r in rows if r is not None])
-    frame.sort_values(["activation", "depth", "repeat"]).to_csv(HERE / "kl_null.csv", index=False)
+    frame.sort_values(["activation", "depth", "repeat"]).to_csv(out / "kl_null.csv", index=False)
     print(f"{len(frame)} of {len(units)} units have their samples in {args.run / 'samples'}\n")
     summary = frame.groupby(["activation", "depth"])[
         ["kl_diag_full", "kl_null_iid", "kl_null_chains", "kl_excess"]
     ]
     print(summary.agg(["mean", "sem", "count"]).round(1).to_string())
-    plot(frame, HERE / "kl_null.png")
+    plot(frame, out / "kl_null.png")
 
 
 if __name__ == "__main__":
