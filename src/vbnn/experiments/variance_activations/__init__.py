@@ -103,7 +103,7 @@ def plot_activations(mean, std, labels, neurons, path: Path) -> Path:
                                   color=line.get_color(), alpha=0.12)  # fmt: skip
             kind = "N(m, s^2)" if row == 0 else "zero-mean N(0, s^2)"
             axis.set(title=f"neuron #{neuron}, {kind}", xlabel="pre-activation", yticks=[])
-    axes[0, 0].legend(fontsize=6, ncol=2, title="class")
+    axes[0, 0].legend(fontsize=6, ncol=2, title="class", loc="upper right")
     figure.tight_layout()
     write_atomic(path, lambda target: figure.savefig(target, dpi=120, format="png"))
     plt.close(figure)

@@ -118,7 +118,7 @@ def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd
             axes[0, m].scatter(points[:, 0], points[:, 1], s=4, alpha=0.5, label=f"class {label}")
         axes[0, m].set(title=f"variance bottleneck, seed {seed}", xlabel="neuron 1")
         axes[0, m].set_ylabel("neuron 2")
-        axes[0, m].legend(markerscale=3)
+        axes[0, m].legend(markerscale=3, loc="upper right")
     figure.tight_layout()
     save_figure(figure, out / "toy_bottleneck.png")
     plt.close(figure)
