@@ -1,12 +1,14 @@
 """Print the status table of this folder's README from the finished units in ``units/``.
 
-Run from the repository root: ``python reproductions/depth/reduced-1000/status_table.py``.
+Run from the repository root: ``python reproductions/depth/reduced-1000/status_table.py``; give a
+folder (``.../tree-depth-10/units``) for another set of unit records.
 Means over the finished repeats of each (activation, depth), ± their SEM where there are two or
 more; "trusted" counts the repeats whose chains pass the default ``ConvergenceCriterion``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -22,7 +24,13 @@ def mean_sem(mean: float, sem: float, digits: int) -> str:
 
 
 def main() -> None:
-    units = sorted((Path(__file__).parent / "units").glob("*.json"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("units", nargs="?", type=Path, default=Path(__file__).parent / "units",
+                        help="folder of unit records (default: this folder's units/)")  # fmt: skip
+    folder = parser.parse_args().units
+    units = sorted(folder.glob("*.json"))
+    if not units:
+        raise SystemExit(f"status_table.py: no unit records (*.json) in {folder}")
     table = aggregate([json.loads(u.read_text())["info"] for u in units], ConvergenceCriterion())
     table = table.assign(order=table["activation"].map(list(NAMES).index))
     print(f"{len(units)} units\n")
