@@ -129,6 +129,9 @@ def main() -> None:
     units = sorted(args.units.glob("*.json"))
     rows = [unit_row(u, args.run / "samples") for u in units]
     frame = pd.DataFrame([r for r in rows if r is not None])
+    if frame.empty:
+        raise SystemExit(f"kl_null.py: none of the {len(units)} unit records in {args.units} "
+                         f"has its samples in {args.run / 'samples'}")  # fmt: skip
     frame.sort_values(["activation", "depth", "repeat"]).to_csv(out / "kl_null.csv", index=False)
     print(f"{len(frame)} of {len(units)} units have their samples in {args.run / 'samples'}\n")
     summary = frame.groupby(["activation", "depth"])[
