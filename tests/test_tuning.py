@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 
 from vbnn.core.contracts import Method, TrainConfig
 from vbnn.data import load_uci
-from vbnn.regression.engine import run_splits
+from vbnn.regression import tuning
+from vbnn.regression.engine import run_splits, train_stack
 from vbnn.regression.tuning import (
     TuningConfig,
     evaluate_candidates,
@@ -97,3 +99,32 @@ def test_splits_sharing_a_learning_rate_still_train_as_one_stack(data_dir: Path)
     stacks.clear()
     run_splits(boston, [0, 1, 2], config, per_split=own, on_stack=stacks.append)
     assert [s.data.split_ids for s in stacks] == [(0,), (1,), (2,)]
+
+
+def test_a_killed_round_keeps_the_candidates_it_finished(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a set whose stacks hold one model, a round of 4 killed in its third model keeps two."""
+    boston = load_uci("boston", data_dir)
+    storage = f"sqlite:///{tmp_path / 'study.sqlite'}"
+    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,), chunk_size=1)
+    calls = []
+
+    def counted(*args, kill_on: int | None = None, **kwargs):
+        calls.append(args)
+        if len(calls) == kill_on:
+            raise KeyboardInterrupt
+        return train_stack(*args, **kwargs)
+
+    monkeypatch.setattr(tuning, "train_stack", partial(counted, kill_on=3))
+    with pytest.raises(KeyboardInterrupt):
+        tune(boston, 0, config, TuningConfig(trials=4, batch=4), storage)
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    assert [t.state for t in study.trials].count(optuna.trial.TrialState.COMPLETE) == 2
+    calls.clear()
+    monkeypatch.setattr(tuning, "train_stack", counted)
+    tune(boston, 0, config, TuningConfig(trials=4, batch=4), storage)
+    trials = optuna.load_study(study_name=summary.study_name, storage=storage).trials
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == 4
+    assert len(calls) == 2  # the resumed search trained only the two it lacked

@@ -14,7 +14,9 @@ SGLD settings at all; here SGLD's step size eta is searched together with its pr
   a time;
 - TPE with the constant liar keeps the candidates of one round apart;
 - the study lives in Optuna storage (the results database's SQLite file), so a killed search
-  resumes: trials already complete count towards the budget.
+  resumes: trials already complete count towards the budget. Each score is stored as soon as
+  its stack has trained; on the large sets a stack is one model, so a killed round keeps the
+  candidates it finished.
 
 Protocols (``TuneProtocol``): ``once`` tunes on split 0's training data and shares the values with
 every split (the paper's); ``per-split`` tunes each split on its own training data, so no test row
@@ -24,8 +26,10 @@ of one split can have steered the values used on another.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from functools import partial
 
 import numpy as np
 import optuna
@@ -152,24 +156,45 @@ def _repeat(data: StackedSplits, count: int) -> StackedSplits:
 
 
 def evaluate_candidates(
-    config: TrainConfig, data: StackedSplits, candidates: list[dict[str, float]]
+    config: TrainConfig,
+    data: StackedSplits,
+    candidates: list[dict[str, float]],
+    on_score: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Validation log-likelihood of each candidate (NaN where training diverged).
 
     Candidates that differ only in ``PER_MODEL_SETTINGS`` train together, in stacks no larger than
     the engine's chunk size for this problem (a stack that leaves the cache is slower than two).
+
+    Args:
+        on_score: called with (index, score) as soon as a stack has trained, so a caller can keep
+            each score before the next stack starts (a killed search loses one stack, not the
+            round).
     """
+    chunk = 1
     shared = shared_settings(candidates[0])
     if len(candidates) > 1 and all(shared_settings(c) == shared for c in candidates):
         rows, in_features = data.x_train.shape[1], data.x_train.shape[2]
         chunk = choose_chunk_size(config, rows, in_features, len(candidates))
-        if chunk < len(candidates):
-            return [
-                score
-                for begin in range(0, len(candidates), chunk)
-                for score in evaluate_candidates(config, data, candidates[begin : begin + chunk])
-            ]
-        base = TrainConfig(**{**config.__dict__, **shared})
+    scores: list[float] = []
+    for begin in range(0, len(candidates), chunk):
+        for score in _evaluate_stack(config, data, candidates[begin : begin + chunk]):
+            if on_score is not None:
+                on_score(len(scores), score)
+            scores.append(score)
+    return scores
+
+
+def _evaluate_stack(
+    config: TrainConfig, data: StackedSplits, candidates: list[dict[str, float]]
+) -> list[float]:
+    """Scores of candidates that share all but ``PER_MODEL_SETTINGS``, trained as one stack.
+
+    A stack whose loss diverges is trained again one candidate at a time, so that only the
+    divergent candidates score NaN.
+    """
+    if len(candidates) > 1:
+        base = TrainConfig(**{**config.__dict__, **shared_settings(candidates[0])})
         per_model = {
             name: torch.tensor([c[name] for c in candidates], dtype=base.torch_dtype)
             for name in PER_MODEL_SETTINGS
@@ -240,10 +265,14 @@ def tune(
             }
             for t in trials
         ]
-        for trial, score in zip(trials, evaluate_candidates(config, data, candidates), strict=True):
-            if math.isfinite(score):
-                study.tell(trial, score)
-            else:
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        evaluate_candidates(config, data, candidates, on_score=partial(_tell, study, trials))
         done += len(trials)
     return dict(study.best_params)
+
+
+def _tell(study: optuna.Study, trials: list[optuna.Trial], index: int, score: float) -> None:
+    """Store candidate ``index``'s score (a non-finite one as a failed trial)."""
+    if math.isfinite(score):
+        study.tell(trials[index], score)
+    else:
+        study.tell(trials[index], state=optuna.trial.TrialState.FAIL)
