@@ -187,8 +187,9 @@ class TrainConfig:
         seed: base seed; model m of split s uses streams derived from (seed, s).
         chunk_size: models trained together; None picks it from the problem size.
         dtype: "float32" or "float64".
-        compile: fuse each training step with ``torch.compile`` (needs a C++ compiler; the
-            numbers agree with eager to float rounding, not bit for bit). Off by default.
+        compile: fuse each training step with ``torch.compile`` (needs a C++ compiler). A
+            step agrees with eager to float rounding, not bit for bit, and long runs can
+            amplify that (see docs/uci.md). Off by default.
     """
 
     method: Method = Method.MF
