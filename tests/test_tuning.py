@@ -1,4 +1,5 @@
-"""Tuning: no test row is seen, stacked candidates equal candidates alone, studies resume."""
+"""Tuning: no test row is seen, stacked candidates equal candidates alone, studies resume (a
+killed round completed, not replayed)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import optuna
 import pytest
 
 from vbnn.core.contracts import Method, TrainConfig
+from vbnn.core.randomness import derive_seed
 from vbnn.data import load_uci
 from vbnn.regression import tuning
 from vbnn.regression.engine import run_splits, train_stack
+from vbnn.regression.studies import requeue_unfinished, sampler_seed, used_budget
 from vbnn.regression.tuning import (
     TuningConfig,
     evaluate_candidates,
@@ -20,6 +23,7 @@ from vbnn.regression.tuning import (
     tuning_problem,
     tuning_rows,
 )
+from vbnn.sweeps.uci import store_trials, stored_trials, tuning_unit
 
 
 def test_tuning_rows_come_from_the_training_rows_only(data_dir: Path) -> None:
@@ -128,3 +132,123 @@ def test_a_killed_round_keeps_the_candidates_it_finished(
     trials = optuna.load_study(study_name=summary.study_name, storage=storage).trials
     assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == 4
     assert len(calls) == 2  # the resumed search trained only the two it lacked
+
+
+def scored(trials: list) -> dict[float, float]:
+    """prior std -> validation score of the complete trials."""
+    return {
+        t.params["prior_std"]: t.value
+        for t in trials
+        if t.state == optuna.trial.TrialState.COMPLETE
+    }
+
+
+def test_a_resumed_search_completes_the_killed_round(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after two of a round of four, the search resumes with the round's other two
+    candidates (not new ones, nor the two it scored again), abandons their running trials, and
+    ends with the uninterrupted search's four candidates and scores."""
+    boston, config, budget, killed = killed_study(
+        data_dir, tmp_path / "killed.sqlite", monkeypatch, queued=False
+    )
+    whole = f"sqlite:///{tmp_path / 'whole.sqlite'}"
+    tune(boston, 0, config, budget, whole)
+    (summary,) = optuna.get_all_study_summaries(whole)
+    uninterrupted = scored(optuna.load_study(study_name=summary.study_name, storage=whole).trials)
+    tune(boston, 0, config, budget, killed)
+    trials = optuna.load_study(study_name=summary.study_name, storage=killed).trials
+    abandoned = [t for t in trials if t.user_attrs.get("abandoned")]
+    assert len(abandoned) == 2 and all(t.state == optuna.trial.TrialState.FAIL for t in abandoned)
+    assert used_budget(trials) == 4
+    assert scored(trials) == uninterrupted  # same candidates, bit-identical scores
+
+
+def test_a_shared_study_leaves_running_trials_alone(data_dir: Path, tmp_path: Path) -> None:
+    """With workers sharing a study, another worker's running trial is live: kept running and
+    not re-run, while this worker fills the budget."""
+    boston = load_uci("boston", data_dir)
+    storage = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,))
+    name = "boston/shared"
+    live = optuna.create_study(study_name=name, storage=storage, direction="maximize").ask()
+    live.suggest_float("prior_std", 0.01, 10.0, log=True)
+    tune(boston, 0, config, TuningConfig(trials=2, batch=2), storage, name=name, sole_writer=False)
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    assert trials[0].state == optuna.trial.TrialState.RUNNING
+    assert used_budget(trials) == 2 and not any(t.user_attrs for t in trials)
+
+
+def test_sampler_seed_keeps_a_new_study_and_moves_a_resumed_one() -> None:
+    new = sampler_seed(0, 0, 0, 0)
+    assert new == derive_seed(0, 0, "tuning") % 2**32  # what every study so far was drawn with
+    assert sampler_seed(0, 0, 1, 0) == (new + 1) % 2**32
+    resumed = {sampler_seed(0, 0, 0, n) for n in (3, 4, 30)}
+    assert len(resumed) == 3 and new not in resumed
+
+
+def killed_study(data_dir: Path, path: Path, monkeypatch: pytest.MonkeyPatch, queued: bool):
+    """A study of 4 MAP candidates killed after scoring two (then, if ``queued``, a resumed
+    search killed right after queueing the other two): (dataset, config, budget, storage)."""
+    boston = load_uci("boston", data_dir)
+    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,), chunk_size=1)
+    budget = TuningConfig(trials=4, batch=4)
+    storage = f"sqlite:///{path}"
+
+    def kill_on_third(*args, calls=[], **kwargs):  # noqa: B006 - counts across calls
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return train_stack(*args, **kwargs)
+
+    monkeypatch.setattr(tuning, "train_stack", kill_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        tune(boston, 0, config, budget, storage)
+    monkeypatch.setattr(tuning, "train_stack", train_stack)
+    if queued:
+        (summary,) = optuna.get_all_study_summaries(storage)
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        assert len(requeue_unfinished(study, budget.trials)) == 2
+    return boston, config, budget, storage
+
+
+def trial_records(storage: str) -> list[tuple]:
+    (summary,) = optuna.get_all_study_summaries(storage)
+    trials = optuna.load_study(study_name=summary.study_name, storage=storage).trials
+    return [(t.number, t.state, t.params, t.value, t.user_attrs) for t in trials]
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["running", "queued"])
+def test_a_remote_resume_leaves_the_study_a_local_resume_leaves(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queued: bool
+) -> None:
+    """Resuming a killed study on an in-memory copy (a Ray worker) and storing what it returns
+    gives the same trials, numbers, states and scores as resuming it in place."""
+    boston, config, budget, local = killed_study(
+        data_dir, tmp_path / "local.sqlite", monkeypatch, queued
+    )
+    *_, remote = killed_study(data_dir, tmp_path / "remote.sqlite", monkeypatch, queued)
+    assert trial_records(local) == trial_records(remote)
+    tuning_unit(boston, 0, config, budget, local)
+    name = tuning.study_name("boston", 0, config, budget.seed)
+    returned = tuning_unit(boston, 0, config, budget, None, stored_trials(remote, name))
+    store_trials(remote, "boston", 0, config, budget, returned)
+    records = trial_records(local)
+    assert records == trial_records(remote)
+    assert sum(state == optuna.trial.TrialState.COMPLETE for _, state, *_ in records) == 4
+
+
+def test_the_budget_counts_candidates_not_abandoned_or_repeated_trials() -> None:
+    distribution = {"prior_std": optuna.distributions.FloatDistribution(0.01, 10.0, log=True)}
+
+    def trial(prior_std: float, state=optuna.trial.TrialState.COMPLETE, **attrs):
+        value = 1.0 if state == optuna.trial.TrialState.COMPLETE else None
+        return optuna.trial.create_trial(
+            params={"prior_std": prior_std}, distributions=distribution, value=value,
+            state=state, user_attrs=attrs,
+        )  # fmt: skip
+
+    fail = optuna.trial.TrialState.FAIL
+    abandoned = trial(0.4, fail, abandoned=True)
+    trials = [trial(0.1), trial(0.2), trial(0.1), trial(0.3, fail), abandoned]
+    assert used_budget(trials) == 3  # 0.1 and 0.2 scored, 0.3 diverged

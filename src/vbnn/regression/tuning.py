@@ -16,7 +16,8 @@ SGLD settings at all; here SGLD's step size eta is searched together with its pr
 - the study lives in Optuna storage (the results database's SQLite file), so a killed search
   resumes: trials already complete count towards the budget. Each score is stored as soon as
   its stack has trained; on the large sets a stack is one model, so a killed round keeps the
-  candidates it finished.
+  candidates it finished, and the resumed search trains the rest of that round first
+  (``studies``).
 
 Protocols (``TuneProtocol``): ``once`` tunes on split 0's training data and shares the values with
 every split (the paper's); ``per-split`` tunes each split on its own training data, so no test row
@@ -45,6 +46,7 @@ from vbnn.regression.engine import (
     shared_settings,
     train_stack,
 )
+from vbnn.regression.studies import requeue_unfinished, sampler_seed, used_budget
 from vbnn.training.full_batch import NonFiniteLossError
 
 
@@ -223,6 +225,7 @@ def tune(
     storage: str | optuna.storages.BaseStorage | None = None,
     worker: int = 0,
     name: str | None = None,
+    sole_writer: bool = True,
 ) -> dict[str, float]:
     """Search ``SEARCH_SPACES[config.method]`` on split ``split``'s training data.
 
@@ -234,6 +237,9 @@ def tune(
             sampler with the study's seed + ``w`` (worker 0: the study's own), so workers do not
             propose the same random start-up candidates.
         name: the study's name in ``storage`` (default: :func:`study_name`).
+        sole_writer: True when no other process tunes this study meanwhile: a trial still
+            running is then a killed process's, and the search completes it first
+            (``studies.requeue_unfinished``). False when workers share the study.
 
     Returns:
         The best candidate's values, e.g. {"prior_std": 0.8}.
@@ -245,17 +251,19 @@ def tune(
         storage=storage,
         direction="maximize",
         load_if_exists=True,
-        # each split's study proposes its own candidates (a seed of its own)
-        sampler=optuna.samplers.TPESampler(
-            seed=(derive_seed(tuning.seed, split, "tuning") + worker) % 2**32, constant_liar=True
-        ),
     )
+    # each split's study proposes its own candidates (a seed of its own); a resumed search too
+    seed = sampler_seed(tuning.seed, split, worker, len(study.trials))
+    study.sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+    done = used_budget(study.trials)
+    if done >= tuning.trials:
+        return dict(study.best_params)
+    if sole_writer:
+        requeue_unfinished(study, tuning.trials)
     data = tuning_problem(
         dataset, split, tuning.validation_fraction, tuning.seed, config.torch_dtype
     )
     batch = 1 if config.method is Method.ES else tuning.batch
-    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    done = sum(t.state in finished for t in study.trials)
     while done < tuning.trials:
         trials = [study.ask() for _ in range(min(batch, tuning.trials - done))]
         candidates = [

@@ -20,11 +20,12 @@ import optuna
 
 from vbnn.core.contracts import SplitResult, TrainConfig
 from vbnn.data.uci import RegressionDataset, load_uci
+from vbnn.regression.studies import used_budget
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, config_hash
 from vbnn.sweeps.executors import Unit, add_executor_arguments, run_sweep, settings_from
 from vbnn.sweeps.grid import Grid, Search, load_grid
-from vbnn.sweeps.uci import finished_trials, split_units, train_unit
+from vbnn.sweeps.uci import split_units, stored_trials, train_unit
 
 DESCRIPTION = "run a GRID.toml of UCI runs (or an Optuna search) locally or on a Ray cluster"
 
@@ -62,7 +63,10 @@ def search_unit(
     """A worker's share of one study (all workers stop when it holds ``trials`` trials)."""
     name = search_study_name(dataset.name, config, search)
     storage = storage_for(search, out)
-    return tune(dataset, search.split, config, _tuning(search, config), storage, worker, name)
+    tuning = _tuning(search, config)
+    # workers share the study: another's running trial is live, not a killed one's
+    shared = search.workers > 1
+    return tune(dataset, search.split, config, tuning, storage, worker, name, not shared)
 
 
 def _tuning(search: Search, config: TrainConfig) -> TuningConfig:
@@ -81,11 +85,12 @@ def _searched_values(
     search = grid.search
     assert search is not None
     storage = storage_for(search, args.out)
-    short = [
-        (name, config)
-        for name, config in grid.runs()
-        if len(finished_trials(storage, search_study_name(name, config, search))) < search.trials
-    ]
+
+    def short_of_trials(name: str, config: TrainConfig) -> bool:
+        trials = stored_trials(storage, search_study_name(name, config, search))
+        return used_budget(trials) < search.trials
+
+    short = [(name, config) for name, config in grid.runs() if short_of_trials(name, config)]
     units = [
         Unit(
             f"search {name} {config.method.value} seed {config.seed} worker {w}",

@@ -12,9 +12,10 @@ return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for T
 - :func:`tuning_unit` runs (the rest of) one Optuna study (:func:`study_units` makes the units
   of the studies still short of their trials, :func:`trial_keeper` is the driver's callback).
   Given the study's storage (this process) it writes there as it goes, as ``tuning.tune``
-  always did; given none (a Ray worker), it continues an in-memory copy of the trials stored so
-  far and returns the new trials, which the driver adds to its storage (:func:`store_trials`).
-  The sampler sees the same history with the same seed either way, so it proposes the same
+  always did; given none (a Ray worker), it continues an in-memory copy of every trial stored so
+  far (a killed search's unfinished ones too) and returns the trials it finished, which the
+  driver adds to its storage (:func:`store_trials`), retiring its own unfinished ones. The
+  sampler sees the same history with the same seed either way, so it proposes the same
   candidates.
 """
 
@@ -31,6 +32,14 @@ from vbnn.core.contracts import SplitResult, TrainConfig
 from vbnn.data.splits import group_by_size
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.engine import TrainedStack, choose_chunk_size, run_splits
+from vbnn.regression.studies import (
+    FINISHED,
+    RUNNING,
+    abandon,
+    finish_queued,
+    is_abandoned,
+    used_budget,
+)
 from vbnn.regression.tuning import TuningConfig, study_name, tune
 from vbnn.sweeps.executors import Unit
 
@@ -100,14 +109,25 @@ def train_unit_with_metrics(
     return list(result.splits), metrics
 
 
-def finished_trials(storage: optuna.storages.BaseStorage | str, name: str) -> list:
-    """The complete or failed trials of study ``name`` in ``storage`` (none if it is absent)."""
+def stored_trials(storage: optuna.storages.BaseStorage | str, name: str) -> list:
+    """Every trial of study ``name`` in ``storage``, by number (none if it is absent)."""
     try:
-        study = optuna.load_study(study_name=name, storage=storage)
+        return optuna.load_study(study_name=name, storage=storage).trials
     except KeyError:
         return []
-    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    return [t for t in study.trials if t.state in finished]
+
+
+def finished_here(
+    trials: Sequence[optuna.trial.FrozenTrial], stored: Sequence[optuna.trial.FrozenTrial]
+) -> list[optuna.trial.FrozenTrial]:
+    """The trials a search finished on top of ``stored``: new ones, or queued ones it asked."""
+    return [
+        t
+        for t in trials
+        if t.state in FINISHED
+        and not is_abandoned(t)
+        and (t.number >= len(stored) or stored[t.number].state not in FINISHED)
+    ]
 
 
 def tuning_unit(
@@ -130,9 +150,9 @@ def tuning_unit(
         optuna.create_study(study_name=name, storage=storage, direction="maximize").add_trials(
             stored
         )
-    before = len(finished_trials(storage, name))
+    before = stored_trials(storage, name)
     tune(dataset, split, config, tuning, storage)
-    return finished_trials(storage, name)[before:]
+    return finished_here(stored_trials(storage, name), before)
 
 
 def store_trials(
@@ -143,11 +163,25 @@ def store_trials(
     tuning: TuningConfig,
     trials: Sequence[optuna.trial.FrozenTrial],
 ) -> None:
-    """The driver's half of a remote :func:`tuning_unit`: add its trials to the stored study."""
+    """The driver's half of a remote :func:`tuning_unit`: add its trials to the stored study.
+
+    The unit re-ran the candidates of this study's unfinished trials (``tuning.tune``): the
+    running ones are abandoned here as they were there, and the queued ones it finished are
+    finished in place, so the study ends as a local search would have left it.
+    """
     name = study_name(dataset, split, config, tuning.seed)
-    optuna.create_study(
+    study = optuna.create_study(
         study_name=name, storage=storage, direction="maximize", load_if_exists=True
-    ).add_trials(trials)
+    )
+    before = len(study.trials)
+    for trial in study.trials:
+        if trial.state == RUNNING:
+            abandon(study, trial)
+    for trial in sorted(trials, key=lambda t: t.number):
+        if trial.number < before:
+            finish_queued(study, trial)
+        else:
+            study.add_trial(trial)
 
 
 def study_units(
@@ -161,8 +195,8 @@ def study_units(
     trials: writing to ``storage`` as it goes here, or on an in-memory copy when ``remote``."""
     units = []
     for dataset, split, config in studies:
-        stored = finished_trials(storage, study_name(dataset.name, split, config, tuning.seed))
-        if len(stored) >= tuning.trials:
+        stored = stored_trials(storage, study_name(dataset.name, split, config, tuning.seed))
+        if used_budget(stored) >= tuning.trials:
             continue
         where = (None, stored) if remote else (storage,)
         hidden = "x".join(str(width) for width in config.hidden)
