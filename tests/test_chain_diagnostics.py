@@ -51,7 +51,19 @@ def test_rhat_sees_a_shifted_chain_and_the_folded_part_a_wider_one() -> None:
     wider = rng.standard_normal((4, 500, 1))
     wider[0] *= 3.0  # same location: only the folded (scale) R-hat sees it
     assert rank_rhat(wider)[0] > 1.05
-    assert ConvergenceCriterion().passes(summarise_chains(shifted, shifted[..., 0])) is False
+    draws_alone = ConvergenceCriterion(max_divergences=None)
+    assert draws_alone.passes(summarise_chains(shifted, shifted[..., 0])) is False
+
+
+def test_divergences_fail_chains_that_otherwise_mix() -> None:
+    mixed = np.random.default_rng(2).standard_normal((4, 1000, 2))
+    summary = summarise_chains(mixed, mixed[..., 0])
+    assert ConvergenceCriterion(max_divergences=None).passes(summary)
+    assert ConvergenceCriterion().passes({**summary, "divergences": 0})
+    assert not ConvergenceCriterion().passes({**summary, "divergences": 1})
+    assert ConvergenceCriterion(max_divergences=5).passes({**summary, "divergences": 5})
+    with pytest.raises(ValueError, match="divergences"):
+        ConvergenceCriterion().passes(summary)  # the sampler's count is missing
 
 
 def test_split_chains_halves_and_drops_the_middle_of_an_odd_chain() -> None:

@@ -53,6 +53,8 @@ def test_only_repeats_passing_the_criterion_enter_the_trusted_gap() -> None:
     assert row["kl_diag_full_mean"] == pytest.approx(3.0)
     rows[0]["nuts_tail_ess_min"] = 50.0
     assert aggregate(rows, ConvergenceCriterion()).iloc[0]["trusted_repeats"] == 1
+    rows[2]["nuts_divergences"] = 3.0  # the last trusted repeat diverged
+    assert aggregate(rows, ConvergenceCriterion()).iloc[0]["trusted_repeats"] == 0
 
 
 def test_a_depth_is_doubtful_only_where_no_activation_is_trusted() -> None:

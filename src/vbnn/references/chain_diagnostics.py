@@ -90,18 +90,29 @@ class ConvergenceCriterion:
         max_rhat: every coordinate's rank-normalised R-hat at most this.
         min_bulk_ess: every coordinate's bulk ESS at least this.
         min_tail_ess: every coordinate's tail ESS at least this.
+        max_divergences: divergent transitions among the kept samples of all chains at most
+            this (a divergence means the sampler missed part of the posterior, so its draws are
+            biased however well the chains agree); None judges the draws alone.
     """
 
     max_rhat: float = 1.05
     min_bulk_ess: float = 100.0
     min_tail_ess: float = 100.0
+    max_divergences: int | None = 0
 
     def passes(self, summary: dict[str, float]) -> bool:
-        """``summary`` as returned by :func:`summarise_chains`."""
+        """``summary`` as returned by :func:`summarise_chains`, with the sampler's
+        ``divergences`` unless ``max_divergences`` is None."""
+        if self.max_divergences is not None and "divergences" not in summary:
+            raise ValueError(
+                "ConvergenceCriterion.passes: the summary has no 'divergences' (the sampler's "
+                "count); add it, or set max_divergences=None to judge the draws alone"
+            )
         return bool(
             summary["rhat_max"] <= self.max_rhat
             and summary["bulk_ess_min"] >= self.min_bulk_ess
             and summary["tail_ess_min"] >= self.min_tail_ess
+            and (self.max_divergences is None or summary["divergences"] <= self.max_divergences)
         )
 
 

@@ -67,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dense-mass", action="store_true", help="dense mass matrix")
     parser.add_argument("--max-rhat", type=float, default=1.05, help="trusted-unit criterion")
     parser.add_argument("--min-ess", type=float, default=100.0, help="bulk and tail ESS, ditto")
+    parser.add_argument(
+        "--max-divergences", type=int, default=0, help="divergent transitions of a unit, ditto"
+    )
     parser.add_argument("--points", type=int, default=None, help="two-moons training points")
     parser.add_argument("--warmup", type=int, default=None, help="NUTS warm-up per chain")
     parser.add_argument("--samples", type=int, default=None, help="NUTS kept samples per chain")
@@ -173,7 +176,9 @@ def run(args: argparse.Namespace) -> None:
     print(note)
     product = run_product_figure(out, args.heatmap_samples, args.seed)
     records = run_units(units, out, settings_from(args))
-    criterion = ConvergenceCriterion(args.max_rhat, args.min_ess, args.min_ess)
+    criterion = ConvergenceCriterion(
+        args.max_rhat, args.min_ess, args.min_ess, args.max_divergences
+    )
     table = aggregate(records, criterion)
     table.to_csv(out / "depth_gap.csv", index=False)
     plot_depth_gap(table, out / "depth_gap.png", args.quick)

@@ -138,7 +138,8 @@ def run_units(
 
 
 def trusted_units(records: list[dict[str, Any]], criterion: ConvergenceCriterion) -> pd.DataFrame:
-    """One row per unit with ``trusted``: its chains pass ``criterion`` (R-hat, bulk, tail ESS)."""
+    """One row per unit with ``trusted``: its chains pass ``criterion`` (R-hat, bulk and tail
+    ESS, divergences)."""
     frame = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in records])
     frame["trusted"] = [
         criterion.passes({k.removeprefix("nuts_"): v for k, v in r.items()}) for r in records
