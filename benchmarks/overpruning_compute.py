@@ -5,7 +5,9 @@ A reproduction made in pieces has no single wall time; the database keeps enough
 * tuning: per Optuna study, the time during which at least one of its trials was running
   (candidates of a round train together, so their intervals overlap; the union is counted once);
 * training: the ``wall_seconds`` of every stored run of the configuration the table uses (the
-  newest config hash of each data set and method; older hashes are runs of superseded code).
+  newest config hash of each data set, method and hidden widths; older hashes are runs of
+  superseded code). The widths tell apart the depths of ``vbnn reproduce uci-depth``, whose
+  database this reads too.
 
     python benchmarks/overpruning_compute.py results/overpruning/results.sqlite [--by-method]
 
@@ -16,6 +18,7 @@ method and, for a re-tuned family, a suffix such as ``/scaled-unit``), training 
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
 from pathlib import Path
 
@@ -48,8 +51,13 @@ def _read(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             " FROM trials t JOIN studies s USING (study_id) WHERE t.state = 'COMPLETE'",
             connection,
         )
-    newest = runs.sort_values("created_at").groupby(["dataset", "method"])["config_hash"].last()
-    current = runs.join(newest.rename("newest"), on=["dataset", "method"])
+    runs["hidden"] = [
+        "x".join(str(width) for width in json.loads(text)["hidden"])
+        for text in runs["hyperparameters"]
+    ]
+    keys = ["dataset", "method", "hidden"]
+    newest = runs.sort_values("created_at").groupby(keys)["config_hash"].last()
+    current = runs.join(newest.rename("newest"), on=keys)
     current = current[current["config_hash"] == current["newest"]]
     trials["start"], trials["end"] = pd.to_datetime(trials["start"]), pd.to_datetime(trials["end"])
     trials["dataset"] = trials["study_name"].str.split("/").str[0]
@@ -60,7 +68,7 @@ def minutes_by_method(path: Path) -> tuple[pd.Series, pd.DataFrame]:
     """(busy minutes of every tuning study, training minutes and runs per data set and method)."""
     current, trials = _read(path)
     tuning = trials.groupby("study_name")[["start", "end"]].apply(busy_seconds) / 60
-    training = current.groupby(["dataset", "method"])["wall_seconds"].agg(["sum", "size"])
+    training = current.groupby(["dataset", "method", "hidden"])["wall_seconds"].agg(["sum", "size"])
     training = training.rename(columns={"sum": "training_min", "size": "runs"})
     training["training_min"] /= 60
     return tuning.rename("tuning_min"), training
