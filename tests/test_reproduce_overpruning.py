@@ -6,6 +6,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from vbnn.cli import main
 
 TINY = ["--datasets", "yacht", "--methods", "map,mf,sgld", "--splits", "0-1", "--iterations",
@@ -30,6 +32,35 @@ def test_tiny_reproduction_writes_every_file_and_resumes(data_dir: Path, tmp_pat
     with sqlite3.connect(out / "results.sqlite") as connection:
         assert connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 6
     assert (out / "table1.md").read_text().split("Marks")[0] == table.split("Marks")[0]
+
+
+def test_status_reads_the_run_and_writes_nothing(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    args = ["reproduce", "overpruning", "--out", str(out), "--no-figures", "--datasets", "yacht",
+            "--methods", "map,mf", "--splits", "0-2", "--iterations", "20", "--trials", "2",
+            "--no-progress"]  # fmt: skip
+    assert main([*args, "--status"]) == 0
+    assert "no results database yet" in capsys.readouterr().out and not out.exists()
+    assert main(args) == 0
+    capsys.readouterr()
+
+    def files() -> dict[str, int]:  # SQLite's shared-memory index comes and goes with readers
+        return {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.suffix != ".sqlite-shm"}
+
+    wal = out / "results.sqlite-wal"  # a write would land here first
+    before, wal_size = files(), wal.stat().st_size if wal.exists() else 0
+    assert main([*args, "--methods", "map,mf,gd", "--status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in lines[2:]]
+    assert rows == [["yacht", "map", "50", "2/2", "3/3"], ["yacht", "mf", "50", "2/2", "3/3"],
+                    ["yacht", "gd", "50", "0/2", "0/3"]]  # fmt: skip
+    after = files()
+    assert (wal.stat().st_size if wal.exists() else 0) == wal_size
+    assert {k: v for k, v in after.items() if k != wal.name} == {
+        k: v for k, v in before.items() if k != wal.name
+    }
 
 
 def test_per_split_tuning_stores_each_splits_own_values(data_dir: Path, tmp_path: Path) -> None:

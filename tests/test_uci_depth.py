@@ -17,7 +17,9 @@ TINY = ["--quick", "--datasets", "yacht", "--methods", "mf,gd,fc", "--depths", "
         "0-1", "--iterations", "30", "--trials", "2", "--no-progress"]  # fmt: skip
 
 
-def test_tiny_run_stores_pruned_units_per_layer_and_resumes(data_dir: Path, tmp_path: Path) -> None:
+def test_tiny_run_stores_pruned_units_per_layer_and_resumes(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     assert main(["reproduce", "uci-depth", "--out", str(out), *TINY]) == 0
     for name in ("depth_table.md", "depth_table.csv", "depth_gaps.csv", "depth_figure.png"):
@@ -40,6 +42,16 @@ def test_tiny_run_stores_pruned_units_per_layer_and_resumes(data_dir: Path, tmp_
     with sqlite3.connect(out / "results.sqlite") as connection:
         assert connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 10
     assert (out / "depth_table.md").read_text() == table
+    capsys.readouterr()
+    assert main(["reproduce", "uci-depth", "--out", str(out), *TINY, "--status"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[:3] for row in rows] == [
+        ["yacht", m, h]
+        for h in ("50", "50x50")
+        for m in ("mf", "gd", "fc")
+        if m != "fc" or h == "50"
+    ]
+    assert all(row[3:] == ["2/2", "2/2"] for row in rows)  # every study and split run stored
 
 
 def _record(method: str, depth: int, values: list[float]) -> dict:

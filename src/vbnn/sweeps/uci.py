@@ -8,7 +8,9 @@ return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for T
 - :func:`train_unit` trains one chunk and returns its ``SplitResult`` rows;
   :func:`train_unit_with_metrics` also returns further per-split metrics of the trained stack
   (``stack_metrics``, e.g. pruned units per layer), stored with the rows.
-- :func:`add_study_arguments` gives the two UCI reproductions their shared command-line options.
+- :func:`add_study_arguments` gives the two UCI reproductions their shared command-line options;
+  :func:`print_progress` is their ``--status`` (:func:`progress_table`): how far a resumable
+  run has come, read from its database without training or writing anything.
 - :func:`tuning_unit` runs (the rest of) one Optuna study (:func:`study_units` makes the units
   of the studies still short of their trials, :func:`trial_keeper` is the driver's callback).
   Given the study's storage (this process) it writes there as it goes, as ``tuning.tune``
@@ -23,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import optuna
+import pandas as pd
 
 from vbnn.core.contracts import SplitResult, TrainConfig
 from vbnn.data.splits import group_by_size
@@ -41,9 +45,11 @@ from vbnn.regression.studies import (
     used_budget,
 )
 from vbnn.regression.tuning import TuningConfig, study_name, tune
+from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.executors import Unit
 
 StackMetrics = Callable[[TrainedStack], Mapping[int, Mapping[str, Any]]]
+Job = tuple[RegressionDataset, TrainConfig, list[int]]  # a configuration and its splits
 
 
 def add_study_arguments(
@@ -68,6 +74,11 @@ def add_study_arguments(
     )
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--status",
+        action="store_true",
+        help="print how far the run in --out has come (candidates, split runs); trains nothing",
+    )
 
 
 def split_units(
@@ -217,3 +228,63 @@ def trial_keeper(
             store_trials(storage, dataset.name, split, config, tuning, trials)
 
     return keep
+
+
+def progress_table(
+    jobs: Sequence[Job],
+    tuned_splits: Callable[[list[int]], list[int]],
+    tuning: TuningConfig,
+    storage: optuna.storages.BaseStorage,
+    database: ResultsDatabase,
+    provenance: Callable[[RegressionDataset, TrainConfig, list[int]], Mapping[str, Any]],
+) -> pd.DataFrame:
+    """How far a resumable run has come: one row per configuration, read from its database.
+
+    Args:
+        jobs: (data set, config, splits) of every configuration the run covers.
+        tuned_splits: the splits whose studies the tuning protocol uses, given a job's splits.
+        provenance: the ``extra`` a job's runs are stored with; called only once the job's
+            studies are complete (its split runs start only then).
+
+    Returns:
+        Columns data set, method, hidden (widths), candidates (distinct candidates scored over
+        the budget, ``studies.used_budget``) and split runs (stored over planned).
+    """
+    rows = []
+    for dataset, config, splits in jobs:
+        names = [study_name(dataset.name, k, config, tuning.seed) for k in tuned_splits(splits)]
+        counts = [min(used_budget(stored_trials(storage, name)), tuning.trials) for name in names]
+        runs = 0
+        if all(count >= tuning.trials for count in counts):
+            extra = provenance(dataset, config, splits)
+            runs = len(database.stored_splits(dataset.name, config, extra) & set(splits))
+        rows.append({
+            "data set": dataset.name,
+            "method": config.method.value,
+            "hidden": "x".join(str(width) for width in config.hidden),
+            "candidates": f"{sum(counts)}/{tuning.trials * len(names)}",
+            "split runs": f"{runs}/{len(splits)}",
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def print_progress(
+    out: Path,
+    jobs: Sequence[Job],
+    tuned_splits: Callable[[list[int]], list[int]],
+    tuning: TuningConfig,
+    provenance: Callable[..., Mapping[str, Any]],
+    heading: str = "",
+) -> None:
+    """Print :func:`progress_table` for the run in ``out`` (``provenance`` takes the Optuna
+    storage first); a folder without a database says so."""
+    database_path = out / "results.sqlite"
+    if not database_path.is_file():
+        print(f"{database_path}: no results database yet; nothing has run")
+        return
+    storage = optuna_storage(database_path)
+    with ResultsDatabase(database_path) as database:
+        stored_with = partial(provenance, storage)
+        table = progress_table(jobs, tuned_splits, tuning, storage, database, stored_with)
+    print(f"{database_path}{heading}")
+    print(table.to_string(index=False))

@@ -52,7 +52,9 @@ from vbnn.sweeps.executors import (
     settings_from,
 )
 from vbnn.sweeps.uci import (
+    Job,
     add_study_arguments,
+    print_progress,
     split_units,
     study_units,
     train_unit,
@@ -159,14 +161,12 @@ def tuned_values(
     return {k: tune(dataset, k, config, tuning, storage) for k in splits}
 
 
-def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
-    """Tune, train and evaluate every (data set, method) as units on the chosen executor (all
-    studies first, then the chunks of splits); the driver alone writes the database."""
-    database_path = out / "results.sqlite"
-    storage = optuna_storage(database_path)
-    settings = settings_from(args)
-    remote = settings.kind is not ExecutorKind.LOCAL
-    progress = not args.no_progress
+# the splits whose studies each tuning protocol uses
+TUNED_SPLITS = {"none": lambda splits: [], "once": lambda splits: [0], "per-split": list}
+
+
+def plan_jobs(args: argparse.Namespace, plan: Plan) -> list[Job]:
+    """(data set, config, splits) of every (data set, method) the plan covers."""
     jobs = []
     for dataset_name in plan.datasets:
         dataset = load_uci(dataset_name, args.data_dir)
@@ -180,9 +180,32 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
                 compile=args.compile,
             )
             jobs.append((dataset, config, splits))
+    return jobs
 
+
+def print_status(args: argparse.Namespace, plan: Plan, out: Path) -> None:
+    """``--status``: candidates and split runs stored in ``out``, per data set and method."""
     tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
-    tuned = {"none": lambda splits: [], "once": lambda splits: [0], "per-split": list}[args.tune]
+
+    def provenance(storage, dataset, config, splits) -> dict:
+        values = tuned_values(dataset, config, plan, args.tune, splits, storage, args.seed)
+        return {"tune": args.tune, "trials": plan.trials, "values": values}
+
+    heading = f" (tuning: {args.tune})"
+    print_progress(out, plan_jobs(args, plan), TUNED_SPLITS[args.tune], tuning, provenance, heading)
+
+
+def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
+    """Tune, train and evaluate every (data set, method) as units on the chosen executor (all
+    studies first, then the chunks of splits); the driver alone writes the database."""
+    database_path = out / "results.sqlite"
+    storage = optuna_storage(database_path)
+    settings = settings_from(args)
+    remote = settings.kind is not ExecutorKind.LOCAL
+    progress = not args.no_progress
+    jobs = plan_jobs(args, plan)
+    tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
+    tuned = TUNED_SPLITS[args.tune]
     studies = [(dataset, k, config) for dataset, config, splits in jobs for k in tuned(splits)]
     units = study_units(studies, tuning, storage, remote, args.cpus_per_unit)
     run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
@@ -215,6 +238,9 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
 def run(args: argparse.Namespace) -> None:
 
     out = Path(args.out)
+    if args.status:  # reads only: no folder made, nothing written
+        print_status(args, _plan(args), out)
+        return
     out.mkdir(parents=True, exist_ok=True)
     if args.pruning_rules:
         splits = parse_splits(args.splits) if args.splits else range(20)

@@ -46,7 +46,9 @@ from vbnn.sweeps.executors import (
     settings_from,
 )
 from vbnn.sweeps.uci import (
+    Job,
     add_study_arguments,
+    print_progress,
     split_units,
     study_units,
     train_unit_with_metrics,
@@ -134,18 +136,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     return plan
 
 
-def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
-    """Tune, train and evaluate every (data set, method, depth) as units on the chosen executor
-    (all studies first, then the chunks of splits); from/into the database.
-
-    Returns one record per (data set, method, depth): its per-split results and stored metrics.
-    """
-    database_path = out / "results.sqlite"
-    storage = optuna_storage(database_path)
-    settings = settings_from(args)
-    remote = settings.kind is not ExecutorKind.LOCAL
-    progress = not args.no_progress
-    tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
+def plan_jobs(args: argparse.Namespace, plan: Plan) -> list[Job]:
+    """(data set, config, splits) of every (data set, depth, method) the plan covers."""
     jobs = []
     for dataset_name in plan.datasets:
         dataset = load_uci(dataset_name, args.data_dir)
@@ -158,6 +150,37 @@ def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
                                      iterations=plan.iterations, seed=args.seed,
                                      compile=args.compile)  # fmt: skip
                 jobs.append((dataset, config, splits))
+    return jobs
+
+
+def provenance(chosen: dict[str, float], splits: list[int], plan: Plan) -> dict:
+    """The ``extra`` a configuration's runs are stored with: split 0's values for every split."""
+    return {"tune": "once", "trials": plan.trials, "values": {k: chosen for k in splits}}
+
+
+def print_status(args: argparse.Namespace, plan: Plan, out: Path) -> None:
+    """``--status``: candidates and split runs stored in ``out``, per data set, method, depth."""
+    tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
+
+    def stored_with(storage, dataset, config, splits) -> dict:
+        return provenance(tune(dataset, 0, config, tuning, storage), splits, plan)
+
+    print_progress(out, plan_jobs(args, plan), lambda splits: [0], tuning, stored_with)
+
+
+def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
+    """Tune, train and evaluate every (data set, method, depth) as units on the chosen executor
+    (all studies first, then the chunks of splits); from/into the database.
+
+    Returns one record per (data set, method, depth): its per-split results and stored metrics.
+    """
+    database_path = out / "results.sqlite"
+    storage = optuna_storage(database_path)
+    settings = settings_from(args)
+    remote = settings.kind is not ExecutorKind.LOCAL
+    progress = not args.no_progress
+    tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
+    jobs = plan_jobs(args, plan)
     units = study_units([(d, 0, c) for d, c, _ in jobs], tuning, storage, remote,
                         args.cpus_per_unit)  # fmt: skip
     run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
@@ -167,7 +190,7 @@ def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
         for dataset, config, splits in jobs:  # the studies are complete: values read back
             chosen = tune(dataset, 0, config, tuning, storage)
             values = {k: chosen for k in splits}
-            extra = {"tune": "once", "trials": plan.trials, "values": values}
+            extra = provenance(chosen, splits, plan)
             records.append((dataset, config, splits, chosen, extra))
             metric = pruned_counts_metric(config, values)
             for chunk in split_units(dataset, config, database.missing_splits(
@@ -197,6 +220,9 @@ def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
 def run(args: argparse.Namespace) -> None:
     plan = make_plan(args)
     out = Path(args.out)
+    if args.status:  # reads only: no folder made, nothing written
+        print_status(args, plan, out)
+        return
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if plan.cuts:
