@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from vbnn.regression.tuning import hidden_label
 from vbnn.stores.results_db import ResultsDatabase
 
 
@@ -51,10 +52,7 @@ def _read(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             " FROM trials t JOIN studies s USING (study_id) WHERE t.state = 'COMPLETE'",
             connection,
         )
-    runs["hidden"] = [
-        "x".join(str(width) for width in json.loads(text)["hidden"])
-        for text in runs["hyperparameters"]
-    ]
+    runs["hidden"] = [hidden_label(json.loads(text)["hidden"]) for text in runs["hyperparameters"]]
     keys = ["dataset", "method", "hidden"]
     newest = runs.sort_values("created_at").groupby(keys)["config_hash"].last()
     current = runs.join(newest.rename("newest"), on=keys)

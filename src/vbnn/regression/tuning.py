@@ -27,7 +27,7 @@ of one split can have steered the values used on another.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
@@ -68,6 +68,11 @@ SEARCH_SPACES: dict[Method, dict[str, tuple[float, float]]] = {
 }
 
 
+def hidden_label(hidden: Sequence[int]) -> str:
+    """The hidden widths as studies, keys and tables name them: ``(50, 50)`` is ``50x50``."""
+    return "x".join(str(width) for width in hidden)
+
+
 def study_name(dataset: str, split: int, config: TrainConfig, seed: int) -> str:
     """The Optuna study of one (data set, split, method, seed) search.
 
@@ -78,7 +83,7 @@ def study_name(dataset: str, split: int, config: TrainConfig, seed: int) -> str:
     """
     name = f"{dataset}/split{split}/{config.method.value}/seed{seed}"
     if config.hidden != (50,):
-        name += "/hidden" + "x".join(str(width) for width in config.hidden)
+        name += "/hidden" + hidden_label(config.hidden)
     if config.method is Method.FC and config.covariance_factor != "direct":
         name += f"/{config.covariance_factor}"
     if config.method is Method.SGLD:

@@ -44,7 +44,7 @@ from vbnn.regression.studies import (
     is_abandoned,
     used_budget,
 )
-from vbnn.regression.tuning import TuningConfig, study_name, tune
+from vbnn.regression.tuning import TuningConfig, hidden_label, study_name, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.executors import Unit
 
@@ -210,7 +210,7 @@ def study_units(
         if used_budget(stored) >= tuning.trials:
             continue
         where = (None, stored) if remote else (storage,)
-        hidden = "x".join(str(width) for width in config.hidden)
+        hidden = hidden_label(config.hidden)
         key = f"tune {dataset.name} {config.method.value} hidden {hidden} split {split}"
         units.append(Unit(key, tuning_unit, (dataset, split, config, tuning, *where), cpus))
     return units
@@ -261,7 +261,7 @@ def progress_table(
         rows.append({
             "data set": dataset.name,
             "method": config.method.value,
-            "hidden": "x".join(str(width) for width in config.hidden),
+            "hidden": hidden_label(config.hidden),
             "candidates": f"{sum(counts)}/{tuning.trials * len(names)}",
             "split runs": f"{runs}/{len(splits)}",
         })  # fmt: skip
