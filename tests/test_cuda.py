@@ -8,19 +8,25 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_family_contract import IDS, SHAPES, WITH_KL, assert_same_moments, inputs, make
 
 from vbnn.classification.training import ClassifierConfig, train_classifier
-from vbnn.core.contracts import ForwardMode
+from vbnn.core.contracts import ForwardMode, TrainConfig
 from vbnn.core.randomness import ModelGenerators
+from vbnn.data.embedded import load_diabetes_splits
+from vbnn.data.splits import stack_splits
 from vbnn.layers import FAMILIES
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.regression.engine import run_splits, train_stack
+from vbnn.regression.estimator import BayesianRegressor
 
 CUDA = torch.device(os.environ.get("VBNN_TEST_DEVICE", "cuda"))
 # cuBLAS reads this when it starts: its deterministic workspace (for the resume test)
@@ -142,3 +148,53 @@ def test_a_lenet_run_on_cuda_resumes_to_the_uninterrupted_numbers(
     assert all(value.device.type == CUDA.type for value in resumed.values())
     for key, value in whole.items():
         assert torch.equal(value, resumed[key]), key
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"method": "es", "iterations": 60, "eval_every": 5},
+        {"method": "mf"},
+        {"method": "gd", "posterior_std": 0.05},
+        {"method": "fc", "cholesky_learning_rate": 1e-3},
+        {"method": "sgld", "batch_size": 32, "burn_in": 20, "thinning": 10},
+    ],
+    ids=lambda settings: settings["method"],
+)
+def test_uci_runs_on_cuda_give_the_cpu_metrics(settings: dict) -> None:
+    """``TrainConfig.device``: a stack of two splits trained on CUDA (data, model, per-model
+    values and noise moved there; the streams stay on the CPU) ends at the CPU run's test
+    metrics, in float64 where only summation order differs."""
+    dataset = load_diabetes_splits(seed=0)
+    base = {"iterations": 40, "test_samples": 20, "dtype": "float64", "hidden": (8,), **settings}
+    on_cpu = run_splits(dataset, [0, 1], TrainConfig(**base))
+    on_cuda = run_splits(dataset, [0, 1], TrainConfig(**base, device=str(CUDA)))
+    for cpu, cuda in zip(on_cpu.splits, on_cuda.splits, strict=True):
+        assert cuda.test_log_likelihood == pytest.approx(cpu.test_log_likelihood, rel=1e-6)
+        assert cuda.test_rmse == pytest.approx(cpu.test_rmse, rel=1e-6)
+        assert cuda.stopped_iteration == cpu.stopped_iteration
+
+
+def test_a_tuning_stack_on_cuda_scores_its_candidates_as_on_the_cpu() -> None:
+    """Per-model prior stds (the tuner's candidates) travel to the device with the stack."""
+    data = stack_splits(load_diabetes_splits(seed=0), [0, 0, 0], torch.float64)
+    prior_std = torch.tensor([0.1, 1.0, 10.0], dtype=torch.float64)
+    config = TrainConfig(method="mf", iterations=30, test_samples=10, dtype="float64", hidden=(8,))
+    cpu = train_stack(config, data, prior_std=prior_std)
+    cuda = train_stack(replace(config, device=str(CUDA)), data, prior_std=prior_std)
+    assert cuda.metrics.log_likelihood.device.type == "cpu"
+    torch.testing.assert_close(cuda.metrics.log_likelihood, cpu.metrics.log_likelihood)
+
+
+def test_an_estimator_fit_on_cuda_predicts_as_on_the_cpu_and_loads_on_the_cpu(
+    tmp_path: Path,
+) -> None:
+    dataset = load_diabetes_splits(seed=0)
+    x, y = dataset.inputs, dataset.target
+    params = {"hidden": (8,), "iterations": 50, "samples": 10}
+    cpu = BayesianRegressor(**params).fit(x, y)
+    cuda = BayesianRegressor(**params, device=str(CUDA)).fit(x, y)
+    np.testing.assert_allclose(cuda.predict(x[:20]), cpu.predict(x[:20]), rtol=1e-6)
+    cuda.save(tmp_path / "model")
+    loaded = BayesianRegressor.load(tmp_path / "model", device="cpu")
+    np.testing.assert_allclose(loaded.predict(x[:20]), cpu.predict(x[:20]), rtol=1e-6)

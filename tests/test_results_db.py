@@ -52,6 +52,15 @@ def test_config_hash_ignores_seed_and_chunking_but_not_hyperparameters() -> None
     assert config_hash(base) != config_hash(base, extra={"tune": "once"})
 
 
+def test_config_hash_of_stored_runs_survives_runtime_options() -> None:
+    """The committed databases key their runs by these hashes: where and how a run trains
+    (``compile``, ``device``) must not change them, or a resumed run would train them again."""
+    fast = {"compile": True, "device": "cuda:1", "chunk_size": 3}
+    assert config_hash(TrainConfig(method=Method.MF)) == "2c3f67d1cf82748b"
+    assert config_hash(TrainConfig(method=Method.MF, **fast)) == "2c3f67d1cf82748b"
+    assert config_hash(TrainConfig(method=Method.FC, hidden=(50, 50), **fast)) == "ba96127fec9e863f"
+
+
 def test_write_read_missing_and_duplicate_key(tmp_path: Path) -> None:
     config = TrainConfig(method=Method.MAP, prior_std=0.5)
     with ResultsDatabase(tmp_path / "r.sqlite") as database:

@@ -195,6 +195,14 @@ def test_unknown_split_fails_before_training(data_dir: Path) -> None:
 def test_invalid_config_is_named() -> None:
     with pytest.raises(ValueError, match="invalid prior_std"):
         TrainConfig(prior_std=0.0)
+    with pytest.raises(ValueError, match="invalid device='gpu'"):
+        TrainConfig(device="gpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine without CUDA")
+def test_a_cuda_run_without_cuda_names_the_device(data_dir: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"device='cuda'.*no CUDA device"):
+        run_splits(load_uci("boston", data_dir), [0], TrainConfig(iterations=1, device="cuda"))
 
 
 def test_stacked_inputs_are_per_split(data_dir: Path) -> None:

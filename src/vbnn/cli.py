@@ -24,7 +24,7 @@ from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved, is
 from vbnn.experiments import REPRODUCTIONS
 from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
-from vbnn.regression.engine import run_splits
+from vbnn.regression.engine import add_runtime_arguments, run_splits
 from vbnn.regression.estimator import BayesianRegressor
 from vbnn.regression.presets import GD_POSTERIOR_STD, preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
@@ -86,6 +86,7 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
         cholesky_learning_rate=args.cholesky_learning_rate,
         covariance_factor=args.covariance_factor,
         compile=args.compile,
+        device=args.device,
         burn_in=args.burn_in,
         thinning=args.thinning,
         **chosen,
@@ -246,9 +247,7 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         default="scaled-unit",
         help="FC: L = diag(s)(I + A) (default) or L = diag(s) + A (the first Table 1 run's)",
     )
-    parser.add_argument(
-        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
-    )
+    add_runtime_arguments(parser)
     parser.add_argument("--burn-in", type=int, default=None, help="SGLD (a fifth of the steps)")
     parser.add_argument("--thinning", type=int, default=None, help="SGLD (100 samples kept)")
     parser.add_argument("--seed", type=int, default=defaults.seed)

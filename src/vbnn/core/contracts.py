@@ -190,6 +190,9 @@ class TrainConfig:
         compile: fuse each training step with ``torch.compile`` (needs a C++ compiler). A
             step agrees with eager to float rounding, not bit for bit, and long runs can
             amplify that (see docs/uci.md). Off by default.
+        device: where the stack trains ("cpu", "cuda", "cuda:1", ...). Noise is drawn on the
+            CPU streams whatever the device, so a GPU run follows the CPU run's numbers to float
+            rounding (not bit for bit).
     """
 
     method: Method = Method.MF
@@ -220,6 +223,7 @@ class TrainConfig:
     chunk_size: int | None = None
     dtype: str = "float32"
     compile: bool = False
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.method not in {m.value for m in Method} | set(Method):
@@ -256,6 +260,10 @@ class TrainConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"TrainConfig: invalid {name}={getattr(self, name)!r}")
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError) as error:
+            raise ValueError(f"TrainConfig: invalid device={self.device!r} ({error})") from None
         if self.method is Method.VI and self.family is None:
             raise ValueError("TrainConfig: method 'vi' needs a family (e.g. family='vd-layer')")
         if self.method is not Method.VI and self.family not in (None, self.method.family):

@@ -27,6 +27,16 @@ class StackedSplits:
     y_test: torch.Tensor
     target_scale: torch.Tensor
 
+    def to(self, device: torch.device | str) -> StackedSplits:
+        """The same splits with every tensor on ``device`` (itself when they are there)."""
+        if self.x_train.device == torch.device(device):
+            return self
+        return StackedSplits(
+            self.split_ids,
+            *(t.to(device) for t in (self.x_train, self.y_train, self.x_test, self.y_test)),
+            self.target_scale.to(device),
+        )
+
 
 def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Centre and scale both parts by the training part's mean and std (std 0 -> 1)."""

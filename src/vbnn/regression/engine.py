@@ -10,6 +10,7 @@ not depend on the chunking.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -83,7 +84,7 @@ def _carve_validation(
     rows = data.x_train.shape[1]
     held_out = max(1, round(config.validation_fraction * rows))
     orders = ModelGenerators.for_keys(config.seed, keys, "validation").permutation(rows)
-    order = torch.stack(orders)  # (M, rows)
+    order = torch.stack(orders).to(data.x_train.device)  # (M, rows)
     fit_rows, validation_rows = order[:, held_out:], order[:, :held_out]
 
     def take(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -150,7 +151,13 @@ def train_stack(
     """
     start = time.perf_counter()
     keys = list(data.split_ids)
+    device = training_device(config)
+    data = data.to(device)
+    prior_std, posterior_std, step_size = (
+        None if t is None else t.to(device) for t in (prior_std, posterior_std, step_size)
+    )
     model, likelihood = build_stack(config, data.x_train.shape[-1], keys, posterior_std)
+    model, likelihood = model.to(device), likelihood.to(device)
     callback = make_callback(model, likelihood) if make_callback is not None else None
     x, y, validation = data.x_train, data.y_train, None
     if config.method is Method.ES:
@@ -199,8 +206,29 @@ def train_stack(
             samples=config.test_samples,
             stochastic=config.method not in (Method.ES, Method.MAP),
         )
+    metrics = PredictiveMetrics(metrics.log_likelihood.cpu(), metrics.rmse.cpu())
+    stopped = None if stopped is None else stopped.cpu()
     seconds = (time.perf_counter() - start) / len(keys)
     return TrainedStack(model, likelihood, config, data, metrics, stopped, seconds)
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--compile`` and ``--device``: where and how a stack trains (neither changes the config
+    hash of stored runs: ``stores.results_db``)."""
+    parser.add_argument(
+        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="where stacks train: cpu (default), cuda, cuda:1, ..."
+    )
+
+
+def training_device(config: TrainConfig) -> torch.device:
+    """``config.device``, with a clear error when this machine has no such device."""
+    device = torch.device(config.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"TrainConfig.device={config.device!r}: torch sees no CUDA device here")
+    return device
 
 
 # Hyper-parameters that may differ between the models of one stack (per-model tensors).

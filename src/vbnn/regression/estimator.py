@@ -24,7 +24,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from vbnn.core.contracts import ForwardMode, Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators
 from vbnn.metrics import gaussian_mixture_log_likelihood
-from vbnn.regression.engine import build_stack
+from vbnn.regression.engine import build_stack, training_device
 from vbnn.regression.saved_models import load_model, save_model
 from vbnn.training.full_batch import fit as fit_stack
 
@@ -73,6 +73,8 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         kl_weight: multiplies the KL (1: the ELBO).
         samples: K, predictive samples in ``predict`` and ``score``.
         seed: seeds the initialisation, the training noise and the predictive samples.
+        device: where the network trains and predicts ("cpu", "cuda", ...); the noise comes
+            from the same CPU streams on any device, so the numbers agree to float rounding.
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         kl_weight: float = 1.0,
         samples: int = 100,
         seed: int = 0,
+        device: str = "cpu",
     ) -> None:
         self.family = family
         self.hidden = hidden
@@ -98,6 +101,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         self.kl_weight = kl_weight
         self.samples = samples
         self.seed = seed
+        self.device = device
 
     def _config(self) -> TrainConfig:
         return TrainConfig(
@@ -113,6 +117,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
             test_samples=self.samples,
             seed=self.seed,
             dtype="float64",
+            device=self.device,
         )
 
     def fit(self, X, y) -> BayesianRegressor:
@@ -122,9 +127,11 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         self.x_mean_, self.x_scale_ = x.mean(0), np.where(x.std(0) > 0, x.std(0), 1.0)
         self.y_mean_, self.y_scale_ = float(y.mean()), float(y.std() or 1.0)
         self.n_features_in_ = x.shape[1]
-        inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0)
-        targets = torch.as_tensor((y - self.y_mean_) / self.y_scale_).unsqueeze(0)
-        self.model_, self.likelihood_ = build_stack(config, x.shape[1], [0])
+        device = training_device(config)
+        inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0).to(device)
+        targets = torch.as_tensor((y - self.y_mean_) / self.y_scale_).unsqueeze(0).to(device)
+        model, likelihood = build_stack(config, x.shape[1], [0])
+        self.model_, self.likelihood_ = model.to(device), likelihood.to(device)
         streams = ModelGenerators.for_keys(config.seed, [0], "train")
         fit_stack(config, self.model_, self.likelihood_, inputs, targets, streams)
         self.config_ = config
@@ -140,10 +147,11 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(f"X has {x.shape[1]} features; the model was fit on "
                              f"{self.n_features_in_}")  # fmt: skip
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0)
+        inputs = inputs.to(self.likelihood_.log_std.device)
         noise = ModelGenerators.for_keys(self.seed, [0], "eval")
         outputs = torch.stack(
             [self.model_(inputs, ForwardMode.SAMPLE, noise)[0, :, 0] for _ in range(self.samples)]
-        )
+        ).cpu()
         return outputs * self.y_scale_ + self.y_mean_, float(
             self.likelihood_.std()[0]
         ) * self.y_scale_
@@ -184,14 +192,19 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
                           self.n_features_in_, [0], metadata=scalers)  # fmt: skip
 
     @classmethod
-    def load(cls, folder: str | Path) -> BayesianRegressor:
-        """An estimator from ``save``'s folder, ready to predict."""
+    def load(cls, folder: str | Path, device: str | None = None) -> BayesianRegressor:
+        """An estimator from ``save``'s folder, ready to predict on ``device`` (None: the one it
+        was fit on; e.g. "cpu" reads a GPU-trained model on a machine without one)."""
         saved = load_model(folder)
         scalers = saved.metadata
         params = dict(scalers["estimator"])
         params["hidden"] = tuple(params["hidden"])
+        if device is not None:
+            params["device"] = device
         estimator = cls(**params)
-        estimator.model_, estimator.likelihood_ = saved.model, saved.likelihood
+        device = training_device(estimator._config())
+        estimator.model_ = saved.model.to(device)
+        estimator.likelihood_ = saved.likelihood.to(device)
         estimator.config_, estimator.n_features_in_ = saved.config, saved.in_features
         estimator.x_mean_ = np.asarray(scalers["x_mean"])
         estimator.x_scale_ = np.asarray(scalers["x_scale"])

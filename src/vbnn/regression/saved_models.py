@@ -139,7 +139,7 @@ def load_model(folder: str | Path) -> SavedModel:
         raise ModelFileError(f"{config_path}: bad config ({error})") from None
     model, likelihood = build_stack(config, in_features, keys)
     try:
-        state = torch.load(state_path, weights_only=True)
+        state = torch.load(state_path, weights_only=True, map_location="cpu")
         model.load_state_dict(state["model"])
         likelihood.load_state_dict(state["likelihood"])
     except (RuntimeError, KeyError, TypeError, EOFError, OSError, pickle.UnpicklingError) as error:

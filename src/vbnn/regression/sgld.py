@@ -70,7 +70,7 @@ def _batch(
         return x, y
     index = torch.stack(
         [torch.randint(y.shape[1], (size,), generator=g) for g in generators.generators]
-    )
+    ).to(x.device)
     rows = torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
     return rows, torch.gather(y, 1, index)
 

@@ -6,11 +6,11 @@ named ``runs``), so the tuning of a method and the results it produced travel to
 
 A run's configuration is identified by :func:`config_hash`: a SHA-256 of its hyper-parameters as
 sorted JSON, leaving out ``seed`` (a key column of its own), ``chunk_size`` (every model draws
-from its own random streams, so chunking never changes a number) and ``compile`` (float rounding
-only). The UNIQUE key (dataset, split, method, config_hash, seed) makes a second write of the
-same run an error instead of a duplicate; ``regression.resumable.run_splits_resumable`` asks
-:meth:`ResultsDatabase.missing_splits` first and trains only those, writing every finished chunk
-in one transaction.
+from its own random streams, so chunking never changes a number), ``compile`` and ``device``
+(float rounding only). The UNIQUE key (dataset, split, method, config_hash, seed) makes a second
+write of the same run an error instead of a duplicate;
+``regression.resumable.run_splits_resumable`` asks :meth:`ResultsDatabase.missing_splits` first
+and trains only those, writing every finished chunk in one transaction.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from vbnn.core.contracts import SplitResult
 
 # Execution settings, not part of what a run is: chunking never changes a number; compiling
 # changes the last digits only, like the thread count (which is not recorded either).
-LEFT_OUT_OF_HASH = ("seed", "chunk_size", "compile")
+LEFT_OUT_OF_HASH = ("seed", "chunk_size", "compile", "device")
 RUN_COLUMNS = (
     "id", "dataset", "split", "method", "config_hash", "seed", "hyperparameters",
     "code_version", "metrics", "test_log_likelihood", "test_rmse", "wall_seconds", "created_at",

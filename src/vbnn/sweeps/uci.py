@@ -35,7 +35,12 @@ import pandas as pd
 from vbnn.core.contracts import SplitResult, TrainConfig
 from vbnn.data.splits import group_by_size
 from vbnn.data.uci import RegressionDataset
-from vbnn.regression.engine import TrainedStack, choose_chunk_size, run_splits
+from vbnn.regression.engine import (
+    TrainedStack,
+    add_runtime_arguments,
+    choose_chunk_size,
+    run_splits,
+)
 from vbnn.regression.studies import (
     FINISHED,
     RUNNING,
@@ -69,9 +74,7 @@ def add_study_arguments(
     parser.add_argument("--iterations", type=int, default=None, help="override every run's")
     parser.add_argument("--trials", type=int, default=None, help="tuning candidates per study")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
-    )
+    add_runtime_arguments(parser)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(

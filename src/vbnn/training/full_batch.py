@@ -113,7 +113,9 @@ def compiled_objective(
         if not recorded:  # the first step, eager, learns which blocks a step draws
             recorded = True
             return objective_terms(config, model, likelihood, prior, x, y, recorder)
-        return graph(*(generators.randn(*shape, dtype=dtype) for shape, dtype in recorder.calls))
+        blocks = (generators.randn(*shape, dtype=dtype, device=x.device)
+                  for shape, dtype in recorder.calls)  # fmt: skip
+        return graph(*blocks)
 
     return objective
 
@@ -237,8 +239,10 @@ class _BestState:
         self.validation = validation
         self.state = {k: v.detach().clone() for k, v in modules.state_dict().items()}
         num_models = validation.y.shape[0]
-        self.score = torch.full((num_models,), -float("inf"), dtype=validation.y.dtype)
-        self.iteration = torch.zeros(num_models, dtype=torch.long)
+        device = validation.y.device
+        self.score = torch.full((num_models,), -float("inf"), dtype=validation.y.dtype,
+                                device=device)  # fmt: skip
+        self.iteration = torch.zeros(num_models, dtype=torch.long, device=device)
 
     @torch.no_grad()
     def update(self, iteration: int, model: MLP, likelihood: GaussianLikelihood) -> None:

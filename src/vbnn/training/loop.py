@@ -105,7 +105,9 @@ class LangevinDynamics(torch.optim.Optimizer):
         eps = self.step_size(self.iteration)
         for group in self.param_groups:
             for parameter in group["params"]:
-                eta = self.noise.randn(*parameter.shape[1:], dtype=parameter.dtype)
+                eta = self.noise.randn(
+                    *parameter.shape[1:], dtype=parameter.dtype, device=parameter.device
+                )
                 if isinstance(eps, torch.Tensor):  # (M,): one step size per model
                     per_model = eps.to(parameter.dtype).reshape(-1, *[1] * (parameter.dim() - 1))
                     if parameter.grad is not None:

@@ -178,6 +178,7 @@ def plan_jobs(args: argparse.Namespace, plan: Plan) -> list[Job]:
                 iterations=plan.iterations,
                 seed=args.seed,
                 compile=args.compile,
+                device=args.device,
             )
             jobs.append((dataset, config, splits))
     return jobs

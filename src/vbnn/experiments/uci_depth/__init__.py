@@ -148,7 +148,7 @@ def plan_jobs(args: argparse.Namespace, plan: Plan) -> list[Job]:
                     continue
                 config = TrainConfig(method=method, hidden=(WIDTH,) * depth,
                                      iterations=plan.iterations, seed=args.seed,
-                                     compile=args.compile)  # fmt: skip
+                                     compile=args.compile, device=args.device)  # fmt: skip
                 jobs.append((dataset, config, splits))
     return jobs
 
