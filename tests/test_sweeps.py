@@ -13,6 +13,7 @@ import pytest
 
 from vbnn.cli import main
 from vbnn.core.contracts import Method, TrainConfig
+from vbnn.sweeps.command import search_study_name
 from vbnn.sweeps.executors import (
     ExecutorKind,
     ExecutorSettings,
@@ -145,3 +146,37 @@ def test_the_command_line_does_not_import_ray() -> None:
     )
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == "[]"
+
+
+def test_a_search_resumed_after_a_kill_requeues_the_running_candidates(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """A killed sweep leaves trials RUNNING in the shared journal; the workers cannot tell them
+    from a live worker's, so the driver abandons them before any worker starts and the search
+    scores their candidates first, within the budget."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[grid]\ndatasets = ["yacht"]\nmethods = ["map"]\nsplits = "0"\n'
+                    '[grid.hyperparameters]\niterations = [20]\n'
+                    '[search]\ntrials = 3\nbatch = 3\nworkers = 2\n')  # fmt: skip
+    out = tmp_path / "out"
+    out.mkdir()
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str((out / "optuna.journal").resolve()))
+    )
+    ((name, config),) = load_grid(grid).runs()
+    study = optuna.create_study(
+        study_name=search_study_name(name, config, load_grid(grid).search),
+        storage=storage,
+        direction="maximize",
+    )
+    killed = [study.ask() for _ in range(2)]  # the killed process's round, never told
+    for trial in killed:
+        trial.suggest_float("prior_std", 0.01, 10.0, log=True)
+    assert main(["sweep", str(grid), "--out", str(out), "--no-progress"]) == 0
+    trials = optuna.load_study(study_name=study.study_name, storage=storage).trials
+    states = [t.state for t in trials]
+    assert states.count(optuna.trial.TrialState.RUNNING) == 0
+    assert sum(bool(t.user_attrs.get("abandoned")) for t in trials) == 2
+    scored = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(scored) == 3
+    assert {t.params["prior_std"] for t in killed} <= {t.params["prior_std"] for t in scored}

@@ -6,7 +6,9 @@ The units: for each (data set, config), the splits the database still lacks, cut
 ``[search]``, first ``workers`` search units per (data set, config) whose study is short of
 ``trials`` (``regression.tuning.tune`` on a shared Optuna study), then the evaluation units with
 the best values. A killed sweep re-run with the same command trains only what is missing; a
-local and a Ray sweep of one grid store the same rows.
+local and a Ray sweep of one grid store the same rows. The workers of a search share its study,
+so none of them may take a running trial for a dead one; the driver, alone with the studies before
+it starts them, requeues the candidates a killed sweep left running (``regression.studies``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import optuna
 
 from vbnn.core.contracts import SplitResult, TrainConfig
 from vbnn.data.uci import RegressionDataset, load_uci
-from vbnn.regression.studies import used_budget
+from vbnn.regression.studies import RUNNING, requeue_unfinished, used_budget
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, config_hash
 from vbnn.sweeps.executors import Unit, add_executor_arguments, run_sweep, settings_from
@@ -87,7 +89,11 @@ def _searched_values(
     storage = storage_for(search, args.out)
 
     def short_of_trials(name: str, config: TrainConfig) -> bool:
-        trials = stored_trials(storage, search_study_name(name, config, search))
+        study_name = search_study_name(name, config, search)
+        trials = stored_trials(storage, study_name)
+        if any(t.state == RUNNING for t in trials):  # no worker runs yet: a killed sweep's
+            study = optuna.load_study(study_name=study_name, storage=storage)
+            requeue_unfinished(study, search.trials)
         return used_budget(trials) < search.trials
 
     short = [(name, config) for name, config in grid.runs() if short_of_trials(name, config)]
