@@ -2,6 +2,9 @@
 
 Each function draws on a new matplotlib figure (Agg backend), writes it to ``path`` atomically
 when given one, and returns the figure so that a notebook can show or restyle it.
+
+``pyplot`` and ``save_figure`` are the one way the package draws and writes a figure; the
+experiments' and diagnostics' figures use them too.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the
     from numpy.typing import ArrayLike
 
 
-def _pyplot():
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (no display), imported when a figure is drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,10 +33,25 @@ def _pyplot():
     return pyplot
 
 
-def _save(figure, path: str | Path | None) -> None:
-    if path is not None:
-        suffix = Path(path).suffix.lstrip(".") or "png"
-        write_atomic(path, lambda file: figure.savefig(file, dpi=120, format=suffix))
+def save_figure(figure: Figure, path: str | Path, dpi: int = 120, close: bool = True) -> Path:
+    """Write ``figure`` to ``path`` atomically (``stores.atomic.write_atomic``, which creates the
+    parent folders), in the format of its suffix (png without one), and close it when ``close``.
+
+    Args:
+        figure: the matplotlib figure.
+        path: where to write it.
+        dpi: the resolution in dots per inch.
+        close: free the figure after writing it; a function that returns it passes False.
+
+    Returns:
+        ``path`` as a Path.
+    """
+    path = Path(path)
+    suffix = path.suffix.lstrip(".") or "png"
+    write_atomic(path, lambda file: figure.savefig(file, dpi=dpi, format=suffix))
+    if close:
+        pyplot().close(figure)
+    return path
 
 
 def plot_predictive_band(
@@ -65,8 +84,7 @@ def plot_predictive_band(
         )
     order = np.argsort(x)
     x, mean, std = x[order], mean[order], std[order]
-    pyplot = _pyplot()
-    figure, axis = pyplot.subplots(figsize=(6, 4))
+    figure, axis = pyplot().subplots(figsize=(6, 4))
     axis.fill_between(x, mean - level * std, mean + level * std, alpha=0.3,
                       label=f"mean +- {level:g} std")  # fmt: skip
     axis.plot(x, mean, label="predictive mean")
@@ -75,7 +93,8 @@ def plot_predictive_band(
     axis.set(xlabel="x", ylabel="y")
     axis.legend()
     figure.tight_layout()
-    _save(figure, path)
+    if path is not None:
+        save_figure(figure, path, close=False)
     return figure
 
 
@@ -100,9 +119,8 @@ def plot_reliability(
     probabilities, labels = torch.as_tensor(probabilities), torch.as_tensor(labels)
     table = reliability_table(probabilities, labels, bins)
     ece = float(expected_calibration_error(probabilities, labels, bins))
-    pyplot = _pyplot()
-    figure, (top, bottom) = pyplot.subplots(2, 1, figsize=(5, 6), sharex=True,
-                                            gridspec_kw={"height_ratios": [3, 1]})  # fmt: skip
+    figure, (top, bottom) = pyplot().subplots(2, 1, figsize=(5, 6), sharex=True,
+                                              gridspec_kw={"height_ratios": [3, 1]})  # fmt: skip
     centres = ((table["lower"] + table["upper"]) / 2).numpy()
     width = float(table["upper"][0] - table["lower"][0])
     filled = table["count"].numpy() > 0
@@ -115,5 +133,6 @@ def plot_reliability(
     bottom.bar(centres, share, width=width, edgecolor="black")
     bottom.set(xlabel="confidence (max probability)", ylabel="share")
     figure.tight_layout()
-    _save(figure, path)
+    if path is not None:
+        save_figure(figure, path, close=False)
     return figure

@@ -30,6 +30,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.layers.modes import stack_size
 from vbnn.layers.shell import VariationalLayer
+from vbnn.plots import pyplot, save_figure
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.loop import run
 from vbnn.training.objectives import elbo, network_output
@@ -290,12 +291,7 @@ class PhaseTransitionTracker:
 
 def plot_phase_transition(frame: pd.DataFrame, path, title: str = "") -> None:
     """Accuracy in the four modes vs epoch, with mean log alpha per layer (like 003 Fig. 3)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    figure, (left, right) = pyplot().subplots(1, 2, figsize=(10, 4))
     labels = {
         "deterministic": "Mean propagation",
         "sample": "Sample",
@@ -313,5 +309,4 @@ def plot_phase_transition(frame: pd.DataFrame, path, title: str = "") -> None:
     if right.lines:
         right.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    save_figure(figure, path, dpi=120)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from vbnn.diagnostics.pruning import UnitDiagnostics, pruned_units
+from vbnn.plots import pyplot, save_figure
 
 
 def _normal_pdf(grid: np.ndarray, mean: float, std: float) -> np.ndarray:
@@ -60,17 +61,12 @@ def plot_units(
     **thresholds: float,
 ) -> Path:
     """Write a grid of per-unit columns (3 panels each) for ``units`` of one model to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if not units:
         raise ValueError("plot_units: no units to plot")
     pruned = pruned_units(diagnostics, **thresholds)[model]
     columns = min(columns, len(units))
     blocks = -(-len(units) // columns)
-    figure, axes = plt.subplots(
+    figure, axes = pyplot().subplots(
         3 * blocks,
         columns,
         figsize=(max(6.5, 1.7 * columns + 0.5), 3.6 * blocks + 0.9),
@@ -95,11 +91,7 @@ def plot_units(
     # subplots_adjust, not tight_layout: measuring 150 axes' text costs seconds.
     figure.subplots_adjust(left=0.04, right=0.99, bottom=0.3 / height, top=1 - 0.9 / height,
                            hspace=0.45, wspace=0.15)  # fmt: skip
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=110)
 
 
 def representative_units(diagnostics: UnitDiagnostics, model: int = 0) -> list[int]:

@@ -20,6 +20,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import StackedSplits
 from vbnn.diagnostics.pruning import count_pruned, diagnose_units
 from vbnn.networks.mlp import MLP
+from vbnn.plots import pyplot, save_figure
 from vbnn.regression.evaluation import evaluate
 from vbnn.training.likelihoods import GaussianLikelihood
 
@@ -117,11 +118,6 @@ def plot_trajectories(
     frame: pd.DataFrame, path: str | Path, split: int | None = None, title: str | None = None
 ) -> Path:
     """Figure 4's panels: A KL, B free energy, C expected log-likelihood, D predictive NLLs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = frame if split is None else frame[frame["split"] == split]
     if rows.empty:
         raise ValueError(f"plot_trajectories: no rows for split {split}")
@@ -134,7 +130,7 @@ def plot_trajectories(
     ]
     if "pruned_units" in rows:
         panels.append(("pruned hidden units", ["pruned_units"]))
-    figure, axes = plt.subplots(1, len(panels), figsize=(3.5 * len(panels), 3.4))
+    figure, axes = pyplot().subplots(1, len(panels), figsize=(3.5 * len(panels), 3.4))
     for axis, (name, columns) in zip(axes, panels, strict=True):
         for column, colour in zip(columns, ("C0", "C2"), strict=False):
             if column in rows:
@@ -147,8 +143,4 @@ def plot_trajectories(
     if title:
         figure.suptitle(title, fontsize=10)
     figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=110)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vbnn.stores.atomic import write_atomic
+from vbnn.plots import pyplot, save_figure
 
 
 def summary_table(frame: pd.DataFrame, iterations: tuple[int, ...]) -> pd.DataFrame:
@@ -27,13 +27,10 @@ def summary_table(frame: pd.DataFrame, iterations: tuple[int, ...]) -> pd.DataFr
 
 def plot_attacks(frame: pd.DataFrame, path: Path, title: str = "") -> Path:
     """Success rate and mean predictive entropy vs iteration, one row of panels per data set."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     datasets = list(dict.fromkeys(frame["dataset"]))
-    figure, axes = plt.subplots(len(datasets), 2, figsize=(10, 3.6 * len(datasets)), squeeze=False)
+    figure, axes = pyplot().subplots(
+        len(datasets), 2, figsize=(10, 3.6 * len(datasets)), squeeze=False
+    )
     for row, dataset in zip(axes, datasets, strict=True):
         part = frame[frame["dataset"] == dataset]
         for predictor, group in part.groupby("predictor", sort=False):
@@ -45,6 +42,4 @@ def plot_attacks(frame: pd.DataFrame, path: Path, title: str = "") -> Path:
     if title:
         figure.suptitle(title, fontsize=9)
     figure.tight_layout()
-    write_atomic(path, lambda target: figure.savefig(target, dpi=120, format="png"))
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120)

@@ -27,6 +27,7 @@ from vbnn.experiments.depth.fashion_product import (
     mean_field_network,
     train_deep_linear,
 )
+from vbnn.plots import pyplot, save_figure
 
 LAYERS = (2, 4)
 SLOPE = 0.2
@@ -52,16 +53,11 @@ def run_local_product_figure(
     out: Path, base: FashionProductConfig, data_dir: str | None
 ) -> dict[str, Any]:
     """Train, sample, plot ``fashion_local_product.png`` and write its JSON."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
     images, _ = flat_images(ImageDataset.FASHION_MNIST, "train", data_dir)
     test_images, _ = flat_images(ImageDataset.FASHION_MNIST, "test", data_dir)
     rows = np.sort(np.argsort(images[: base.train_size].var(0))[-base.pixels :])
     image = test_images[0]
-    figure, axes = pyplot.subplots(1, len(LAYERS), figsize=(5.2 * len(LAYERS), 4.6))
+    figure, axes = pyplot().subplots(1, len(LAYERS), figsize=(5.2 * len(LAYERS), 4.6))
     record: dict[str, Any] = {"pixels": rows.tolist(), "slope": SLOPE, "test_image": 0}
     for axis, layers in zip(axes, LAYERS, strict=True):
         config = dataclasses.replace(
@@ -85,7 +81,6 @@ def run_local_product_figure(
             "config": {k: str(v) for k, v in dataclasses.asdict(config).items()},
         }
     figure.colorbar(shown, ax=list(axes))
-    figure.savefig(out / "fashion_local_product.png", dpi=120)
-    pyplot.close(figure)
+    save_figure(figure, out / "fashion_local_product.png", dpi=120)
     (out / "fashion_local_product.json").write_text(json.dumps(record, indent=2))
     return record

@@ -34,6 +34,7 @@ from vbnn.experiments.depth.units import (
     store_unit,
     stored_record,
 )
+from vbnn.plots import pyplot, save_figure
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
 from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
@@ -63,13 +64,8 @@ def _max_off_diagonal_correlation(covariance: torch.Tensor) -> float:
 
 def run_product_figure(out: Path, samples: int, seed: int) -> list[dict[str, Any]]:
     """Figure 1 of 004 (Monte Carlo; 4x4 layers, means U(-0.1, 0.1), std 0.5), support check."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
     generator = torch.Generator().manual_seed(seed)
-    figure, axes = pyplot.subplots(2, len(HEATMAP_DEPTHS), figsize=(11, 7))
+    figure, axes = pyplot().subplots(2, len(HEATMAP_DEPTHS), figsize=(11, 7))
     rows = []
     for column, depth in enumerate(HEATMAP_DEPTHS):
         means, stds = random_mean_field_layers(depth, 4, generator=generator)
@@ -101,8 +97,7 @@ def run_product_figure(out: Path, samples: int, seed: int) -> list[dict[str, Any
         "(top, 004 Fig. 1) and the exact recursion (bottom)"
     )
     figure.tight_layout()
-    figure.savefig(out / "product_covariance.png", dpi=120)
-    pyplot.close(figure)
+    save_figure(figure, out / "product_covariance.png", dpi=120)
     pd.DataFrame(rows).to_csv(out / "product_support.csv", index=False)
     return rows
 
@@ -189,12 +184,7 @@ def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
     error bars. A point whose repeats' chains do not all pass the criterion is drawn hollow; a
     depth where no activation's do is shaded grey, as the paper shades its doubtful region (one
     activation that never mixes, such as a linear net, would otherwise shade every depth)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    figure, axes = pyplot.subplots(1, len(GAPS), figsize=(15, 4.2))
+    figure, axes = pyplot().subplots(1, len(GAPS), figsize=(15, 4.2))
     for axis, (gap, label) in zip(axes, GAPS.items(), strict=True):
         for activation, rows in table.groupby("activation"):
             mean = rows[f"{gap}_mean"].to_numpy()
@@ -220,17 +210,11 @@ def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
         + (" (QUICK)" if quick else "")
     )
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    pyplot.close(figure)
+    save_figure(figure, path, dpi=120)
 
 
 def run_fashion(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The blog's Fashion-MNIST product-matrix heatmap."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
     config = (
         FashionProductConfig(epochs=1, train_size=10_000, samples=2_000, seed=args.seed)
         if args.quick
@@ -243,7 +227,7 @@ def run_fashion(out: Path, args: argparse.Namespace) -> dict[str, Any]:
             samples=args.fashion_samples or config.samples,
         )
     result = run_fashion_product(config, args.data_dir)
-    figure, axis = pyplot.subplots(figsize=(5.5, 4.8))
+    figure, axis = pyplot().subplots(figsize=(5.5, 4.8))
     image = _diverging_heatmap(
         axis,
         result["covariance"],
@@ -252,8 +236,7 @@ def run_fashion(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     )
     figure.colorbar(image, ax=axis)
     figure.tight_layout()
-    figure.savefig(out / "fashion_product_covariance.png", dpi=120)
-    pyplot.close(figure)
+    save_figure(figure, out / "fashion_product_covariance.png", dpi=120)
     covariance = result["covariance"]
     scale = np.sqrt(np.outer(np.diag(covariance), np.diag(covariance)))
     off_diagonal = ~np.eye(len(covariance), dtype=bool)

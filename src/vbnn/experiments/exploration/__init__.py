@@ -28,6 +28,7 @@ from vbnn.experiments.exploration.reinforce import (
     ReinforceConfig,
     run_episodes,
 )
+from vbnn.plots import pyplot, save_figure
 from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic
 from vbnn.stores.markdown import markdown_table
@@ -86,14 +87,9 @@ def smoothed(values: np.ndarray, window: int) -> np.ndarray:
 
 def plot_scores(frame: pd.DataFrame, path: Path, window: int) -> Path:
     """Mean over seeds (line) and +- one std over seeds (band) of the smoothed score."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     environments = list(dict.fromkeys(frame["environment"]))
-    figure, axes = plt.subplots(1, len(environments), figsize=(5.5 * len(environments), 3.8),
-                                squeeze=False)  # fmt: skip
+    figure, axes = pyplot().subplots(1, len(environments), figsize=(5.5 * len(environments), 3.8),
+                                  squeeze=False)  # fmt: skip
     for axis, environment in zip(axes[0], environments, strict=True):
         part = frame[frame["environment"] == environment]
         for policy, group in part.groupby("policy", sort=False):
@@ -107,9 +103,7 @@ def plot_scores(frame: pd.DataFrame, path: Path, window: int) -> Path:
                  title=f"{environment}, {table.shape[0]} seeds")  # fmt: skip
         axis.legend(fontsize=8)
     figure.tight_layout()
-    write_atomic(path, lambda target: figure.savefig(target, dpi=120, format="png"))
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -28,6 +28,7 @@ from vbnn.experiments.overpruning.prior_network import (
     posterior_function_samples,
     sample_prior_network,
 )
+from vbnn.plots import pyplot, save_figure
 from vbnn.regression.engine import train_stack
 from vbnn.regression.saved_models import load_model, save_model
 from vbnn.stores.markdown import markdown_table
@@ -104,10 +105,6 @@ def figure3(
     drawn from the fitted MF posterior against the truth, with the number of pruned units.
     Quick: 3000 iterations instead of 5000.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import pandas as pd
     import torch
 
@@ -118,7 +115,7 @@ def figure3(
     fits = fit_prior_network(network, iterations=iterations, seed=seed)
     grid = torch.linspace(-4, 4, 400, dtype=torch.float64)
     truth = network(grid.unsqueeze(-1))
-    figure, axes = plt.subplots(2, len(fits), figsize=(4.2 * len(fits), 6.4), squeeze=False)
+    figure, axes = pyplot().subplots(2, len(fits), figsize=(4.2 * len(fits), 6.4), squeeze=False)
     for column, result in enumerate(fits):
         top, bottom = axes[0, column], axes[1, column]
         for axis in (top, bottom):
@@ -134,8 +131,7 @@ def figure3(
                     fontsize=10)  # fmt: skip
     figure.tight_layout()
     paths = [out / "figure3.png", out / "figure3_counts.csv"]
-    figure.savefig(paths[0], dpi=110)
-    plt.close(figure)
+    save_figure(figure, paths[0], dpi=110)
     pd.DataFrame(
         {"N": [f.rows for f in fits], "pruned": [f.pruned for f in fits], "units": 50,
          "iterations": iterations, "seed": seed}

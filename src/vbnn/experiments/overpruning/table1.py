@@ -17,10 +17,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from vbnn.core.contracts import RunResult
 from vbnn.data.paths import published_path
+from vbnn.plots import pyplot, save_figure
 from vbnn.regression.report import mean_and_standard_error
 from vbnn.stores.markdown import markdown_table
 
@@ -165,18 +167,14 @@ def _wide(table: pd.DataFrame, published: Mapping[str, Mapping[str, tuple[float,
 
 def plot_figure1(table: pd.DataFrame, path: str | Path) -> Path:
     """Figure 1: per data set, bars of our mean test LL +- 1 SEM, the paper's value beside."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     datasets = [d for d in DATASETS if d in set(table["dataset"])]
     datasets += sorted(set(table["dataset"]) - set(DATASETS))
     methods = [m for m in METHODS if m in set(table["method"])]
     columns = min(3, len(datasets))
     rows = -(-len(datasets) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(4.4 * columns, 3.3 * rows), squeeze=False)
+    figure, axes = pyplot().subplots(
+        rows, columns, figsize=(4.4 * columns, 3.3 * rows), squeeze=False
+    )
     for axis, dataset in zip(axes.flat, datasets, strict=False):
         part = table[table["dataset"] == dataset].set_index("method")
         where = np.arange(len(methods))
@@ -202,11 +200,7 @@ def plot_figure1(table: pd.DataFrame, path: str | Path) -> Path:
     axes.flat[0].legend(fontsize=8)
     figure.suptitle("Figure 1: mean test log-likelihood +- 1 SEM (higher is better)", fontsize=10)
     figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=110)
 
 
 def write_table1(

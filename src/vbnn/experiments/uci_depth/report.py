@@ -22,6 +22,7 @@ import torch
 
 from vbnn.core.contracts import Method, TrainConfig
 from vbnn.diagnostics.layer_pruning import count_pruned_per_layer
+from vbnn.plots import pyplot, save_figure
 from vbnn.regression.engine import TrainedStack
 from vbnn.regression.report import mean_and_standard_error
 from vbnn.stores.markdown import markdown_table
@@ -115,15 +116,12 @@ def shrinks(gaps: pd.DataFrame) -> pd.DataFrame:
 
 def plot_depth(summary: pd.DataFrame, path: Path) -> Path:
     """Test LL (mean +- SEM) against depth, one panel per data set, one line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     datasets = list(dict.fromkeys(summary["dataset"]))
     columns = min(3, len(datasets))
     rows = -(-len(datasets) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    figure, axes = pyplot().subplots(
+        rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False
+    )
     for axis, dataset in zip(axes.flat, datasets, strict=False):
         part = summary[summary["dataset"] == dataset]
         for method, lines in part.groupby("method", sort=False):
@@ -138,9 +136,7 @@ def plot_depth(summary: pd.DataFrame, path: Path) -> Path:
         axis.axis("off")
     axes.flat[0].legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=110)
 
 
 def write_report(records: list[Mapping[str, Any]], out: Path, notes: Iterable[str]) -> list[Path]:

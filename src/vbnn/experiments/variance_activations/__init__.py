@@ -31,6 +31,7 @@ from vbnn.classification.training import ClassifierConfig, accuracies, train_cla
 from vbnn.data.mnist import load_images
 from vbnn.experiments.adversarial.models import Training, TrainingBudget, build
 from vbnn.networks.lenet import LeNet5
+from vbnn.plots import pyplot, save_figure
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic
@@ -84,12 +85,9 @@ def class_densities(
 
 
 def plot_activations(mean, std, labels, neurons, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(2, len(neurons), figsize=(3.6 * len(neurons), 6.4), squeeze=False)
+    figure, axes = pyplot().subplots(
+        2, len(neurons), figsize=(3.6 * len(neurons), 6.4), squeeze=False
+    )
     for column, neuron in enumerate(neurons):
         for row, centre in enumerate((mean[:, neuron], torch.zeros_like(mean[:, neuron]))):
             spread = std[:, neuron]
@@ -105,9 +103,7 @@ def plot_activations(mean, std, labels, neurons, path: Path) -> Path:
             axis.set(title=f"neuron #{neuron}, {kind}", xlabel="pre-activation", yticks=[])
     axes[0, 0].legend(fontsize=6, ncol=2, title="class", loc="upper right")
     figure.tight_layout()
-    write_atomic(path, lambda target: figure.savefig(target, dpi=120, format="png"))
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120)
 
 
 def trained_network(

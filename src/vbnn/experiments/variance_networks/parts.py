@@ -1,5 +1,5 @@
 """Pieces of the variance-networks reproduction: the toy problem (003 Fig. 1), kappa and pruning
-studies (002 Figs. 3-5, 003 Fig. 5), plots and atomic writes. Used by ``variance_networks``."""
+studies (002 Figs. 3-5, 003 Fig. 5) and their plots. Used by ``variance_networks``."""
 
 from __future__ import annotations
 
@@ -22,23 +22,10 @@ from vbnn.classification.training import accuracies
 from vbnn.core.contracts import ForwardMode, InferenceMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import BinaryDropout, ZeroMean
+from vbnn.plots import pyplot, save_figure
 from vbnn.priors.dropout import LogUniformPrior
-from vbnn.stores.atomic import write_atomic
 
 TOY_CENTRES = ((3.0, 3.0), (3.0, 10.0), (10.0, 3.0), (10.0, 10.0))  # 003 section 3.2
-
-
-def save_figure(figure, path: Path) -> None:
-    write_atomic(path, lambda file: figure.savefig(file, dpi=110, format=path.suffix.lstrip(".")))
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # --- toy four-class problem with a two-neuron variance bottleneck (003 Fig. 1) ------------------
@@ -108,8 +95,7 @@ def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd
         for m, seed in enumerate(seeds):
             value = 100 * float(accuracy(probabilities, test_y)[m])
             rows.append({"seed": seed, "mode": mode.value, "accuracy": value})
-    plt = pyplot()
-    figure, axes = plt.subplots(1, models, figsize=(4.5 * models, 4), squeeze=False)
+    figure, axes = pyplot().subplots(1, models, figsize=(4.5 * models, 4), squeeze=False)
     with torch.no_grad():
         samples = network(test_batch, ForwardMode.SAMPLE, generators, bottleneck=True)
     for m, seed in enumerate(seeds):
@@ -120,8 +106,7 @@ def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd
         axes[0, m].set_ylabel("neuron 2")
         axes[0, m].legend(markerscale=3, loc="upper right")
     figure.tight_layout()
-    save_figure(figure, out / "toy_bottleneck.png")
-    plt.close(figure)
+    save_figure(figure, out / "toy_bottleneck.png", dpi=110)
     return pd.DataFrame(rows).pivot(index="seed", columns="mode", values="accuracy")
 
 
@@ -167,8 +152,7 @@ def histogram_epochs(epochs: int, eval_every: int) -> set[int]:
 
 
 def plot_kappa_histograms(store: dict, path: Path) -> None:
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, axis = pyplot().subplots(figsize=(6, 4))
     for epoch in sorted(store):
         values = np.log10(np.maximum(store[epoch], 1e-25))  # 002 Fig. 3: kappa = 0 -> 1e-25
         axis.hist(values, bins=60, alpha=0.5, label=f"epoch {epoch}")
@@ -177,8 +161,7 @@ def plot_kappa_histograms(store: dict, path: Path) -> None:
     # outside the axes: loc="best" searches every histogram patch, over a second on a busy machine
     axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     figure.tight_layout()
-    save_figure(figure, path)
-    plt.close(figure)
+    save_figure(figure, path, dpi=110)
 
 
 def sparse_ensemble_study(model, layer_index, kappa, images, labels, samples, seed):
@@ -214,12 +197,10 @@ def variance_pruning_study(model, layer_index, images, labels, samples, seed):
 
 
 def plot_curves(frame: pd.DataFrame, x: str, ys: list[str], path: Path, title: str) -> None:
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, axis = pyplot().subplots(figsize=(6, 4))
     for column in ys:
         axis.plot(frame[x], frame[column], marker="o", label=column)
     axis.set(xlabel=x, title=title)
     axis.legend()
     figure.tight_layout()
-    save_figure(figure, path)
-    plt.close(figure)
+    save_figure(figure, path, dpi=110)
