@@ -21,6 +21,7 @@ from vbnn.core.contracts import ForwardMode, TrainConfig
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.embedded import load_diabetes_splits
 from vbnn.data.splits import stack_splits
+from vbnn.diagnostics.layer_pruning import pruned_units_per_layer
 from vbnn.layers import FAMILIES
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
@@ -197,4 +198,18 @@ def test_an_estimator_fit_on_cuda_predicts_as_on_the_cpu_and_loads_on_the_cpu(
     np.testing.assert_allclose(cuda.predict(x[:20]), cpu.predict(x[:20]), rtol=1e-6)
     cuda.save(tmp_path / "model")
     loaded = BayesianRegressor.load(tmp_path / "model", device="cpu")
+    assert loaded.config_.device == "cpu"
     np.testing.assert_allclose(loaded.predict(x[:20]), cpu.predict(x[:20]), rtol=1e-6)
+
+
+def test_pruned_units_per_layer_of_a_cuda_stack_are_the_cpu_ones() -> None:
+    """uci-depth's pruning count (``stack_metrics`` hook): per-model prior stds on the CPU, the
+    stack's moments on the device."""
+    dataset = load_diabetes_splits(seed=0)
+    config = TrainConfig(method="mf", iterations=30, test_samples=5, hidden=(8, 8))
+    stack = train_stack(config, stack_splits(dataset, [0, 1]))
+    prior = torch.tensor([0.05, 1.0])
+    on_cpu = pruned_units_per_layer(stack.model, prior)
+    on_cuda = pruned_units_per_layer(stack.model.to(CUDA), prior)
+    for cpu, cuda in zip(on_cpu, on_cuda, strict=True):
+        assert torch.equal(cuda.cpu(), cpu)

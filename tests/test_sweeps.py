@@ -3,6 +3,7 @@ a grid and an Optuna search end to end, and the clear error when Ray is not inst
 
 from __future__ import annotations
 
+import argparse
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from vbnn.sweeps.executors import (
     Unit,
     drive,
     make_executor,
+    settings_from,
 )
 from vbnn.sweeps.grid import GridError, load_grid, parse_grid
 
@@ -67,6 +69,8 @@ def test_vi_takes_each_family() -> None:
         ('[grid]\ndatasets=["yacht"]\nmethods=["mf"]\n[grid.hyperparameters]\nprior_std=[-1]\n',
          "invalid prior_std"),
         ('[grid]\ndatasets=["yacht"]\nmethods=["mf"]\n[search]\nworkers=0\n', "workers"),
+        ('[grid]\ndatasets=["yacht"]\nmethods=["mf"]\n[grid.hyperparameters]\n'
+         'device=["cpu", "cuda"]\n', "device takes one value"),
     ],
 )  # fmt: skip
 def test_bad_grids_name_the_file_and_the_entry(text: str, message: str) -> None:
@@ -180,3 +184,23 @@ def test_a_search_resumed_after_a_kill_requeues_the_running_candidates(
     scored = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(scored) == 3
     assert {t.params["prior_std"] for t in killed} <= {t.params["prior_std"] for t in scored}
+
+
+@pytest.mark.parametrize(
+    ("options", "devices", "message"),
+    [
+        ({"executor": "ray", "device": "cuda"}, (), "--device cuda on Ray needs --gpus-per-unit"),
+        ({"executor": "ray"}, ("cpu", "cuda:1"), "--device cuda:1 on Ray"),
+        ({"executor": "local", "gpus_per_unit": 1.0}, (), "--gpus-per-unit needs --executor ray"),
+        ({"executor": "ray", "gpus_per_unit": -1.0}, (), "--gpus-per-unit must be >= 0"),
+    ],
+)
+def test_gpu_settings_of_an_executor_are_checked(
+    options: dict, devices: tuple, message: str
+) -> None:
+    """Ray hides the GPUs from a task that declares none: a CUDA sweep on Ray must declare them."""
+    defaults = {"address": None, "cpus_per_unit": None, "workers": None, "gpus_per_unit": 0.0}
+    with pytest.raises(ValueError, match=message):
+        settings_from(argparse.Namespace(**{**defaults, **options}), devices)
+    fine = {**defaults, "executor": "ray", "device": "cuda", "gpus_per_unit": 0.5}
+    assert settings_from(argparse.Namespace(**fine)).gpus_per_unit == 0.5

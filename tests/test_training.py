@@ -197,11 +197,12 @@ def test_invalid_config_is_named() -> None:
         TrainConfig(prior_std=0.0)
     with pytest.raises(ValueError, match="invalid device='gpu'"):
         TrainConfig(device="gpu")
+    assert TrainConfig(device=torch.device("cuda", 1)).to_dict()["device"] == "cuda:1"  # JSON
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine without CUDA")
 def test_a_cuda_run_without_cuda_names_the_device(data_dir: Path) -> None:
-    with pytest.raises(RuntimeError, match=r"device='cuda'.*no CUDA device"):
+    with pytest.raises(RuntimeError, match=r"device='cuda'.*sees 0 CUDA device"):
         run_splits(load_uci("boston", data_dir), [0], TrainConfig(iterations=1, device="cuda"))
 
 

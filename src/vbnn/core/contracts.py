@@ -260,8 +260,8 @@ class TrainConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"TrainConfig: invalid {name}={getattr(self, name)!r}")
-        try:
-            torch.device(self.device)
+        try:  # stored as its string, so that a config stays JSON (results, saved models)
+            object.__setattr__(self, "device", str(torch.device(self.device)))
         except (RuntimeError, TypeError) as error:
             raise ValueError(f"TrainConfig: invalid device={self.device!r} ({error})") from None
         if self.method is Method.VI and self.family is None:

@@ -67,7 +67,7 @@ def pruned_units_per_layer(
             f" kl_threshold={kl_threshold}"
         )
     moments = [_with_bias(layer) for layer in model.layers]
-    scale = _prior_std(prior_std, moments[0][0].shape[0])
+    scale = _prior_std(prior_std, moments[0][0].shape[0]).to(moments[0][0].device)
     pruned = []
     for (mean_in, std_in), (mean_out, std_out) in pairwise(moments):
         kl = kl_per_weight(mean_in.double(), std_in.double(), scale)  # (M, I + 1, H)

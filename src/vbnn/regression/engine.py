@@ -226,8 +226,14 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 def training_device(config: TrainConfig) -> torch.device:
     """``config.device``, with a clear error when this machine has no such device."""
     device = torch.device(config.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"TrainConfig.device={config.device!r}: torch sees no CUDA device here")
+    if device.type != "cuda":
+        return device
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0 or (device.index or 0) >= count:
+        raise RuntimeError(
+            f"device={config.device!r} (--device, TrainConfig or BayesianRegressor): torch sees "
+            f"{count} CUDA device(s) here"
+        )
     return device
 
 

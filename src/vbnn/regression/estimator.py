@@ -15,6 +15,7 @@ the estimator works with ``clone``, ``cross_val_score`` and grid searches.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -205,7 +206,8 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         device = training_device(estimator._config())
         estimator.model_ = saved.model.to(device)
         estimator.likelihood_ = saved.likelihood.to(device)
-        estimator.config_, estimator.n_features_in_ = saved.config, saved.in_features
+        estimator.config_ = dataclasses.replace(saved.config, device=str(device))
+        estimator.n_features_in_ = saved.in_features
         estimator.x_mean_ = np.asarray(scalers["x_mean"])
         estimator.x_scale_ = np.asarray(scalers["x_scale"])
         estimator.y_mean_, estimator.y_scale_ = scalers["y_mean"], scalers["y_scale"]

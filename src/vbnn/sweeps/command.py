@@ -107,7 +107,8 @@ def _searched_values(
         for name, config in short
         for w in range(search.workers)
     ]
-    run_sweep(settings_from(args), units, lambda unit, value: None, "search", not args.no_progress)
+    settings = settings_from(args, {config.device for _, config in grid.runs()})
+    run_sweep(settings, units, lambda unit, value: None, "search", not args.no_progress)
     # every study is complete now: tune() reads its best values without training
     return {
         (name, config): tune(
@@ -158,5 +159,6 @@ def run(args: argparse.Namespace) -> None:
             dataset, _, config, _ = unit.arguments
             database.write_results(dataset.name, config, results, extras[unit.key])
 
-        run_sweep(settings_from(args), units, store, "sweep", not args.no_progress)
+        settings = settings_from(args, {config.device for _, config in grid.runs()})
+        run_sweep(settings, units, store, "sweep", not args.no_progress)
         print(f"stored {len(database.runs_frame())} runs in {args.out / 'results.sqlite'}")

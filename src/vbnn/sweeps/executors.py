@@ -23,7 +23,7 @@ import multiprocessing
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import Enum
@@ -147,6 +147,8 @@ class ExecutorSettings:
             ``cpus_per_unit``).
         max_retries: Ray retries of a unit whose worker process died.
         num_cpus: CPUs of a private Ray instance (None: all of this machine's).
+        gpus_per_unit: GPUs a Ray task declares (a fraction shares one); Ray hides the GPUs from
+            a task that declares none, so units that train on CUDA need it.
     """
 
     kind: ExecutorKind = ExecutorKind.LOCAL
@@ -155,6 +157,7 @@ class ExecutorSettings:
     max_retries: int = 3
     num_cpus: int | None = None
     workers: int | None = None
+    gpus_per_unit: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cpus_per_unit is not None and self.cpus_per_unit < 1:
@@ -165,6 +168,10 @@ class ExecutorSettings:
             raise ValueError("--workers needs --executor processes")
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        if not self.gpus_per_unit >= 0:
+            raise ValueError(f"--gpus-per-unit must be >= 0, got {self.gpus_per_unit}")
+        if self.gpus_per_unit and self.kind is not ExecutorKind.RAY:
+            raise ValueError("--gpus-per-unit needs --executor ray (here every unit sees the GPUs)")
 
     def process_count(self) -> int:
         """Worker processes of ``processes``: ``workers``, else CPUs / ``cpus_per_unit``."""
@@ -200,8 +207,8 @@ def make_executor(settings: ExecutorSettings) -> Executor:
 
 
 def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--executor``, ``--workers``, ``--address``, ``--cpus-per-unit`` (``settings_from``
-    reads them)."""
+    """``--executor``, ``--workers``, ``--address``, ``--cpus-per-unit``, ``--gpus-per-unit``
+    (``settings_from`` reads them)."""
     parser.add_argument(
         "--executor",
         choices=[k.value for k in ExecutorKind],
@@ -227,15 +234,36 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch threads of a unit, CPUs a Ray task declares (default: "
         "torch's default locally, 1 in worker processes and on Ray)",
     )
+    parser.add_argument(
+        "--gpus-per-unit",
+        type=float,
+        default=0.0,
+        help="GPUs a Ray task declares, for --device cuda on Ray (e.g. 0.25: four units a GPU)",
+    )
 
 
-def settings_from(args: argparse.Namespace) -> ExecutorSettings:
-    return ExecutorSettings(
+def settings_from(args: argparse.Namespace, devices: Iterable[str] = ()) -> ExecutorSettings:
+    """The executor of ``add_executor_arguments``' options.
+
+    Raises:
+        ValueError: a bad combination, e.g. units that train on CUDA (``args.device`` or one of
+            ``devices``, a grid's) on Ray without ``--gpus-per-unit``.
+    """
+    settings = ExecutorSettings(
         kind=ExecutorKind(args.executor),
         address=args.address,
         cpus_per_unit=args.cpus_per_unit,
         workers=args.workers,
+        gpus_per_unit=args.gpus_per_unit,
     )
+    wanted = {*map(str, devices), str(getattr(args, "device", None) or "cpu")}
+    on_cuda = sorted(device for device in wanted if device.startswith("cuda"))
+    if settings.kind is ExecutorKind.RAY and not settings.gpus_per_unit and on_cuda:
+        raise ValueError(
+            f"--device {on_cuda[0]} on Ray needs --gpus-per-unit: Ray hides the GPUs from a "
+            "task that declares none"
+        )
+    return settings
 
 
 class SweepError(RuntimeError):

@@ -33,6 +33,7 @@ from vbnn.core.contracts import Method, TrainConfig
 from vbnn.data.splits import parse_splits
 from vbnn.data.uci import DATASETS
 from vbnn.layers.registry import FAMILIES
+from vbnn.stores.results_db import LEFT_OUT_OF_HASH
 
 GRID_KEYS = {
     "datasets",
@@ -106,6 +107,11 @@ def _combinations(hyperparameters: dict[str, Any], path: Path) -> list[dict[str,
             raise GridError(
                 f"{path}: [grid.hyperparameters] {name} must be a non-empty list of "
                 f"values, got {values!r}"
+            )
+        if name in LEFT_OUT_OF_HASH and len(values) > 1:
+            raise GridError(
+                f"{path}: [grid.hyperparameters] {name} takes one value, got {values!r}: runs "
+                "that differ only in it are stored under one key (stores.results_db)"
             )
     names = list(hyperparameters)
     return [

@@ -51,6 +51,8 @@ class RayExecutor:
                 "max_retries": self.settings.max_retries,
                 "name": unit.key,
             }
+            if self.settings.gpus_per_unit:
+                options["num_gpus"] = self.settings.gpus_per_unit
             reference = _remote_call.options(**options).remote(unit.function, cpus, *unit.arguments)
             pending[reference] = unit
         while pending:
