@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from vbnn.cli import main
+from vbnn.cli import build_parser, main
 from vbnn.core.contracts import RunResult, SplitResult, TrainConfig
+from vbnn.experiments.uci_depth import make_plan, plan_jobs
 from vbnn.experiments.uci_depth.report import gap_frame, shrinks
 
 TINY = ["--quick", "--datasets", "yacht", "--methods", "mf,gd,fc", "--depths", "1,2", "--splits",
@@ -82,3 +84,19 @@ def test_gap_is_paired_over_splits_and_the_verdict_follows_two_standard_errors()
 
 def test_bad_depths_are_named(tmp_path: Path) -> None:
     assert main(["reproduce", "uci-depth", "--out", str(tmp_path), "--depths", "0"]) == 2
+
+
+def test_the_full_grid_covers_every_set_depth_and_method_once(data_dir: Path) -> None:
+    argv = ["reproduce", "uci-depth", "--data-dir", str(data_dir), "--seed", "3", "--compile"]
+    args = build_parser().parse_args(argv)
+    jobs = plan_jobs(args, make_plan(args))
+    # six sets x (ES, MF, GD at depths 1-3, FC at depth 1): 60 configurations of 20 splits
+    assert len(jobs) == 60
+    shapes = Counter((config.method.value, config.hidden) for _, config, _ in jobs)
+    assert shapes[("fc", (50,))] == 6 and ("fc", (50, 50)) not in shapes
+    assert shapes[("mf", (50, 50, 50))] == 6
+    assert {tuple(splits) for _, _, splits in jobs} == {tuple(range(20))}
+    assert {(c.seed, c.compile, c.device) for _, c, _ in jobs} == {(3, True, "cpu")}
+    # a set's configurations are consecutive, depth before method
+    first = [(c.method.value, len(c.hidden)) for d, c, _ in jobs if d.name == "boston"]
+    assert first[:4] == [("es", 1), ("mf", 1), ("gd", 1), ("fc", 1)] and first[4] == ("es", 2)

@@ -8,7 +8,8 @@ return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for T
 - :func:`train_unit` trains one chunk and returns its ``SplitResult`` rows;
   :func:`train_unit_with_metrics` also returns further per-split metrics of the trained stack
   (``stack_metrics``, e.g. pruned units per layer), stored with the rows.
-- :func:`add_study_arguments` gives the two UCI reproductions their shared command-line options;
+- :func:`add_study_arguments` gives the two UCI reproductions their shared command-line options
+  and :func:`uci_jobs` the configurations they cover;
   :func:`print_progress` is their ``--status`` (:func:`progress_table`): how far a resumable
   run has come, read from its database without training or writing anything.
 - :func:`tuning_unit` runs (the rest of) one Optuna study (:func:`study_units` makes the units
@@ -24,7 +25,7 @@ return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for T
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ import optuna
 import pandas as pd
 
 from vbnn.core.contracts import SplitResult, TrainConfig
+from vbnn.data import load_uci
 from vbnn.data.splits import group_by_size
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.engine import (
@@ -55,6 +57,34 @@ from vbnn.sweeps.executors import Unit
 
 StackMetrics = Callable[[TrainedStack], Mapping[int, Mapping[str, Any]]]
 Job = tuple[RegressionDataset, TrainConfig, list[int]]  # a configuration and its splits
+Shapes = Callable[[str], Iterable[tuple[str, tuple[int, ...]]]]  # data set -> (method, hidden)
+
+
+def uci_jobs(
+    args: argparse.Namespace,
+    datasets: Sequence[str],
+    splits: Sequence[int] | None,
+    iterations: int | None,
+    shapes: Shapes,
+) -> list[Job]:
+    """(data set, config, splits) of every data set and every (method, hidden widths) that
+    ``shapes(name)`` lists for it, in that order; ``splits`` None means all of a set's splits.
+    Seed, ``--compile`` and ``--device`` come from the command line ``args``."""
+    jobs = []
+    for name in datasets:
+        dataset = load_uci(name, args.data_dir)
+        chosen = list(splits or range(dataset.num_splits))
+        for method, hidden in shapes(name):
+            config = TrainConfig(
+                method=method,
+                hidden=hidden,
+                iterations=iterations,
+                seed=args.seed,
+                compile=args.compile,
+                device=args.device,
+            )
+            jobs.append((dataset, config, chosen))
+    return jobs
 
 
 def add_study_arguments(

@@ -30,8 +30,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vbnn.core.contracts import RunResult, TrainConfig
-from vbnn.data import load_uci
+from vbnn.core.contracts import RunResult
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.overpruning import figures as overpruning_figures
 from vbnn.experiments.overpruning.extension import (
@@ -59,6 +58,7 @@ from vbnn.sweeps.uci import (
     study_units,
     train_unit,
     trial_keeper,
+    uci_jobs,
 )
 
 DESCRIPTION = "overpruning paper (000_*): tuned Table 1 with SGLD, Figures 1-5"
@@ -167,21 +167,11 @@ TUNED_SPLITS = {"none": lambda splits: [], "once": lambda splits: [0], "per-spli
 
 def plan_jobs(args: argparse.Namespace, plan: Plan) -> list[Job]:
     """(data set, config, splits) of every (data set, method) the plan covers."""
-    jobs = []
-    for dataset_name in plan.datasets:
-        dataset = load_uci(dataset_name, args.data_dir)
-        splits = list(plan.splits or range(dataset.num_splits))
-        for method in plan.methods:
-            config = TrainConfig(
-                method=method,
-                hidden=(hidden_width(dataset_name),),
-                iterations=plan.iterations,
-                seed=args.seed,
-                compile=args.compile,
-                device=args.device,
-            )
-            jobs.append((dataset, config, splits))
-    return jobs
+
+    def shapes(name: str) -> list[tuple[str, tuple[int, ...]]]:
+        return [(method, (hidden_width(name),)) for method in plan.methods]
+
+    return uci_jobs(args, plan.datasets, plan.splits, plan.iterations, shapes)
 
 
 def print_status(args: argparse.Namespace, plan: Plan, out: Path) -> None:

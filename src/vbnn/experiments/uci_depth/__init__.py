@@ -32,8 +32,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vbnn.core.contracts import RunResult, TrainConfig
-from vbnn.data import load_uci
+from vbnn.core.contracts import RunResult
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.uci_depth.report import pruned_counts_metric, write_report
 from vbnn.regression.tuning import TuningConfig, tune
@@ -53,6 +52,7 @@ from vbnn.sweeps.uci import (
     study_units,
     train_unit_with_metrics,
     trial_keeper,
+    uci_jobs,
 )
 
 DESCRIPTION = "004 sec. 5 on UCI: ES, MF, GD, FC with 1-3 hidden layers, pruned units per layer"
@@ -138,19 +138,12 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 def plan_jobs(args: argparse.Namespace, plan: Plan) -> list[Job]:
     """(data set, config, splits) of every (data set, depth, method) the plan covers."""
-    jobs = []
-    for dataset_name in plan.datasets:
-        dataset = load_uci(dataset_name, args.data_dir)
-        splits = list(plan.splits or range(dataset.num_splits))
-        for depth in plan.depths:
-            for method in plan.methods:
-                if method == "fc" and depth not in plan.fc_depths:
-                    continue
-                config = TrainConfig(method=method, hidden=(WIDTH,) * depth,
-                                     iterations=plan.iterations, seed=args.seed,
-                                     compile=args.compile, device=args.device)  # fmt: skip
-                jobs.append((dataset, config, splits))
-    return jobs
+
+    def shapes(name: str) -> list[tuple[str, tuple[int, ...]]]:
+        return [(method, (WIDTH,) * depth) for depth in plan.depths for method in plan.methods
+                if method != "fc" or depth in plan.fc_depths]  # fmt: skip
+
+    return uci_jobs(args, plan.datasets, plan.splits, plan.iterations, shapes)
 
 
 def provenance(chosen: dict[str, float], splits: list[int], plan: Plan) -> dict:
