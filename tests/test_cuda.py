@@ -28,6 +28,7 @@ from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import run_splits, train_stack
 from vbnn.regression.estimator import BayesianRegressor
+from vbnn.regression.tuning import TuningConfig, tune
 
 CUDA = torch.device(os.environ.get("VBNN_TEST_DEVICE", "cuda"))
 # cuBLAS reads this when it starts: its deterministic workspace (for the resume test)
@@ -213,3 +214,32 @@ def test_pruned_units_per_layer_of_a_cuda_stack_are_the_cpu_ones() -> None:
     on_cuda = pruned_units_per_layer(stack.model.to(CUDA), prior)
     for cpu, cuda in zip(on_cpu, on_cuda, strict=True):
         assert torch.equal(cuda.cpu(), cpu)
+
+
+# torch's first compile imports modules that warn of their own deprecations; none is vbnn's
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_compiled_uci_run_on_cuda_gives_the_cpu_metrics() -> None:
+    """``compile=True`` on the device: the compiled objective and its noise blocks there end
+    at the compiled CPU run's metrics (float64)."""
+    dataset = load_diabetes_splits(seed=0)
+    config = TrainConfig(method="mf", iterations=40, test_samples=20, dtype="float64",
+                         hidden=(8,), compile=True)  # fmt: skip
+    on_cpu = run_splits(dataset, [0, 1], config)
+    on_cuda = run_splits(dataset, [0, 1], replace(config, device=str(CUDA)))
+    for cpu, cuda in zip(on_cpu.splits, on_cuda.splits, strict=True):
+        assert cuda.test_log_likelihood == pytest.approx(cpu.test_log_likelihood, rel=1e-6)
+        assert cuda.test_rmse == pytest.approx(cpu.test_rmse, rel=1e-6)
+
+
+def test_a_study_on_cuda_chooses_the_cpu_values() -> None:
+    """``tune()`` end to end with the config's device: the same candidates scored the same
+    (float64), so the sampler proposes and the study chooses the same values."""
+    dataset = load_diabetes_splits(seed=0)
+    config = TrainConfig(method="mf", iterations=30, test_samples=10, dtype="float64",
+                         hidden=(8,))  # fmt: skip
+    tuning = TuningConfig(trials=6, batch=3, seed=0)
+    on_cpu = tune(dataset, 0, config, tuning)
+    on_cuda = tune(dataset, 0, replace(config, device=str(CUDA)), tuning)
+    assert on_cuda.keys() == on_cpu.keys()
+    for name, value in on_cpu.items():
+        assert on_cuda[name] == pytest.approx(value, rel=1e-9), name
