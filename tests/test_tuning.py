@@ -165,8 +165,8 @@ def test_a_resumed_search_completes_the_killed_round(
 
 
 def test_a_shared_study_leaves_running_trials_alone(data_dir: Path, tmp_path: Path) -> None:
-    """With workers sharing a study, another worker's running trial is live: kept running and
-    not re-run, while this worker fills the budget."""
+    """With workers sharing a study, another worker's running trial is live: kept running, not
+    re-run, and counted as spent, so the workers together stop at the budget."""
     boston = load_uci("boston", data_dir)
     storage = f"sqlite:///{tmp_path / 'shared.sqlite'}"
     config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,))
@@ -175,8 +175,34 @@ def test_a_shared_study_leaves_running_trials_alone(data_dir: Path, tmp_path: Pa
     live.suggest_float("prior_std", 0.01, 10.0, log=True)
     tune(boston, 0, config, TuningConfig(trials=2, batch=2), storage, name=name, sole_writer=False)
     trials = optuna.load_study(study_name=name, storage=storage).trials
-    assert trials[0].state == optuna.trial.TrialState.RUNNING
-    assert used_budget(trials) == 2 and not any(t.user_attrs for t in trials)
+    assert trials[0].state == optuna.trial.TrialState.RUNNING and not trials[0].user_attrs
+    assert used_budget(trials) == 1 and trials[1].user_attrs == {"worker": 0}
+
+
+def test_a_worker_run_again_requeues_only_its_own_running_trials(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Worker 1's process died mid-round (its trial is still running) while worker 0 scores
+    one: run again, worker 1 abandons and re-scores its own candidate only, leaving room for
+    worker 0's."""
+    boston = load_uci("boston", data_dir)
+    storage = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,))
+    name = "boston/shared"
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    for worker in (1, 0):
+        trial = study.ask()
+        trial.set_user_attr("worker", worker)
+        trial.suggest_float("prior_std", 0.01, 10.0, log=True)
+    dead, live = study.trials
+    tuning = TuningConfig(trials=3, batch=3)
+    tune(boston, 0, config, tuning, storage, worker=1, name=name, sole_writer=False)
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    assert trials[0].state == optuna.trial.TrialState.FAIL and trials[0].user_attrs["abandoned"]
+    assert trials[1].state == optuna.trial.TrialState.RUNNING  # worker 0's, live
+    scored = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(scored) == 2 and all(t.user_attrs["worker"] == 1 for t in scored)
+    assert scored[0].params == dead.params and live.params not in [t.params for t in scored]
 
 
 def test_sampler_seed_keeps_a_new_study_and_moves_a_resumed_one() -> None:

@@ -10,10 +10,18 @@ candidates it had just chosen; and a sampler seeded as before draws its earlier 
 When one process owns the study, :func:`requeue_unfinished` marks its running trials failed
 with the user attribute ``abandoned`` (TPE ignores failed trials; the budget does not count
 them) and queues their candidates to be asked first, so the resumed search completes the killed
-round. :func:`sampler_seed` gives a resumed search a seed of its own; a new study keeps the
-study's seed, so an uninterrupted search proposes what it always did. :func:`used_budget`
-counts a candidate scored twice once, so a study that replayed candidates before this module
-still gets its budget of different ones.
+round.
+
+When workers share the study (``vbnn sweep`` with ``workers > 1``), another worker's running
+trial is live. Each worker tags the trials it asks with its index (user attribute ``worker``), so
+a worker that the executor runs again after its process died requeues only its own
+(``requeue_unfinished(..., worker=w)``), and :func:`spent_budget` counts the others' running
+trials as spent, so concurrent workers together stop at the budget.
+
+:func:`sampler_seed` gives a resumed search a seed of its own; a new study keeps the study's
+seed, so an uninterrupted search proposes what it always did. :func:`used_budget` counts a
+candidate scored twice once, so a study that replayed candidates before this module still gets
+its budget of different ones.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import optuna
 from vbnn.core.randomness import derive_seed
 
 ABANDONED = "abandoned"
+WORKER = "worker"  # user attribute: the index of the sharing worker that asked the trial
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
 RUNNING = optuna.trial.TrialState.RUNNING
 WAITING = optuna.trial.TrialState.WAITING
@@ -47,6 +56,12 @@ def used_budget(trials: Sequence[optuna.trial.FrozenTrial]) -> int:
     return len(scored) + failed
 
 
+def spent_budget(trials: Sequence[optuna.trial.FrozenTrial]) -> int:
+    """A shared study's budget spent or being spent: :func:`used_budget` plus the trials live
+    workers are scoring now (running)."""
+    return used_budget(trials) + sum(t.state == RUNNING for t in trials)
+
+
 def sampler_seed(seed: int, split: int, worker: int, trials_before: int) -> int:
     """The TPE seed of a search that starts on a study already holding ``trials_before`` trials.
 
@@ -65,21 +80,28 @@ def abandon(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
 
-def requeue_unfinished(study: optuna.Study, budget: int) -> list[dict[str, float]]:
+def requeue_unfinished(
+    study: optuna.Study, budget: int, worker: int | None = None
+) -> list[dict[str, float]]:
     """Abandon ``study``'s running trials and queue their candidates to be asked first.
 
-    Only for a study this process alone tunes: there, a running trial belongs to a killed process.
-    Newest first, a candidate is queued while the budget has room for it (beside the trials that
-    count and those already queued) and unless it is already scored or queued.
+    Only for running trials of a dead process: every running trial where this process alone
+    tunes the study (``worker`` None), or those tagged with ``worker`` where workers share it
+    (the executor runs a worker again only once its process died). Newest first, a candidate is
+    queued while the budget has room for it (beside the trials that count, those already queued
+    and the other workers' running ones) and unless it is already scored or queued.
 
     Returns:
         The queued candidates, in the order they will be asked (the order they were first asked).
     """
     trials = study.trials
-    room = budget - used_budget(trials) - sum(t.state == WAITING for t in trials)
+    running = [t for t in trials if t.state == RUNNING]
+    dead = [t for t in running if worker is None or t.user_attrs.get(WORKER) == worker]
+    live = len(running) - len(dead)
+    room = budget - used_budget(trials) - sum(t.state == WAITING for t in trials) - live
     known = [t.params for t in trials if t.state in (optuna.trial.TrialState.COMPLETE, WAITING)]
     chosen: list[optuna.trial.FrozenTrial] = []
-    for trial in sorted((t for t in trials if t.state == RUNNING), key=lambda t: -t.number):
+    for trial in sorted(dead, key=lambda t: -t.number):
         abandon(study, trial)
         seen = known + [t.params for t in chosen]
         if len(chosen) < room and trial.params and trial.params not in seen:

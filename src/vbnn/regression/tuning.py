@@ -46,7 +46,13 @@ from vbnn.regression.engine import (
     shared_settings,
     train_stack,
 )
-from vbnn.regression.studies import requeue_unfinished, sampler_seed, used_budget
+from vbnn.regression.studies import (
+    WORKER,
+    requeue_unfinished,
+    sampler_seed,
+    spent_budget,
+    used_budget,
+)
 from vbnn.training.full_batch import NonFiniteLossError
 
 
@@ -244,10 +250,16 @@ def tune(
         name: the study's name in ``storage`` (default: :func:`study_name`).
         sole_writer: True when no other process tunes this study meanwhile: a trial still
             running is then a killed process's, and the search completes it first
-            (``studies.requeue_unfinished``). False when workers share the study.
+            (``studies.requeue_unfinished``). False when workers share the study: each tags
+            the trials it asks with ``worker``, completes only its own running ones (left by
+            its dead process) and, before each round, counts the others' running trials as
+            spent (``studies.spent_budget``), so the workers together stop at
+            ``tuning.trials`` (two that read the study at the same moment may each ask one
+            round more).
 
     Returns:
-        The best candidate's values, e.g. {"prior_std": 0.8}.
+        The best candidate's values, e.g. {"prior_std": 0.8}; a sharing worker that found the
+        rest of the budget in others' hands before any trial was scored returns {}.
     """
     space = SEARCH_SPACES[config.method]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -263,14 +275,20 @@ def tune(
     done = used_budget(study.trials)
     if done >= tuning.trials:
         return dict(study.best_params)
-    if sole_writer:
-        requeue_unfinished(study, tuning.trials)
+    requeue_unfinished(study, tuning.trials, None if sole_writer else worker)
     data = tuning_problem(
         dataset, split, tuning.validation_fraction, tuning.seed, config.torch_dtype
     )
     batch = 1 if config.method is Method.ES else tuning.batch
-    while done < tuning.trials:
+    while True:
+        if not sole_writer:  # the other workers' rounds count too
+            done = spent_budget(study.trials)
+        if done >= tuning.trials:
+            break
         trials = [study.ask() for _ in range(min(batch, tuning.trials - done))]
+        if not sole_writer:
+            for trial in trials:
+                trial.set_user_attr(WORKER, worker)
         candidates = [
             {
                 name: t.suggest_float(name, low, high, log=True)
@@ -280,6 +298,10 @@ def tune(
         ]
         evaluate_candidates(config, data, candidates, on_score=partial(_tell, study, trials))
         done += len(trials)
+    if not sole_writer and not any(
+        t.state == optuna.trial.TrialState.COMPLETE for t in study.trials
+    ):
+        return {}
     return dict(study.best_params)
 
 
