@@ -80,6 +80,13 @@ def test_gap_is_paired_over_splits_and_the_verdict_follows_two_standard_errors()
     records[2] = _record("mf", 3, list(-3.0 + 5 * noise))
     records[3] = _record("fc", 3, list(-2.5 + 5 * noise + 0.01 * np.arange(10)))
     assert shrinks(gap_frame(records))["verdict"].tolist() == ["no significant change"]
+    # level at depth 1, behind at depth 3 (power against GD): the gap grows
+    records[0] = _record("mf", 1, list(-2.5 + 5 * noise + 0.01 * np.arange(10)))
+    assert shrinks(gap_frame(records))["verdict"].tolist() == ["grows"]
+    # level at depth 1 and still level at depth 3
+    records[2] = _record("mf", 3, list(-2.5 + 5 * noise + 0.01 * np.arange(10)))
+    (verdict,) = shrinks(gap_frame(records))["verdict"]
+    assert verdict == "MF not behind at the smallest depth"
 
 
 def test_bad_depths_are_named(tmp_path: Path) -> None:

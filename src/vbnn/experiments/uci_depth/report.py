@@ -89,7 +89,13 @@ def gap_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def shrinks(gaps: pd.DataFrame) -> pd.DataFrame:
-    """Per (data set, versus): gap at the smallest and largest depth and the verdict."""
+    """Per (data set, versus): gap at the smallest and largest depth and the verdict.
+
+    The verdict compares the change of the gap from the smallest to the largest depth with two
+    combined SEMs: "grows" when MF falls behind by more (also from level or ahead), "shrinks"
+    when a deficit closes by more, "MF not behind at the smallest depth" when it starts level or
+    ahead and does not fall behind, else "no significant change".
+    """
     rows = []
     for (dataset, versus), part in gaps.groupby(["dataset", "versus"], sort=False):
         part = part.sort_values("depth")
@@ -98,12 +104,12 @@ def shrinks(gaps: pd.DataFrame) -> pd.DataFrame:
             continue
         change = last["gap"] - first["gap"]
         bound = 2 * math.hypot(first["sem"], last["sem"])
-        if first["gap"] >= 0:
+        if change < -bound:  # MF falls (further) behind, wherever it started
+            verdict = "grows"
+        elif first["gap"] >= 0:
             verdict = "MF not behind at the smallest depth"
         elif change > bound:
             verdict = "shrinks"
-        elif change < -bound:
-            verdict = "grows"
         else:
             verdict = "no significant change"
         rows.append({"dataset": dataset, "MF versus": versus,
