@@ -8,7 +8,8 @@ Floor. Forward and backward of a layer cost, per example, with F the multiply-ad
 product (conv: O H' W' C k k; dense: I O):
 
 * deterministic layer: F forward, F for the weight gradient, F for the input gradient;
-* LRT layer (appendix E of 003): twice that, as the mean A * mu and the variance A^2 * sigma^2
+* LRT layer (appendix E of Neklyudov et al. 2019): twice that, as the mean A * mu and the variance
+A^2 * sigma^2
   are two products, each with its two gradients;
 * conv1 has no input gradient (its input is the data).
 

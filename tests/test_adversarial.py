@@ -1,5 +1,5 @@
-"""Targeted iterative FGSM (003 section 6.3): the step against its closed form on a linear softmax
-model, the ensemble predictive against its members, and a tiny end-to-end run."""
+"""Targeted iterative FGSM (Neklyudov et al. 2019 section 6.3): the step against its closed form on
+a linear softmax model, the ensemble predictive against its members, and a tiny end-to-end run."""
 
 from __future__ import annotations
 

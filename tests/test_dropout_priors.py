@@ -59,7 +59,8 @@ def test_kl_terms_decrease_in_alpha(true_kl: np.ndarray) -> None:
 
 
 def test_ard_kl_is_the_gaussian_kl_at_the_optimal_prior_variance() -> None:
-    """KL(N(mu, alpha mu^2) || N(0, (alpha + 1) mu^2)) = 1/2 log(1 + 1/alpha) (003 eq. 11 / 2)."""
+    """KL(N(mu, alpha mu^2) || N(0, (alpha + 1) mu^2)) = 1/2 log(1 + 1/alpha) (Neklyudov et al. 2019
+    eq. 11 / 2)."""
     mean = torch.tensor([-2.0, 0.3, 1.7], dtype=torch.float64)
     for log_alpha in (-3.0, 0.0, 4.0):
         alpha = math.exp(log_alpha)
@@ -96,7 +97,8 @@ def test_student_t_one_sample_estimate_is_unbiased(mean: float, std: float, nu: 
 
 
 def test_student_t_with_vanishing_nu_is_log_uniform_plus_a_constant() -> None:
-    """002 eq. 27: as nu -> 0 the Student-t KL equals the log-uniform KL up to a constant."""
+    """Neklyudov et al. 2018 eq. 27: as nu -> 0 the Student-t KL equals the log-uniform KL up to a
+    constant."""
     eps = torch.randn(50, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     differences = []
     for mean in (3.0, 0.01, 0.7):  # w = mean (1 + sqrt(alpha) eps): mean > 0 keeps eps aligned
@@ -112,8 +114,9 @@ def test_student_t_with_vanishing_nu_is_log_uniform_plus_a_constant() -> None:
 
 
 def test_zero_mean_kl_is_constant_in_sigma() -> None:
-    """003 appendix F: KL(N(0, sigma^2) || LogU) does not depend on sigma (0 here); the same for
-    the Student-t estimate with nu = 1e-16 (identical noise gives identical values)."""
+    """Neklyudov et al. 2019 appendix F: KL(N(0, sigma^2) || LogU) does not depend on sigma (0
+    here); the same for the Student-t estimate with nu = 1e-16 (identical noise gives identical
+    values)."""
     small, large = torch.full((1, 4), 0.01), torch.full((1, 4), 30.0)
     assert float(LogUniformPrior().kl_zero_mean(small)) == 0.0
     assert float(ARDPrior().kl_zero_mean(large)) == 0.0

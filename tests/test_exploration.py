@@ -1,5 +1,6 @@
-"""REINFORCE with per-episode parameter noise (003 section 6.2): returns, the replayed noise, the
-fast policy path against the layers' own forward, a stack against one model, a tiny run."""
+"""REINFORCE with per-episode parameter noise (Neklyudov et al. 2019 section 6.2): returns, the
+replayed noise, the fast policy path against the layers' own forward, a stack against one model, a
+tiny run."""
 
 from __future__ import annotations
 

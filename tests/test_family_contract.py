@@ -238,9 +238,9 @@ def test_single_layers_work_in_sequential_with_dtype_device_and_state_dict(name:
 
 @pytest.mark.parametrize("name", ALL)
 def test_zero_mean_mode_centres_gaussian_families_and_leaves_the_others(name: str) -> None:
-    """003 Theorem 1: N(mu, var) -> N(0, var). With one weight draw shared by the batch, the
-    zero-mean output equals the sampled output minus the mean network's weight contribution;
-    point and binary-dropout layers (no such form) are unchanged."""
+    """Neklyudov et al. 2019 Theorem 1: N(mu, var) -> N(0, var). With one weight draw shared by the
+    batch, the zero-mean output equals the sampled output minus the mean network's weight
+    contribution; point and binary-dropout layers (no such form) are unchanged."""
     layer, x = make(name), inputs()
     weights = layer(x, "weights", ModelGenerators([7, 8, 9]))
     with use_mode(layer, "zero-mean"):

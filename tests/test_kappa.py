@@ -1,4 +1,5 @@
-"""Kappa criterion (002 eq. 16) against closed forms and brute-force Hessians; sparse ensembles."""
+"""Kappa criterion (Neklyudov et al. 2018 eq. 16) against closed forms and brute-force Hessians;
+sparse ensembles."""
 
 from __future__ import annotations
 

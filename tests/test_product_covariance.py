@@ -1,4 +1,5 @@
-"""Product-matrix covariance of mean-field layers (004, eqs. 14 and 17) against Monte Carlo."""
+"""Product-matrix covariance of mean-field layers (Farquhar et al. 2020, eqs. 14 and 17) against
+Monte Carlo."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def test_three_or_more_layers_correlate_every_pair(depth: int) -> None:
 
 
 def test_three_layers_with_zero_means_keep_the_two_layer_pattern() -> None:
-    # the all-pairs term needs non-zero means (footnote of 004): with zero means it vanishes
+    # the all-pairs term needs non-zero means (footnote of Farquhar et al. 2020): with zero means it
+    # vanishes
     means = [torch.zeros(3, 3, dtype=torch.float64) for _ in range(3)]
     stds = [torch.full((3, 3), 0.5, dtype=torch.float64) for _ in range(3)]
     support = covariance_support(analytic_product_covariance(means, stds))

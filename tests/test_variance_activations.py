@@ -1,5 +1,5 @@
-"""Appendix D (003 Fig. 9): dense1's pre-activation moments against explicit weight sampling, the
-per-class densities, and a tiny end-to-end run."""
+"""Appendix D (Neklyudov et al. 2019 Fig. 9): dense1's pre-activation moments against explicit
+weight sampling, the per-class densities, and a tiny end-to-end run."""
 
 from __future__ import annotations
 

@@ -223,8 +223,9 @@ def test_wrong_conv_input_is_named() -> None:
 
 
 def test_zero_mean_approximation_is_harmless_for_large_alpha_only() -> None:
-    """003 Theorem 1: N(mu, alpha mu^2) -> N(0, alpha mu^2) changes the output mean by x mu, which
-    is negligible against the output std sqrt(alpha) |x| |mu| only when alpha is large."""
+    """Neklyudov et al. 2019 Theorem 1: N(mu, alpha mu^2) -> N(0, alpha mu^2) changes the output
+    mean by x mu, which is negligible against the output std sqrt(alpha) |x| |mu| only when alpha is
+    large."""
     layer = make("vd-layer", conv=False, bias=False)
     x = inputs(conv=False, rows=50)
     for log_alpha, small in ((15.0, True), (-4.0, False)):

@@ -49,7 +49,7 @@ def test_tiny_reproduction_writes_every_file(tmp_path: Path, capsys) -> None:
         assert (out / name).is_file(), name
         assert (out / name).stat().st_size > 0, name
     summary = (out / "summary.md").read_text()
-    assert "Table 1 of 003" in summary and "paper ensemble" in summary
+    assert "Table 1 of Neklyudov et al. 2019" in summary and "paper ensemble" in summary
     assert "tiny run on a data subset" in capsys.readouterr().out
     # a second call reuses the stored runs (a killed run loses nothing already finished)
     before = {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()}

@@ -114,7 +114,7 @@ def gaussian_mixture_log_likelihood(
     """Log density of each target under an equally weighted mixture of K Gaussians.
 
     log p(y_n) = log (1/K) sum_k N(y_n | mu_kn, sigma_kn^2), by logsumexp (``log_mean_exp``).
-    The reported test log-likelihood (Trippe & Turner, 000_e87e55bc25ea4726.txt) is the mean of
+    The reported test log-likelihood (Trippe & Turner 2017) is the mean of
     the returned values over examples.
 
     Args:

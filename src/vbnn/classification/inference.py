@@ -1,4 +1,4 @@
-"""One switch for how any stochastic network predicts (003_6d46223d87d84c68.txt eqs. 2-3).
+"""One switch for how any stochastic network predicts (Neklyudov et al. 2019 eqs. 2-3).
 
 ``predict_probabilities(model, x, mode, generators, samples)`` works for any module whose
 ``forward(x, ForwardMode, generators)`` returns logits: (N, C) for one network, (M, N, C) for a

@@ -1,4 +1,4 @@
-"""The kappa criterion and sparse ensembles (002_05369ebb4f396b47.txt section 5, eq. 16).
+"""The kappa criterion and sparse ensembles (Neklyudov et al. 2018 section 5, eq. 16).
 
     kappa_ij = sigma_ij^2 | d^2/dW_ij^2 sum_n log p(y_n | x_n, W, W_net) |  at W = M,
 
@@ -15,7 +15,7 @@ where h_nj is computed exactly by double backpropagation (one pass per output un
 whole batch; the examples do not interact, so no per-example loop is needed).
 
 Sparse ensemble: weights with kappa below a threshold are replaced by their means (or zeros), the
-others keep their noise (002 Fig. 5).
+others keep their noise (Neklyudov et al. 2018 Fig. 5).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def dense_layer_kappa(
 
 
 def count_above(kappa: torch.Tensor, log10_threshold: float = 1.5) -> torch.Tensor:
-    """Number of weights with log10 kappa > threshold, per model (002 Fig. 4)."""
+    """Number of weights with log10 kappa > threshold, per model (Neklyudov et al. 2018 Fig. 4)."""
     return (kappa > 10.0**log10_threshold).reshape(kappa.shape[0], -1).sum(1)
 
 

@@ -1,6 +1,6 @@
 """Minibatch ELBO training of a stochastic classifier, and the phase-transition tracker.
 
-Objective (003_6d46223d87d84c68.txt eq. 5), one LRT / noise sample per step:
+Objective (Neklyudov et al. 2019 eq. 5), one LRT / noise sample per step:
 
     L = N / B sum_{n in batch} log p(t_n | x_n, W) - kl_weight * KL(q || p),
 
@@ -41,7 +41,7 @@ EpochCallback = Callable[[int, nn.Module], None]
 class LearningRateSchedule(str, Enum):
     """How the Adam step size moves over the epochs e = 1 .. E of a run.
 
-    * CONSTANT: lr at every epoch (the papers' text, 003 section 6);
+    * CONSTANT: lr at every epoch (the papers' text, Neklyudov et al. 2019 section 6);
     * LINEAR: lr (E - e + 1) / E during epoch e, from lr down to lr / E in the last epoch (the
       authors' public code, ``da-molchanov/variance-networks``: ``lr_linear``, set at the start
       of each epoch, "decayed linearly to 0").
@@ -70,9 +70,9 @@ class ClassifierConfig:
         log_alpha_learning_rate: Adam step size of the log alpha parameters (None: the same as
             the others). Adam moves a parameter by at most ~lr per step, so at 1e-3 log alpha
             travels ~0.6 per epoch of 600 steps: a short run cannot reach the large alphas of a
-            converged variance layer (log alpha 6.9 after ~200 epochs in 003). A larger value
-            here is a deviation from the papers' protocol, used to see the phase transition
-            within a CPU budget; results state when it was used.
+            converged variance layer (log alpha 6.9 after ~200 epochs in Neklyudov et al. 2019). A
+            larger value here is a deviation from the papers' protocol, used to see the phase
+            transition within a CPU budget; results state when it was used.
         schedule: how both step sizes change over the epochs (``LearningRateSchedule``).
         eval_every: the epoch callback (e.g. the phase-transition tracker) runs after every
             ``eval_every``-th epoch and after the last one.
@@ -246,7 +246,8 @@ def mean_log_alpha(model: nn.Module) -> dict[str, float]:
 class PhaseTransitionTracker:
     """Epoch callback for any classifier (``LeNet5``, or a module from ``vbnn.convert``):
     accuracy in all four inference modes and each layer's mean log alpha
-    (003 Fig. 3), optionally the number of kappa above threshold (002 Fig. 4) via ``extra``.
+    (Neklyudov et al. 2019 Fig. 3), optionally the number of kappa above threshold (Neklyudov et al.
+    2018 Fig. 4) via ``extra``.
 
     Rows accumulate in ``self.rows``; ``frame()`` gives a pandas table; ``state_dict`` lets a
     checkpoint carry them (``classification.checkpoint``).
@@ -290,7 +291,8 @@ class PhaseTransitionTracker:
 
 
 def plot_phase_transition(frame: pd.DataFrame, path, title: str = "") -> None:
-    """Accuracy in the four modes vs epoch, with mean log alpha per layer (like 003 Fig. 3)."""
+    """Accuracy in the four modes vs epoch, with mean log alpha per layer (like Neklyudov et al.
+    2019 Fig. 3)."""
     figure, (left, right) = pyplot().subplots(1, 2, figsize=(10, 4))
     labels = {
         "deterministic": "Mean propagation",

@@ -56,7 +56,7 @@ class Algorithm(str, Enum):
 
 
 class Method(str, Enum):
-    """The methods of the overpruning paper's Table 1 (000_e87e55bc25ea4726.txt), each an
+    """The methods of the overpruning paper's Table 1 (Trippe & Turner 2017), each an
     algorithm with a family, plus VI with any family of ``vbnn.layers.FAMILIES``
     (``TrainConfig.family``)."""
 
@@ -152,7 +152,8 @@ SGLD_SAMPLES = 100  # samples SGLD keeps by default (the predictive averages ove
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Settings of one run. Defaults are the overpruning paper's (appendix A of 000_*.txt).
+    """Settings of one run. Defaults are the overpruning paper's (appendix A of Trippe & Turner
+    2017).
 
     Attributes:
         method: inference method (a Table 1 method, or "vi" with ``family``).
@@ -334,11 +335,11 @@ class RunResult:
     notes: tuple[str, ...] = field(default=())
 
 
-# --- Variance networks (issue 4; 002_05369ebb4f396b47.txt, 003_6d46223d87d84c68.txt) ---------
+# --- Variance networks (Neklyudov et al. 2018, 2019) -------------------------------------
 
 
 class InferenceMode(str, Enum):
-    """How a trained stochastic network predicts (003, eqs. 2-3 and Theorem 1).
+    """How a trained stochastic network predicts (Neklyudov et al. 2019, eqs. 2-3 and Theorem 1).
 
     DETERMINISTIC: mean propagation, weights replaced by their expectations (eq. 3).
     SAMPLE: one weight sample per model, shared by the examples ("1 samp." of Table 2).
@@ -358,7 +359,7 @@ class DropoutPrior(Protocol):
 
     ``kl_dropout`` takes the means and log alpha (broadcastable to the means) and returns the KL
     summed over all but the leading model dim, (M,). ``kl_zero_mean`` is the KL of the zero-mean
-    posterior N(0, std^2) (appendix F of 003), (M,).
+    posterior N(0, std^2) (appendix F of Neklyudov et al. 2019), (M,).
     """
 
     def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor: ...

@@ -1,4 +1,5 @@
-"""Pruned hidden units of every layer of a deeper MLP (000_*.txt sec. 3; 004_*.txt sec. 5).
+"""Pruned hidden units of every layer of a deeper MLP (Trippe & Turner 2017 sec. 3; Farquhar et al.
+2020 sec. 5).
 
 ``diagnostics.pruning`` counts the pruned units of a one-hidden-layer network. For an MLP with L
 hidden layers, h^l = phi(W^l h^(l-1) + b^l), l = 1..L, and output f = W^(L+1) h^L + b^(L+1), the

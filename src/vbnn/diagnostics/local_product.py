@@ -1,6 +1,6 @@
 """The local product matrix of a piecewise-linear network; its covariance under mean-field weights.
 
-Blog ``001_193bc50ee0b0b31a.txt``, "New tool: local product matrix"; paper 004 (the linear case,
+Farquhar et al. 2020 blog, "New tool: local product matrix"; Farquhar et al. 2020 (the linear case,
 ``vbnn.diagnostics.product_covariance``). A network with activation phi(h) = max(h, 0) +
 slope * min(h, 0) (slope 0: ReLU, 0 < slope < 1: LeakyReLU, 1: linear), row-vector convention
 
@@ -17,8 +17,8 @@ matrix whose pattern D_l depends on the weights through x. Two cases:
 * **pattern held fixed** (the pattern of the mean network at x): W_l D_l is again a mean-field
   matrix (means m_l D_l, stds s_l D_l: a column scaling), so the exact recursion of
   ``product_covariance`` applies: with two weight layers entries sharing neither a row nor a
-  column are uncorrelated (eq. 14 of 004), and from three on every pair is (for generic means and
-  slope > 0).
+  column are uncorrelated (eq. 14 of Farquhar et al. 2020), and from three on every pair is (for
+  generic means and slope > 0).
 * **pattern drawn with the weights** (the actual local product matrix): for two layers
   M_ab = sum_i A_ai d_i B_ib with d_i = phi'((x A + b)_i) a function of column i of A and b_i
   only, so for a != c, b != d

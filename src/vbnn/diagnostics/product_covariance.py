@@ -1,8 +1,8 @@
 """Covariance of the product matrix of a deep linear network of mean-field layers.
 
 Paper: Farquhar, Smith & Gal, "Try Depth Instead of Weight Correlations"
-(``../shared/papers/004_6556d25c53efeeec.txt``), section 2 and appendix A (eqs. 2-17); the blog
-post ``001_193bc50ee0b0b31a.txt`` ("product matrix").
+(Farquhar et al. 2020), section 2 and appendix A (eqs. 2-17); the blog
+post (Farquhar et al. 2020 blog) ("product matrix").
 
 A linear network ``y = W^(L) ... W^(1) x`` is written here, as in the paper's index notation
 ``W_ab = sum_i A_ai B_ib``, as the left-to-right product ``P = A_1 A_2 ... A_L`` of independent
@@ -69,7 +69,8 @@ def product_moments(
     mean_right: torch.Tensor,
     covariance_right: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and covariance of X Y for independent random matrices X and Y (eq. 14 of 004).
+    """Mean and covariance of X Y for independent random matrices X and Y (eq. 14 of Farquhar et al.
+    2020).
 
     Args:
         mean_left: (R, K) E[X]; covariance_left: (R, K, R, K) Cov(X_ai, X_cj).
@@ -96,7 +97,8 @@ def analytic_product_covariance(
 ) -> torch.Tensor:
     """Exact covariance of P = A_1 ... A_L for independent mean-field layers, any depth L.
 
-    Applies eq. 14 of 004 left to right: P_l = P_{l-1} A_l with P_{l-1} independent of A_l.
+    Applies eq. 14 of Farquhar et al. 2020 left to right: P_l = P_{l-1} A_l with P_{l-1} independent
+    of A_l.
 
     Args:
         means, stds: L matrices each, layer l of shape (K_{l-1}, K_l).
@@ -172,7 +174,8 @@ def random_mean_field_layers(
     generator: torch.Generator | None = None,
     dtype: torch.dtype = torch.float64,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Section 2.2 of 004: ``depth`` square layers, means U(-mean_bound, mean_bound), fixed std."""
+    """Section 2.2 of Farquhar et al. 2020: ``depth`` square layers, means U(-mean_bound,
+    mean_bound), fixed std."""
     if depth < 1 or size < 1:
         raise ValueError(
             f"random_mean_field_layers: depth and size must be >= 1, got {depth}, {size}"

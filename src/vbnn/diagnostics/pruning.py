@@ -1,4 +1,4 @@
-"""Over-pruning diagnostics for one-hidden-layer networks (000_e87e55bc25ea4726.txt, sec. 3-4).
+"""Over-pruning diagnostics for one-hidden-layer networks (Trippe & Turner 2017, sec. 3-4).
 
 For f(x) = sum_j v_j tanh(w_j . x + b_j) + c, Trippe & Turner observe that mean-field VI drives
 most hidden units j to q(v_j) ~ delta(0): the unit no longer affects the output, so nothing in the

@@ -1,4 +1,4 @@
-"""Per-unit panels of Figures 2 and 5 of 000_e87e55bc25ea4726.txt.
+"""Per-unit panels of Figures 2 and 5 of Trippe & Turner 2017.
 
 Each hidden unit j gets one column of three panels: top, the density of q(v_j) (its output
 weight); middle, the densities of q(w_ji) for every incoming weight and the bias, with the prior

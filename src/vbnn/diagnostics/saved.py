@@ -15,7 +15,7 @@ from vbnn.diagnostics.pruning import UnitDiagnostics, count_pruned, diagnose_uni
 from vbnn.diagnostics.pruning_plots import plot_units, representative_units
 from vbnn.regression.saved_models import SavedModel
 
-PAPER_PRUNED, PAPER_UNITS = 39, 50  # boston MF, 000_e87e55bc25ea4726.txt section 3
+PAPER_PRUNED, PAPER_UNITS = 39, 50  # boston MF, Trippe & Turner 2017 section 3
 
 
 @dataclass(frozen=True)

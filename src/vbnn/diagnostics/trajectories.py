@@ -1,4 +1,4 @@
-"""Training trajectories (Figure 4 of 000_e87e55bc25ea4726.txt).
+"""Training trajectories (Figure 4 of Trippe & Turner 2017).
 
 Trippe & Turner follow, for an MF network on boston, the KL term, the variational free energy
 (-ELBO), the expected log-likelihood, and the negative log-likelihood of the training and test

@@ -18,13 +18,20 @@ from types import ModuleType
 
 # name on the command line -> module under vbnn.experiments
 REPRODUCTIONS: dict[str, str] = {
-    "overpruning": "overpruning",  # 000: tuned Table 1 with SGLD, Figures 1-5
-    "depth": "depth",  # 004 + blog: product covariance, NUTS, diagonal gap vs depth
-    "variance-networks": "variance_networks",  # 002 + 003: variance layers, kappa, LeNet-5
-    "uci-depth": "uci_depth",  # 004 sec. 5 on UCI: MF vs FC and GD at 1-3 hidden layers
-    "adversarial": "adversarial",  # 003 6.3 / 002 6.3: iterative FGSM on MNIST, Fashion-MNIST
-    "exploration": "exploration",  # 003 6.2: REINFORCE with variance-layer noise (vbnn[rl])
-    "variance-activations": "variance_activations",  # 003 appendix D, Fig. 9
+    # Trippe & Turner 2017: tuned Table 1 with SGLD, Figures 1-5
+    "overpruning": "overpruning",
+    # Farquhar et al. 2020 and its blog: product covariance, NUTS, diagonal gap vs depth
+    "depth": "depth",
+    # Neklyudov et al. 2018, 2019: variance layers, kappa, LeNet-5
+    "variance-networks": "variance_networks",
+    # Farquhar et al. 2020 sec. 5 on UCI: MF vs FC and GD at 1-3 hidden layers
+    "uci-depth": "uci_depth",
+    # Neklyudov et al. 2019 6.3 / 2018 6.3: iterative FGSM on MNIST, Fashion-MNIST
+    "adversarial": "adversarial",
+    # Neklyudov et al. 2019 6.2: REINFORCE with variance-layer noise (vbnn[rl])
+    "exploration": "exploration",
+    # Neklyudov et al. 2019 appendix D, Fig. 9
+    "variance-activations": "variance_activations",
 }
 
 

@@ -1,4 +1,5 @@
-"""Additive parameterization: q(w) = N(mu, sigma^2) with the dropout priors (003 eq. 14).
+"""Additive parameterization: q(w) = N(mu, sigma^2) with the dropout priors (Neklyudov et al. 2019
+eq. 14).
 
 Same distribution as mean-field Gaussian, but its KL to the log-uniform / Student-t / ARD priors is
 taken through alpha = sigma^2 / mu^2 (log alpha clipped to ``LOG_ALPHA_RANGE``), as in sparse

@@ -1,12 +1,13 @@
-"""Bernoulli variance layer: w = theta (2 eps - 1), eps ~ Bernoulli(1/2) (003 section 3.3).
+"""Bernoulli variance layer: w = theta (2 eps - 1), eps ~ Bernoulli(1/2) (Neklyudov et al. 2019
+section 3.3).
 
 E[w] = 0 and Var[w] = theta^2. There is no exact local reparameterization trick for this noise, so
 SAMPLE draws one weight sample per model, shared by the examples of the batch (as WEIGHTS does).
 Moment matching (fast dropout, Wang & Manning 2013) is available with ``moment_matching=True``: the
 pre-activation is then drawn from the Gaussian with the exact mean (0) and variance
 (A^2 * theta^2) of the Bernoulli layer's output, i.e. the layer trains as a Gaussian variance layer
-(003: "Under fast dropout approximation all three cases would be equivalent to a Gaussian variance
-layer"). The +-1 noise is sign(z) for z ~ N(0, 1) from the model's generator.
+(Neklyudov et al. 2019: "Under fast dropout approximation all three cases would be equivalent to a
+Gaussian variance layer"). The +-1 noise is sign(z) for z ~ N(0, 1) from the model's generator.
 
 KL: q is discrete, so its KL to any density is infinite but does not depend on theta; with the
 log-uniform or ARD prior we drop it (return 0, like the Gaussian variance layer); others raise.

@@ -24,7 +24,7 @@ Bayesian linear regression under the paper's optimiser it reaches the exact post
 A gradient hook keeps A's upper part and diagonal at exactly zero (Adam never moves an entry whose
 gradient is always zero), so no triangular mask is applied on the hot path. A draw is
 m + L eps, eps ~ N(0, I_D): one weight sample per model shared by all examples, since a full
-covariance admits no cheap local reparameterization (000_e87e55bc25ea4726.txt, section 2,
+covariance admits no cheap local reparameterization (Trippe & Turner 2017, section 2,
 names this as a likely cause of FC's weaker results). ``exact_lrt = False`` tells the shell so.
 A convolution would need a factor over (C kh kw + 1) O parameters per layer; this family is dense
 only and says so (``fc-low-rank`` is the variant for layers too large for a full factor).

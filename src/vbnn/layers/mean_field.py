@@ -3,9 +3,9 @@
 q(W_ij) = N(mu_ij, sigma_ij^2), and likewise for every bias. Two parameterizations of sigma:
 
 * ``"log"`` (default): sigma = exp(rho). The KL's log sigma term is exact and Adam moves sigma on a
-  relative scale (000_e87e55bc25ea4726.txt appendix A initialises sigma to 1e-4).
+  relative scale (Trippe & Turner 2017 appendix A initialises sigma to 1e-4).
 * ``"softplus"``: sigma = softplus(rho), as in Blundell et al. and the depth paper
-  (004_6556d25c53efeeec.txt appendix B: sigma initialised to 1e-6, He-normal means).
+  (Farquhar et al. 2020 appendix B: sigma initialised to 1e-6, He-normal means).
 
 Dense layers with the log parameterization run the LRT through a fused kernel with a hand-written
 backward (``vbnn.core.kernels.local_reparameterization_sample``); every other case uses the

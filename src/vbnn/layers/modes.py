@@ -41,7 +41,7 @@ def use_mode(module: nn.Module, mode: ForwardMode | str) -> Iterator[nn.Module]:
     """Within the block every family layer of ``module`` runs in ``mode`` unless a call names one.
 
     ``mode`` is "mean", "sample", "weights", or "zero-mean" (sampled weights with each N(mu, var)
-    replaced by N(0, var): 003 Theorem 1).
+    replaced by N(0, var): Neklyudov et al. 2019 Theorem 1).
     """
     zero_mean = mode == "zero-mean"
     forward_mode = ForwardMode.WEIGHTS if zero_mean else ForwardMode(mode)

@@ -18,7 +18,7 @@ class Point(VariationalLayer):
     """Dense or conv2d layer with point weights (LeCun-normal initial weights, zero biases)."""
 
     family_name = "point"
-    has_zero_mean_form = False  # point weights: 003's Theorem 1 does not apply
+    has_zero_mean_form = False  # point weights: Neklyudov et al. 2019's Theorem 1 does not apply
     has_kl = False
     exact_lrt = False  # SAMPLE returns the point weights without drawing noise
 

@@ -28,7 +28,7 @@ model, so a model draws the same numbers alone or in a stack), else from the lay
 ``generator`` attribute (one ``torch.Generator``), else from torch's global RNG; every draw lands
 on the device and dtype of the input.
 
-Local reparameterization trick (Kingma et al. 2015; appendix E of 003_6d46223d87d84c68.txt, eqs.
+Local reparameterization trick (Kingma et al. 2015; appendix E of Neklyudov et al. 2019, eqs.
 39-42): for factorised Gaussian weights the pre-activation of every example (and output position)
 is Gaussian with
 
@@ -39,11 +39,12 @@ where * is the matrix product or the convolution and the square is elementwise, 
 whose noise is not Gaussian or not factorised set ``exact_lrt = False``: SAMPLE then draws one
 weight sample per model, shared by the examples.
 
-Sparse ensembles and pruning (002 section 5; 003 Fig. 5) act through two optional boolean masks of
-the weight shape: ``to_mean`` (weight replaced by its mean, no noise) and ``to_zero`` (weight set to
-0). ``zero_mean_approximation`` replaces N(mu, var) by N(0, var) (003, Theorem 1) in the families
-whose weights have such a distribution; families with ``has_zero_mean_form = False`` (point
-weights, binary dropout) are left as they are, as the theorem does not concern them.
+Sparse ensembles and pruning (Neklyudov et al. 2018 section 5; Neklyudov et al. 2019 Fig. 5) act
+through two optional boolean masks of the weight shape: ``to_mean`` (weight replaced by its mean, no
+noise) and ``to_zero`` (weight set to 0). ``zero_mean_approximation`` replaces N(mu, var) by N(0,
+var) (Neklyudov et al. 2019, Theorem 1) in the families whose weights have such a distribution;
+families with ``has_zero_mean_form = False`` (point weights, binary dropout) are left as they are,
+as the theorem does not concern them.
 """
 
 from __future__ import annotations
@@ -313,7 +314,8 @@ class VariationalLayer(nn.Module):
 
 
 # log alpha is clipped to this range for numerical safety. The upper end is wide enough for the
-# "essentially infinite" alphas of a converged variance layer (003 section 4.3: alpha > 1e7, i.e.
+# "essentially infinite" alphas of a converged variance layer (Neklyudov et al. 2019 section 4.3:
+# alpha > 1e7, i.e.
 # log alpha > 16); the lower end keeps alpha mu^2 from underflowing in float32.
 LOG_ALPHA_RANGE = (-10.0, 20.0)
 

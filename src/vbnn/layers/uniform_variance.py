@@ -1,4 +1,4 @@
-"""Uniform variance layer: w = theta eps, eps ~ U(-1, 1) (003 section 3.3).
+"""Uniform variance layer: w = theta eps, eps ~ U(-1, 1) (Neklyudov et al. 2019 section 3.3).
 
 E[w] = 0, Var[w] = theta^2 / 3. No exact LRT: SAMPLE draws one weight sample per model, shared by
 the examples (``moment_matching=True`` draws the pre-activation from the Gaussian with the output's

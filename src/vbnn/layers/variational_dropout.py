@@ -1,6 +1,6 @@
 """Variational dropout: q(w) = N(mu, alpha mu^2), alpha shared per layer, output neuron or weight.
 
-Sources: 003_6d46223d87d84c68.txt eq. 14 (layer-wise, neuron-wise, weight-wise parameterizations),
+Sources: Neklyudov et al. 2019 eq. 14 (layer-wise, neuron-wise, weight-wise parameterizations),
 appendix E eqs. 39 and 41 (local reparameterization, dense and convolutional):
 
     dense:  b_j = sum_i mu_ij a_i + eps_j sqrt( sum_i a_i^2 alpha_ij mu_ij^2 ),
@@ -64,7 +64,7 @@ class VariationalDropout(VariationalLayer):
 
     sharing = AlphaSharing.LAYER
     family_name = "vd"
-    default_prior: object = LogUniformPrior()  # 003 eq. 6
+    default_prior: object = LogUniformPrior()  # Neklyudov et al. 2019 eq. 6
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """Gaussian variance layer: q(w) = N(0, sigma^2), information stored in the variances only.
 
-Source: 003_6d46223d87d84c68.txt section 3 and appendix E:
+Source: Neklyudov et al. 2019 section 3 and appendix E:
 
     dense (eq. 40): b_j = eps_j sqrt( sum_i a_i^2 sigma_ij^2 ),
     conv  (eq. 42): b_j = eps_j (.) sqrt( A^2 * sigma_j^2 ),
@@ -68,7 +68,8 @@ class ZeroMean(VariationalLayer):
         return zero_mean_kl(prior, self.weight_log_std.exp())
 
     def prune_by_std(self, threshold: float) -> float:
-        """Zero every weight with sigma < threshold (003 Fig. 5); returns the fraction pruned."""
+        """Zero every weight with sigma < threshold (Neklyudov et al. 2019 Fig. 5); returns the
+        fraction pruned."""
         mask = self.weight_log_std.detach().exp() < threshold
         self.to_zero = mask
         return float(mask.float().mean())

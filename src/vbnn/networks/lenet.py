@@ -1,6 +1,6 @@
 """LeNet-5-Caffe whose four layers each come from any variance-network family.
 
-Architecture (003_6d46223d87d84c68.txt section 6.1, Caffe's LeNet): conv 20@5x5 -> max-pool 2
+Architecture (Neklyudov et al. 2019 section 6.1, Caffe's LeNet): conv 20@5x5 -> max-pool 2
 -> conv 50@5x5 -> max-pool 2 -> dense 800 -> 500 -> dense 500 -> 10, with the chosen non-linearity
 after conv1, conv2 and dense1 (before pooling); optionally BatchNorm on dense1's output before
 its non-linearity (the authors' public code, ``da-molchanov/variance-networks``; the papers'
@@ -29,7 +29,7 @@ class NetworkActivation(str, Enum):
     RELU = "relu"
     SOFTPLUS = "softplus"
     TANH = "tanh"
-    ABS = "abs"  # 002 appendix D: |.| after a zero-mean layer
+    ABS = "abs"  # Neklyudov et al. 2018 appendix D: |.| after a zero-mean layer
 
 
 ACTIVATIONS: dict[NetworkActivation, Callable[[torch.Tensor], torch.Tensor]] = {

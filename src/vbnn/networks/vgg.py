@@ -1,20 +1,20 @@
 """The VGG-like network of the variance-network papers for CIFAR-10/100 (one network, no stack).
 
-Architecture (003_6d46223d87d84c68.txt section 6.1, "VGG-like (Zagoruyko 2015)"; layer list
+Architecture (Neklyudov et al. 2019 section 6.1, "VGG-like (Zagoruyko 2015)"; layer list
 and dropout rates as the authors' public code, which the paper does not print): thirteen 3x3
 convolutions with padding 1, each followed by BatchNorm and ReLU,
 
     64 64 M 128 128 M 256 256 256 M 512 512 512 M 512 512 512 M
 
 (M: 2x2 max-pool), then dense 512 -> 512 with BatchNorm and ReLU, and dense 512 -> classes. The
-variance VGG of 003 Table 2 takes the last three convolutions and the first dense layer from a
-stochastic family (layer-wise variational dropout, ``vd-layer``: "the first fully-connected layer
-and the last three convolutional layers are variational dropout layers"); every other layer is
-deterministic. Binary dropout on the input of the deterministic layers (rates 0.3 before conv2, 0.4
-before conv4, 6, 7, 9, 10, 0.5 before both dense layers) is the "Dropout" network when every layer
-is deterministic; the variance network keeps it on its deterministic layers, as the authors' code
-(none before its stochastic dense1). ``width`` scales every channel count (1: the paper's network;
-a small value for tests).
+variance VGG of Neklyudov et al. 2019 Table 2 takes the last three convolutions and the first dense
+layer from a stochastic family (layer-wise variational dropout, ``vd-layer``: "the first
+fully-connected layer and the last three convolutional layers are variational dropout layers");
+every other layer is deterministic. Binary dropout on the input of the deterministic layers (rates
+0.3 before conv2, 0.4 before conv4, 6, 7, 9, 10, 0.5 before both dense layers) is the "Dropout"
+network when every layer is deterministic; the variance network keeps it on its deterministic
+layers, as the authors' code (none before its stochastic dense1). ``width`` scales every channel
+count (1: the paper's network; a small value for tests).
 """
 
 from __future__ import annotations

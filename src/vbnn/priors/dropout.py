@@ -1,28 +1,31 @@
 """Priors of the variance-networks papers and their KL to Gaussian-dropout posteriors.
 
 Posterior q(w) = N(mu, alpha mu^2) (variational dropout), or N(0, sigma^2) (zero-mean layer).
-Sources: 002_05369ebb4f396b47.txt eqs. 9-10 and appendices B-C; 003_6d46223d87d84c68.txt eqs. 6-11
+Sources: Neklyudov et al. 2018 eqs. 9-10 and appendices B-C; Neklyudov et al. 2019 eqs. 6-11
 and appendix F.
 
 Normalisation of the improper log-uniform prior p(w) ~ 1/|w|. Up to an additive constant,
 
-    KL(N(mu, alpha mu^2) || LogU) = -1/2 log alpha + E_eps log|1 + sqrt(alpha) eps| + C  (003 eq 8)
+    KL(N(mu, alpha mu^2) || LogU) = -1/2 log alpha + E_eps log|1 + sqrt(alpha) eps| + C  (Neklyudov
+    et al. 2019 eq 8)
                                   = E_eps log|alpha^(-1/2) + eps| + C,
 
 and we fix C = -E log|eps| = (euler_gamma + log 2) / 2 so that KL -> 0 as alpha -> infinity, the
-convention of Molchanov et al. (2017) whose approximation (002 eq. 10, sign garbled in the text) is
+convention of Molchanov et al. (2017) whose approximation (Neklyudov et al. 2018 eq. 10, sign
+garbled in the text) is
 
     KL ~= k1 - k1 sigmoid(k2 + k3 log alpha) + 1/2 log(1 + 1/alpha),
     k1 = 0.63576, k2 = 1.87320, k3 = 1.48695.
 
-With this convention the zero-mean layer's KL (the alpha -> infinity limit, 003 appendix F) is
-exactly 0 for every sigma.
+With this convention the zero-mean layer's KL (the alpha -> infinity limit, Neklyudov et al. 2019
+appendix F) is exactly 0 for every sigma.
 
-ARD (003 eq. 11): with the optimal prior variance lambda^2 = (alpha + 1) mu^2,
+ARD (Neklyudov et al. 2019 eq. 11): with the optimal prior variance lambda^2 = (alpha + 1) mu^2,
 KL(N(mu, alpha mu^2) || N(0, lambda^2)) = 1/2 log(1 + 1/alpha). The paper prints log(1 + 1/alpha)
 without the 1/2; the Gaussian KL formula gives 1/2 (tested against torch.distributions).
 
-Student-t with nu degrees of freedom (002 eq. 25, 003 eq. 10), w = mu + sigma eps:
+Student-t with nu degrees of freedom (Neklyudov et al. 2018 eq. 25, Neklyudov et al. 2019 eq. 10), w
+= mu + sigma eps:
 
     KL = -1/2 log(2e) - log sigma - lgamma((nu+1)/2) + 1/2 log nu + lgamma(nu/2)
          + (nu+1)/2 E log(nu + w^2) - (nu+1)/2 log nu,
@@ -63,12 +66,14 @@ def _sum_shared(values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 
 
 def kl_log_uniform_approximation(log_alpha: torch.Tensor) -> torch.Tensor:
-    """Elementwise Molchanov et al. approximation of KL(N(mu, alpha mu^2) || LogU) (002 eq. 10)."""
+    """Elementwise Molchanov et al. approximation of KL(N(mu, alpha mu^2) || LogU) (Neklyudov et al.
+    2018 eq. 10)."""
     return K1 - K1 * torch.sigmoid(K2 + K3 * log_alpha) + 0.5 * functional.softplus(-log_alpha)
 
 
 def kl_log_uniform_one_sample(log_alpha: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-    """Elementwise unbiased one-sample estimate (002 eq. 9): log|alpha^(-1/2) + eps| + C.
+    """Elementwise unbiased one-sample estimate (Neklyudov et al. 2018 eq. 9): log|alpha^(-1/2) +
+    eps| + C.
 
     -1/2 log alpha + log|1 + sqrt(alpha) eps| is rewritten as log|alpha^(-1/2) + eps| so that it
     stays finite for large alpha. ``eps`` ~ N(0, 1) has the shape of the broadcast result.
@@ -84,7 +89,8 @@ def kl_ard(log_alpha: torch.Tensor) -> torch.Tensor:
 def kl_student_t_one_sample(
     mean: torch.Tensor, std: torch.Tensor, nu: float, eps: torch.Tensor
 ) -> torch.Tensor:
-    """Elementwise one-sample estimate of KL(N(mean, std^2) || Student-t(nu)) (002 eq. 25)."""
+    """Elementwise one-sample estimate of KL(N(mean, std^2) || Student-t(nu)) (Neklyudov et al. 2018
+    eq. 25)."""
     log_nu = math.log(nu)
     constant = (
         -0.5 * math.log(2.0 * math.e)
@@ -100,8 +106,8 @@ def kl_student_t_one_sample(
 class KLEstimator(str, Enum):
     """How the log-uniform KL is computed."""
 
-    APPROXIMATION = "approximation"  # Molchanov et al. sigmoid fit (002 eq. 10)
-    ONE_SAMPLE = "one-sample"  # unbiased Monte Carlo (002 eq. 9)
+    APPROXIMATION = "approximation"  # Molchanov et al. sigmoid fit (Neklyudov et al. 2018 eq. 10)
+    ONE_SAMPLE = "one-sample"  # unbiased Monte Carlo (Neklyudov et al. 2018 eq. 9)
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -133,7 +139,7 @@ class LogUniformPrior:
         return _sum_per_model(kl_log_uniform_one_sample(log_alpha, eps))
 
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
-        """Constant in sigma (003 appendix F); 0 under this normalisation."""
+        """Constant in sigma (Neklyudov et al. 2019 appendix F); 0 under this normalisation."""
         return std.new_zeros(std.shape[0])
 
     def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -150,7 +156,8 @@ class LogUniformPrior:
 
 @dataclass(frozen=True)
 class StudentTPrior:
-    """Student-t prior with ``nu`` degrees of freedom; KL by one-sample Monte Carlo (003 eq. 10)."""
+    """Student-t prior with ``nu`` degrees of freedom; KL by one-sample Monte Carlo (Neklyudov et
+    al. 2019 eq. 10)."""
 
     nu: float = 1e-16
     seed: int = 0
@@ -183,7 +190,8 @@ class StudentTPrior:
 
 @dataclass(frozen=True)
 class ARDPrior:
-    """Automatic relevance determination N(0, lambda^2), lambda^2 at its optimum (003 eq. 11)."""
+    """Automatic relevance determination N(0, lambda^2), lambda^2 at its optimum (Neklyudov et al.
+    2019 eq. 11)."""
 
     def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
         return _sum_shared(kl_ard(log_alpha), mean.shape)
@@ -233,7 +241,8 @@ def dropout_kl(prior: object, mean: torch.Tensor, log_alpha: torch.Tensor) -> to
 
 
 def zero_mean_kl(prior: object, std: torch.Tensor) -> torch.Tensor:
-    """KL of N(0, std^2) to ``prior``, (M,) (003 appendix F: constant for log-uniform / ARD)."""
+    """KL of N(0, std^2) to ``prior``, (M,) (Neklyudov et al. 2019 appendix F: constant for
+    log-uniform / ARD)."""
     if isinstance(prior, DropoutPrior):
         return prior.kl_zero_mean(std)
     return prior.kl_diagonal(torch.zeros_like(std), std)

@@ -8,7 +8,7 @@ order: per layer the weight (1, I, O) then the bias (1, O).
 
 U(theta) = -sum_n log p(y_n | f_theta(x_n)) + |theta|^2 / (2 prior_std^2)     (up to a constant)
 
-with a Bernoulli likelihood on one logit, sum_n BCE(f_theta(x_n), y_n) (004_6556d25c53efeeec.txt,
+with a Bernoulli likelihood on one logit, sum_n BCE(f_theta(x_n), y_n) (Farquhar et al. 2020,
 appendix B: two moons, N(0, 1) prior).
 """
 

@@ -1,7 +1,7 @@
 """The gap between a full-covariance Gaussian and its closest diagonal Gaussian.
 
-Paper: Farquhar, Smith & Gal (``../shared/papers/004_6556d25c53efeeec.txt``, section 4, eqs. 5-6,
-appendix B) and the blog post (``001_193bc50ee0b0b31a.txt``, "Wasserstein error").
+Paper: Farquhar, Smith & Gal (2020, section 4, eqs. 5-6,
+appendix B) and the blog post (Farquhar et al. 2020 blog, "Wasserstein error").
 
 q_full = N(mu, Sigma) is fitted to posterior samples; q_diag = N(mu', Sigma') minimises
 KL(q_diag || q_full) over diagonal Sigma', which gives (eqs. 5-6)
@@ -46,8 +46,8 @@ def empirical_covariance(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and empirical covariance (1/(N-1)) of samples, plus ``jitter`` on the diagonal.
 
-    With N samples in D dimensions the empirical covariance has rank <= N - 1; the jitter (004,
-    appendix B adds one "to improve the stability") makes it positive definite.
+    With N samples in D dimensions the empirical covariance has rank <= N - 1; the jitter (Farquhar
+    et al. 2020, appendix B adds one "to improve the stability") makes it positive definite.
 
     Args:
         samples: (N, D).
@@ -65,7 +65,7 @@ def empirical_covariance(
 
 
 def closest_diagonal_variance(covariance: np.ndarray) -> np.ndarray:
-    """Sigma' = diag(Sigma^-1)^-1 (eq. 6 of 004), as a vector of variances (D,).
+    """Sigma' = diag(Sigma^-1)^-1 (eq. 6 of Farquhar et al. 2020), as a vector of variances (D,).
 
     diag(Sigma^-1)_i = sum_k (L^-1)_ki^2 with Sigma = L L^T, so no explicit inverse is formed.
     """
@@ -153,7 +153,7 @@ def diagonal_gap(covariance: np.ndarray) -> dict[str, float]:
     """All gap measures for one full covariance (mean kept, so the means do not enter).
 
     Returns:
-        kl_diag_full: KL(q_diag || q_full) (004, Fig. 2);
+        kl_diag_full: KL(q_diag || q_full) (Farquhar et al. 2020, Fig. 2);
         wasserstein2: W2(q_diag, q_full) (the blog's Wasserstein figure, between the Gaussians);
         kl_full_diag: KL(q_full || N(mu, diag Sigma)) (the blog's KL direction).
     """

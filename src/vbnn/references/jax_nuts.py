@@ -7,8 +7,8 @@ bulk ESS per second
 (benchmarks/README.md). Pyro (``vbnn.references.nuts``) stays for arbitrary torch modules; this
 runner takes potentials generated from an ``MLPArchitecture`` (``vbnn.references.jax_potential``).
 
-Chains start at ``initial`` (C, D), e.g. the MFVI means plus independent jitter (004
-appendix B starts at the MFVI solution; several jittered starts let R-hat see a chain that has
+Chains start at ``initial`` (C, D), e.g. the MFVI means plus independent jitter (Farquhar et al.
+2020 appendix B starts at the MFVI solution; several jittered starts let R-hat see a chain that has
 not left its start). The diagnostics across chains come from ``vbnn.references.chain_diagnostics``.
 """
 

@@ -3,7 +3,7 @@
 The potential U(theta) = -log p(y | x, theta) - log p(theta) is built from a vbnn ``nn.Module`` with
 ``torch.func.functional_call``: the module is never re-implemented as a Pyro model. Pyro's
 ``NUTS(potential_fn=...)`` (Hoffman & Gelman 2014; step size by dual averaging, diagonal mass
-matrix adapted in warm-up) draws from exp(-U). Paper: 004_6556d25c53efeeec.txt, section 4 and
+matrix adapted in warm-up) draws from exp(-U). Paper: Farquhar et al. 2020, section 4 and
 appendix B (100 burn-in, 1000 samples, target acceptance 0.8, prior precision 1).
 
 Pyro's own ``jit_compile`` flag only traces *model*-based potentials and is ignored for a
@@ -52,13 +52,15 @@ class Compilation(str, Enum):
 
 @dataclass(frozen=True)
 class NUTSConfig:
-    """Settings of one NUTS chain (defaults: 004 appendix B, except the tree-depth cap).
+    """Settings of one NUTS chain (defaults: Farquhar et al. 2020 appendix B, except the tree-depth
+    cap).
 
     Attributes:
         warmup: burn-in iterations (step size and mass matrix adaptation), discarded.
         samples: kept iterations.
         target_accept: dual-averaging target acceptance probability.
-        max_tree_depth: at most 2^depth - 1 leapfrog steps a sample. 004 used "100 leapfrog steps
+        max_tree_depth: at most 2^depth - 1 leapfrog steps a sample. Farquhar et al. 2020 used "100
+        leapfrog steps
             per sample" with Hamiltorch; depth 7 (<= 127 steps) is the closest NUTS cap.
         compilation: eager or traced potential.
         seed: Pyro's random seed for this chain.

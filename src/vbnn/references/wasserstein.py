@@ -1,10 +1,11 @@
 """2-Wasserstein distances between MCMC samples and Gaussians fitted to them (``vbnn[jax]``: POT).
 
-The blog (001_193bc50ee0b0b31a.txt, "Wasserstein Error") compares W2(true posterior, q_full) with
+The blog (Farquhar et al. 2020 blog, "Wasserstein Error") compares W2(true posterior, q_full) with
 W2(true posterior, q_diag); their difference is the error the mean-field assumption adds beyond
 the Gaussian one. Here the true posterior is represented by n draws thinned evenly from the pooled
 NUTS chains; q_full = N(m, Sigma) is the Gaussian fitted to them (empirical mean and covariance +
-jitter) and q_diag = N(m, diag(Sigma^-1)^-1) the closest diagonal Gaussian (004 eq. 6).
+jitter) and q_diag = N(m, diag(Sigma^-1)^-1) the closest diagonal Gaussian (Farquhar et al. 2020 eq.
+6).
 
 Estimator: the exact optimal transport between the n samples and n independent draws of the
 Gaussian (``ot.emd2`` with squared Euclidean costs; uniform weights, so the plan is a permutation):

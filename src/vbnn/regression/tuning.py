@@ -1,6 +1,6 @@
 """Hyper-parameter search by Bayesian optimisation (Optuna's TPE), candidates trained as a stack.
 
-The overpruning paper (000_e87e55bc25ea4726.txt, experimental details) tuned with Spearmint on one
+The overpruning paper (Trippe & Turner 2017, experimental details) tuned with Spearmint on one
 split: the prior std of MAP, MF, GD and FC, GD's posterior std, and ES's learning rate. It gives no
 SGLD settings at all; here SGLD's step size eta is searched together with its prior std. Here:
 

@@ -9,9 +9,9 @@ The ELBO of a batch B drawn from a data set of N examples (N = B for full-batch 
     ELBO = N / B * sum_{n in B} E_q[log p(y_n | x_n, W)] - kl_weight * KL(q || p),
 
 with the expectation a Monte-Carlo average over ``samples`` draws (the LRT where it is exact).
-``kl_weight`` = 1 gives the ELBO (000, eq. 1; 003, eq. 5). The network is anything the shell's
-``network_output`` runs: ``MLP``, ``LeNet5``, a family layer, or a user ``nn.Module`` holding
-family layers (``nn.Sequential`` included).
+``kl_weight`` = 1 gives the ELBO (Trippe & Turner 2017, eq. 1; Neklyudov et al. 2019, eq. 5). The
+network is anything the shell's ``network_output`` runs: ``MLP``, ``LeNet5``, a family layer, or a
+user ``nn.Module`` holding family layers (``nn.Sequential`` included).
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
-"""Adversarial robustness of variance networks (003 section 6.3, 002 section 6.3) on MNIST and
-Fashion-MNIST with LeNet-5 (the papers' CIFAR-10 VGG-like experiment needs the CIFAR archive:
-``vbnn.data.cifar`` and ``vbnn.networks.vgg`` provide both for users who can download it).
+"""Adversarial robustness of variance networks (Neklyudov et al. 2019 section 6.3, Neklyudov et al.
+2018 section 6.3) on MNIST and Fashion-MNIST with LeNet-5 (the papers' CIFAR-10 VGG-like experiment
+needs the CIFAR archive: ``vbnn.data.cifar`` and ``vbnn.networks.vgg`` provide both for users who
+can download it).
 
 Targeted iterative fast gradient sign attacks with a fixed step (``attack``) against five
 predictors (``models``): a deterministic network, dropout (10 masks), a deep ensemble of 5, the
 variance network (10 weight samples) and a deep ensemble of 5 variance networks (10 samples each).
 Writes per data set and predictor the successful-attack rate and mean predictive entropy per
-iteration (``attacks.csv``), a figure like 003 Fig. 7 (``attacks.png``), ``summary.md`` and
-``run.json``; the trained stacks are kept in ``OUT/runs`` (``stores.unit_store``) and reused. The
-papers print no numbers for this experiment (curves only), so there is nothing to set beside them.
+iteration (``attacks.csv``), a figure like Neklyudov et al. 2019 Fig. 7 (``attacks.png``),
+``summary.md`` and ``run.json``; the trained stacks are kept in ``OUT/runs`` (``stores.unit_store``)
+and reused. The papers print no numbers for this experiment (curves only), so there is nothing to
+set beside them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Targeted iterative fast gradient sign attacks on (ensembles of) stochastic classifiers.
 
-003_6d46223d87d84c68.txt section 6.3 and 002_05369ebb4f396b47.txt section 6.3 (Goodfellow et al.
+Neklyudov et al. 2019 section 6.3 and Neklyudov et al. 2018 section 6.3 (Goodfellow et al.
 2014): for a target class t != the true class, iterate with a fixed step epsilon
 
     x_{s+1} = clip_[0, 1]( x_s - epsilon * sign( grad_x L(x_s) ) ),   L(x) = -log pbar(t | x),
@@ -15,7 +15,7 @@ with the weight means (``ForwardMode.MEAN``) for deterministic networks. The gra
 the ensemble-averaged predictive (the attacker sees the model as it predicts), with fresh draws at
 every step. After each step the attack is judged on an independent set of K draws: an image counts
 as a success when arg max_c pbar(c | x_s) = t; the mean predictive entropy
-H = -sum_c pbar_c log pbar_c is reported beside it (002 Fig. 2b).
+H = -sum_c pbar_c log pbar_c is reported beside it (Neklyudov et al. 2018 Fig. 2b).
 """
 
 from __future__ import annotations

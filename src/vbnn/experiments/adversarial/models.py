@@ -1,4 +1,5 @@
-"""The five predictors of the attack experiment (003 section 6.3) on LeNet-5, trained as stacks.
+"""The five predictors of the attack experiment (Neklyudov et al. 2019 section 6.3) on LeNet-5,
+trained as stacks.
 
 Three training runs give all five (``classification.training.train_classifier``, the ELBO with
 the log-uniform prior; the deterministic and dropout layers have no KL, so they are trained by
@@ -8,9 +9,10 @@ maximum likelihood):
   member 0 alone is the deterministic network;
 * one dropout LeNet-5 (binary dropout 0.5 on the inputs of dense1 and dense2, as the Table 2
   baseline of ``reproductions/variance-networks``), predicting with 10 dropout masks;
-* a stack of 5 LeNet-5s whose dense1 is layer-wise variational dropout (``vd-layer``, 003 eq. 14,
-  the layer that becomes a variance layer in 003 Table 2): the ensemble of variance networks, and
-  its member 0 alone (10 weight samples) is the variance network.
+* a stack of 5 LeNet-5s whose dense1 is layer-wise variational dropout (``vd-layer``, Neklyudov et
+al. 2019 eq. 14,
+  the layer that becomes a variance layer in Neklyudov et al. 2019 Table 2): the ensemble of
+  variance networks, and its member 0 alone (10 weight samples) is the variance network.
 
 Members of a stack differ by their initialisation and training noise (``ModelGenerators`` keys
 0..4) and see the same minibatches. A short run cannot reach the papers' variance state (log alpha
@@ -60,7 +62,7 @@ MEMBERS = {
 
 
 class Predictor(str, Enum):
-    """The five predictors of 003 Fig. 7."""
+    """The five predictors of Neklyudov et al. 2019 Fig. 7."""
 
     DETERMINISTIC = "deterministic"
     DROPOUT = "dropout"
@@ -80,7 +82,7 @@ class PredictorSpec:
 
 
 def predictor_specs(samples: int) -> dict[Predictor, PredictorSpec]:
-    """Each predictor; ``samples`` is K of the stochastic ones (10 in 003)."""
+    """Each predictor; ``samples`` is K of the stochastic ones (10 in Neklyudov et al. 2019)."""
     weights = ForwardMode.WEIGHTS  # one weight (mask) draw per model, shared by the examples
     return {
         Predictor.DETERMINISTIC: PredictorSpec(Training.DETERMINISTIC, 1, ForwardMode.MEAN, 1),

@@ -1,4 +1,5 @@
-"""Tables and the figure of the attack experiment (like 003 Fig. 7 / 002 Fig. 2)."""
+"""Tables and the figure of the attack experiment (like Neklyudov et al. 2019 Fig. 7 / Neklyudov et
+al. 2018 Fig. 2)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""``vbnn reproduce depth``: depth vs the mean-field gap (004 Figs. 1-2, blog figures).
+"""``vbnn reproduce depth``: depth vs the mean-field gap (Farquhar et al. 2020 Figs. 1-2, blog
+figures).
 
-Papers: 004_6556d25c53efeeec.txt (Figure 1: product-matrix covariance of 4x4 mean-field layers at
-depths 1, 5, 20; Figure 2: KL(q_diag || q_full) vs depth on two moons) and 001_193bc50ee0b0b31a.txt
+Papers: Farquhar et al. 2020 (Figure 1: product-matrix covariance of 4x4 mean-field layers at
+depths 1, 5, 20; Figure 2: KL(q_diag || q_full) vs depth on two moons) and Farquhar et al. 2020 blog
 (Wasserstein figure with ReLU, LeakyReLU and linear activations; Fashion-MNIST product matrix).
 
 Outputs under ``--out``: ``product_covariance.png`` and ``product_support.csv``; ``units/*.json``
@@ -21,7 +22,9 @@ from vbnn.data.splits import parse_splits
 from vbnn.experiments.depth.models import PretrainConfig
 from vbnn.sweeps.executors import add_executor_arguments, settings_from
 
-DESCRIPTION = "004 + blog: product-matrix covariance, NUTS posteriors, diagonal gap vs depth"
+DESCRIPTION = (
+    "Farquhar et al. 2020 + blog: product-matrix covariance, NUTS posteriors, diagonal gap vs depth"
+)
 
 
 def run_note(units: list, shared: dict, quick: bool) -> str:

@@ -1,4 +1,4 @@
-"""The blog's Fashion-MNIST product-matrix covariance (001_193bc50ee0b0b31a.txt, "Investigating
+"""The blog's Fashion-MNIST product-matrix covariance (Farquhar et al. 2020 blog, "Investigating
 the linear case"): a 10-layer deep *linear* mean-field network is trained on Fashion-MNIST, its
 weights are sampled 10,000 times, and the covariance of the entries of the product matrix
 M = W_1 W_2 ... W_10 (784 x 10, biases left out: they are not part of the linear map) is shown.

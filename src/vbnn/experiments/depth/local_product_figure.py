@@ -1,4 +1,4 @@
-"""The local product matrix on Fashion-MNIST (blog 001_193bc50ee0b0b31a.txt, "New tool").
+"""The local product matrix on Fashion-MNIST (Farquhar et al. 2020 blog, "New tool").
 
 Mean-field LeakyReLU networks with 2 and 4 weight layers are trained on Fashion-MNIST as the deep
 linear one of ``fashion_product``; at a test image x the local product matrix M(x) = W_1 D_1(x)

@@ -1,14 +1,14 @@
-"""Models and training of the depth experiment (004, section 4 and appendix B).
+"""Models and training of the depth experiment (Farquhar et al. 2020, section 4 and appendix B).
 
 * :func:`depth_widths` - the widest hidden width keeping a network under the parameter budget.
-* the mean-field layer of 004's pre-training is ``vbnn.layers.MeanField`` with
+* the mean-field layer of Farquhar et al. 2020's pre-training is ``vbnn.layers.MeanField`` with
   ``parameterization="softplus"`` and ``init="he"``: sigma = softplus(rho), He-initialised means,
   sigma initialised to 1e-6 ("initial variance parameters, rho, which are transformed into
   standard deviations using the softplus ... with 1e-6").
 * :func:`train_mean_field` - minibatch Adam through ``training.loop.run``: first the means with
-  cross-entropy (004: "We pretrain the means using a cross-entropy loss to initialize the
-  mean-field training"), then the full ELBO (``training.objectives.elbo`` with a Bernoulli
-  likelihood; KL not re-weighted, unit Gaussian prior, LRT), ``epochs`` each.
+  cross-entropy (Farquhar et al. 2020: "We pretrain the means using a cross-entropy loss to
+  initialize the mean-field training"), then the full ELBO (``training.objectives.elbo`` with a
+  Bernoulli likelihood; KL not re-weighted, unit Gaussian prior, LRT), ``epochs`` each.
 * :func:`point_network` - the point-weight network of an ``MLPArchitecture`` holding the trained
   means (its potential: ``MLPArchitecture.torch_potential``, or ``jax_potential`` for NumPyro).
 
@@ -41,7 +41,8 @@ def parameter_count(sizes: list[int]) -> int:
 
 def depth_widths(depth: int, budget: int = 1000, inputs: int = 2, outputs: int = 1) -> list[int]:
     """Layer widths (inputs, H x depth, outputs) with the largest H whose parameter count
-    (weights and biases, all of which the sampler sees) is at most ``budget`` (004 appendix B)."""
+    (weights and biases, all of which the sampler sees) is at most ``budget`` (Farquhar et al. 2020
+    appendix B)."""
     if depth < 1:
         raise ValueError(f"depth_widths: depth must be >= 1, got {depth}")
     width = 1
@@ -55,7 +56,8 @@ def depth_widths(depth: int, budget: int = 1000, inputs: int = 2, outputs: int =
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    """004 appendix B: Adam ("standard learning rates": 1e-3), batch 64, 10 epochs, N(0, 1) prior.
+    """Farquhar et al. 2020 appendix B: Adam ("standard learning rates": 1e-3), batch 64, 10 epochs,
+    N(0, 1) prior.
 
     ``mean_epochs`` of cross-entropy on the means come first (the paper gives no count for them).
     """

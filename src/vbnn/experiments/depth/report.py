@@ -63,7 +63,8 @@ def _max_off_diagonal_correlation(covariance: torch.Tensor) -> float:
 
 
 def run_product_figure(out: Path, samples: int, seed: int) -> list[dict[str, Any]]:
-    """Figure 1 of 004 (Monte Carlo; 4x4 layers, means U(-0.1, 0.1), std 0.5), support check."""
+    """Figure 1 of Farquhar et al. 2020 (Monte Carlo; 4x4 layers, means U(-0.1, 0.1), std 0.5),
+    support check."""
     generator = torch.Generator().manual_seed(seed)
     figure, axes = pyplot().subplots(2, len(HEATMAP_DEPTHS), figsize=(11, 7))
     rows = []
@@ -94,7 +95,7 @@ def run_product_figure(out: Path, samples: int, seed: int) -> list[dict[str, Any
         )
     figure.suptitle(
         f"Covariance of the 4x4 product matrix's 16 entries: {samples} Monte Carlo samples "
-        "(top, 004 Fig. 1) and the exact recursion (bottom)"
+        "(top, Farquhar et al. 2020 Fig. 1) and the exact recursion (bottom)"
     )
     figure.tight_layout()
     save_figure(figure, out / "product_covariance.png", dpi=120)
@@ -180,10 +181,10 @@ def doubtful_depths(table: pd.DataFrame) -> list[int]:
 
 
 def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
-    """004 Fig. 2 (KL) and the blog's Wasserstein figure: gap vs depth over all repeats, SEM as
-    error bars. A point whose repeats' chains do not all pass the criterion is drawn hollow; a
-    depth where no activation's do is shaded grey, as the paper shades its doubtful region (one
-    activation that never mixes, such as a linear net, would otherwise shade every depth)."""
+    """Farquhar et al. 2020 Fig. 2 (KL) and the blog's Wasserstein figure: gap vs depth over all
+    repeats, SEM as error bars. A point whose repeats' chains do not all pass the criterion is drawn
+    hollow; a depth where no activation's do is shaded grey, as the paper shades its doubtful region
+    (one activation that never mixes, such as a linear net, would otherwise shade every depth)."""
     figure, axes = pyplot().subplots(1, len(GAPS), figsize=(15, 4.2))
     for axis, (gap, label) in zip(axes, GAPS.items(), strict=True):
         for activation, rows in table.groupby("activation"):

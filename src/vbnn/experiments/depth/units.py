@@ -1,12 +1,12 @@
 """One unit of the depth experiment: (activation, depth, repeat) -> gap measures.
 
-Protocol (004_6556d25c53efeeec.txt, section 4 and appendix B): two moons (noise 0.1), the widest
+Protocol (Farquhar et al. 2020, section 4 and appendix B): two moons (noise 0.1), the widest
 network of this depth under the parameter budget, MFVI pre-training, NumPyro NUTS chains from the
 pre-trained means with jittered starts (``vbnn.references.jax_nuts``; the potential is generated
 from the same ``MLPArchitecture`` as the torch network), the full-covariance Gaussian of the
 pooled samples (empirical covariance + jitter), the closest diagonal Gaussian (eq. 6) and
 KL(q_diag || q_full), the 2-Wasserstein distance between the two Gaussians, and the blog's
-(001_193bc50ee0b0b31a.txt) W2 of the samples themselves to each Gaussian
+(Farquhar et al. 2020 blog) W2 of the samples themselves to each Gaussian
 (``vbnn.references.wasserstein``: exact transport on ``wasserstein_subsample`` thinned draws).
 Whether the chains are trusted (``ConvergenceCriterion``) is decided
 when the units are aggregated, from the stored diagnostics.

@@ -1,12 +1,14 @@
-"""Exploration with variance-layer parameter noise in reinforcement learning (003 section 6.2).
+"""Exploration with variance-layer parameter noise in reinforcement learning (Neklyudov et al. 2019
+section 6.2).
 
 REINFORCE (``reinforce``) on CartPole (200-step episodes, as CartPole-v0) and Acrobot-v1 with a
 policy MLP of three 256-unit hidden layers whose second hidden layer is deterministic, Gaussian
 parameter noise or a variance layer (``policy``), noise sampled per episode, Adam, 9 seeds trained
 as one stack. Writes ``scores.csv`` (score of every episode and seed), ``exploration.png`` (mean and
-spread over seeds per episode, like 003 Fig. 6), ``summary.md`` and ``run.json``. Each finished
-(environment, policy) cell is stored in ``OUT/runs`` (``stores.unit_store``) and reused. 003
-prints no numbers for this experiment (curves only). Needs ``pip install 'vbnn[rl]'`` (gymnasium).
+spread over seeds per episode, like Neklyudov et al. 2019 Fig. 6), ``summary.md`` and ``run.json``.
+Each finished (environment, policy) cell is stored in ``OUT/runs`` (``stores.unit_store``) and
+reused. Neklyudov et al. 2019 prints no numbers for this experiment (curves only). Needs ``pip
+install 'vbnn[rl]'`` (gymnasium).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Policies with parameter noise fixed for a whole episode (003_6d46223d87d84c68.txt section 6.2).
+"""Policies with parameter noise fixed for a whole episode (Neklyudov et al. 2019 section 6.2).
 
 The policy is a stack of M MLPs (one per seed) with three hidden layers of 256 ReLU units and a
 softmax over the actions. The second hidden layer is one of
@@ -7,7 +7,8 @@ softmax over the actions. The second hidden layer is one of
 * ``parameter-noise``: Gaussian weights N(mu, sigma^2), both learned (Fortunato et al. 2017,
   "independent Gaussian noise"; Plappert et al. 2017 perturb the same way): the ``mf`` family,
   sigma initialised at 0.017 as Fortunato et al.;
-* ``variance``: the Gaussian variance layer N(0, sigma^2) of 003 section 3 (``zero-mean``).
+* ``variance``: the Gaussian variance layer N(0, sigma^2) of Neklyudov et al. 2019 section 3
+(``zero-mean``).
 
 "Individual samples of noise per episode": one weight matrix is drawn per model at the start of an
 episode and kept for every step and for the policy-gradient pass (``EpisodeNoise``), through

@@ -1,6 +1,6 @@
 """REINFORCE (Williams 1992) for a stack of policies, one gymnasium environment per seed.
 
-003_6d46223d87d84c68.txt section 6.2: a policy-gradient update after every episode, with its own
+Neklyudov et al. 2019 section 6.2: a policy-gradient update after every episode, with its own
 noise sample per episode, Adam. For model m and its episode (s_t, a_t, r_t), t < T_m,
 
     G_t = sum_{u >= t} gamma^(u - t) r_u,      loss_m = -sum_{t < T_m} A_t log pi_m(a_t | s_t, W_m),

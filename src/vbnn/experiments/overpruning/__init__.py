@@ -1,6 +1,6 @@
 """``vbnn reproduce overpruning``: Table 1 and Figures 1-5 of the overpruning paper.
 
-Paper: ../shared/papers/000_e87e55bc25ea4726.txt (protocol in its appendix A). For every data set
+Paper: Trippe & Turner 2017 (protocol in its appendix A). For every data set
 and method: tune on training data only (Optuna, ``vbnn.regression.tuning``), then train and evaluate
 on the
 20 standard splits; every finished chunk of splits is stored in ``OUT/results.sqlite`` (with the

@@ -1,6 +1,6 @@
 """Table 1 extended to the other three UCI sets (kin8nm, naval, protein): beyond the paper.
 
-The overpruning paper (000_e87e55bc25ea4726.txt) reports six of the nine standard UCI sets. The
+The overpruning paper (Trippe & Turner 2017) reports six of the nine standard UCI sets. The
 extension runs the same machinery (same methods, tuning and training protocol) on kin8nm, naval
 and protein with the width of the PBP / deep-ensembles literature: one hidden layer of 50 units,
 100 for protein (``HIDDEN_WIDTHS``). There is no overpruning-paper value to compare with, so the

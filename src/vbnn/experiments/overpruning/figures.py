@@ -1,4 +1,4 @@
-"""Figures 2-5 of "Overpruning in Variational BNNs" (000_e87e55bc25ea4726.txt).
+"""Figures 2-5 of "Overpruning in Variational BNNs" (Trippe & Turner 2017).
 
 Each function takes an output folder and a ``quick`` flag and returns the paths it wrote, so the
 ``vbnn reproduce overpruning`` driver can call it. Settings are the paper's appendix A (one hidden

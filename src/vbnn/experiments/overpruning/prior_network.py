@@ -1,4 +1,4 @@
-"""Prior-network simulation (Figure 3 of 000_e87e55bc25ea4726.txt).
+"""Prior-network simulation (Figure 3 of Trippe & Turner 2017).
 
 Data come from a correctly specified model: a one-hidden-layer tanh network with 50 units whose
 weights and biases are drawn from the prior N(0, prior_std^2), a 1-D input, and Gaussian

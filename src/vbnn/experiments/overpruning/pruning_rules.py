@@ -1,6 +1,6 @@
 """How many of boston's 50 MF units are pruned, under each counting rule and two priors.
 
-The overpruning paper (000_e87e55bc25ea4726.txt, section 3 and Figures 2, 5) counts 39 of 50
+The overpruning paper (Trippe & Turner 2017, section 3 and Figures 2, 5) counts 39 of 50
 units of one MF network on boston whose "output weight [is] confidently around zero with all
 incoming weights sitting precisely at the prior"; it states no numerical rule. Our default rule
 (``diagnostics.pruning.pruned_units``) counts 43.9 with the N(0, 1) prior of Figure 2. This module
@@ -122,7 +122,8 @@ def count_rules(
     lines = [
         f"# Pruned units of MF on boston under each counting rule (of {PAPER_UNITS})",
         "",
-        f"Paper: {PAPER_PRUNED} of {PAPER_UNITS} (one network; 000_*.txt section 3). Ours: mean "
+        f"Paper: {PAPER_PRUNED} of {PAPER_UNITS} (one network; Trippe & Turner 2017 "
+        "section 3). Ours: mean "
         f"(min-max) over {len(splits)} split(s), {iterations} iterations, 50 tanh units, "
         "posterior std initialised to 1e-4, Adam 0.005.",
         "",

@@ -1,4 +1,4 @@
-"""Table 1 and Figure 1 of 000_e87e55bc25ea4726.txt: our test log-likelihoods beside the paper's.
+"""Table 1 and Figure 1 of Trippe & Turner 2017: our test log-likelihoods beside the paper's.
 
 Each cell is "mean +- SEM" over splits, beside the published value, and marked
     agree  if |ours - published| <= 2 sqrt(SEM_ours^2 + SEM_published^2),

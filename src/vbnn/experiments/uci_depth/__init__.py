@@ -1,7 +1,7 @@
 """``vbnn reproduce uci-depth``: does mean-field's gap to FC and GD shrink with depth on UCI?
 
-Paper 004_6556d25c53efeeec.txt (section 5) argues that the mean-field restriction costs less in
-deeper networks; the overpruning paper (000_e87e55bc25ea4726.txt) measured the gap with one hidden
+Farquhar et al. 2020 (section 5) argues that the mean-field restriction costs less in
+deeper networks; the overpruning paper (Trippe & Turner 2017) measured the gap with one hidden
 layer only. This experiment trains ES (the non-Bayesian reference), MF, GD and FC with 1, 2 and 3
 hidden layers of 50 tanh units on the six paper sets and their 20 splits (FC only at the depths
 of ``--fc-depths``, by default 1: its full covariance over the 2,550 weights of a 50 x 50 layer
@@ -55,7 +55,10 @@ from vbnn.sweeps.uci import (
     uci_jobs,
 )
 
-DESCRIPTION = "004 sec. 5 on UCI: ES, MF, GD, FC with 1-3 hidden layers, pruned units per layer"
+DESCRIPTION = (
+    "Farquhar et al. 2020 sec. 5 on UCI: ES, MF, GD, FC with 1-3 hidden layers, "
+    "pruned units per layer"
+)
 
 DATASETS = ("boston", "concrete", "energy", "power", "wine", "yacht")
 METHODS = ("es", "mf", "gd", "fc")

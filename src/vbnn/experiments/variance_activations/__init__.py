@@ -1,18 +1,18 @@
-"""Appendix D of 003_6d46223d87d84c68.txt (Fig. 9): per-class distributions of the activations of
+"""Appendix D of Neklyudov et al. 2019 (Fig. 9): per-class distributions of the activations of
 a variance layer of LeNet-5 on MNIST, for a few random neurons.
 
-The network is LeNet-5 with dense1 a layer-wise variational dropout layer (003 eq. 14; the other
-layers deterministic, ReLU), trained briefly with a faster Adam step for log alpha (a stated
-deviation: ``experiments.adversarial.models``). For a test image x the pre-activation of dense1
-neuron j under q is Gaussian (local reparameterization, 003 appendix E):
+The network is LeNet-5 with dense1 a layer-wise variational dropout layer (Neklyudov et al. 2019 eq.
+14; the other layers deterministic, ReLU), trained briefly with a faster Adam step for log alpha (a
+stated deviation: ``experiments.adversarial.models``). For a test image x the pre-activation of
+dense1 neuron j under q is Gaussian (local reparameterization, Neklyudov et al. 2019 appendix E):
 
     b_j(x) ~ N(m_j(x), s_j(x)^2),  m_j = sum_i a_i mu_ij + bias_j,  s_j^2 = sum_i a_i^2 sigma_ij^2,
 
 with a = the input of dense1. Fig. 9 plots, per class c, the average over the test images of
 class c of the density p(b_j | x) (line) and its standard deviation over those images (band); the
-same under the zero-mean approximation N(0, s_j^2) (003 Theorem 1), the variance network proper,
-forms the second row. Writes ``activations.png``, ``neurons.csv`` (per neuron and class: mean of
-m_j and of s_j) and ``summary.md``; the trained network is kept in ``OUT/runs``.
+same under the zero-mean approximation N(0, s_j^2) (Neklyudov et al. 2019 Theorem 1), the variance
+network proper, forms the second row. Writes ``activations.png``, ``neurons.csv`` (per neuron and
+class: mean of m_j and of s_j) and ``summary.md``; the trained network is kept in ``OUT/runs``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,19 @@
-"""Variance networks (002_05369ebb4f396b47.txt, 003_6d46223d87d84c68.txt) on MNIST with LeNet-5.
+"""Variance networks (Neklyudov et al. 2018, Neklyudov et al. 2019) on MNIST with LeNet-5.
 
 Produces, each beside the published numbers of shared/reference/published.json:
-  * Table 1 of 003: ELBO, data term, KL, mean-propagation and test-time-averaging accuracy with the
+  * Table 1 of Neklyudov et al. 2019: ELBO, data term, KL, mean-propagation and test-time-averaging
+  accuracy with the
     first dense layer in each parameterization (zero-mean, layer, neuron, weight, additive);
-  * Table 2 of 003, LeNet-5 rows: binary dropout vs the variance network (all layers layer-wise
+  * Table 2 of Neklyudov et al. 2019, LeNet-5 rows: binary dropout vs the variance network (all
+  layers layer-wise
     variational dropout), accuracy with 1 sample, deterministic, 20 samples;
-  * appendix C of 003: tanh, no-bias LeNet-5 with zero-mean ("var") layers;
-  * Fig. 1 of 003: the toy four-class problem with a two-neuron variance bottleneck;
-  * Fig. 3 of 003 (phase transition), Figs. 3-5 of 002 (kappa histograms, count above
-    log10 kappa0 = 1.5 per epoch, sparse ensembles), Fig. 5 of 003 (pruning by sigma).
+  * appendix C of Neklyudov et al. 2019: tanh, no-bias LeNet-5 with zero-mean ("var") layers;
+  * Fig. 1 of Neklyudov et al. 2019: the toy four-class problem with a two-neuron variance
+  bottleneck;
+  * Fig. 3 of Neklyudov et al. 2019 (phase transition), Figs. 3-5 of Neklyudov et al. 2018 (kappa
+  histograms, count above
+    log10 kappa0 = 1.5 per epoch, sparse ensembles), Fig. 5 of Neklyudov et al. 2019 (pruning by
+    sigma).
 Every network checkpoints at the end of each epoch and resumes from there when the same command
 is run again; a finished network is stored in OUT/runs/ (``vbnn.stores.unit_store``: settings,
 result and weights) and reused (``runs``). ``--networks`` trains only the named networks (so that

@@ -2,10 +2,11 @@
 
 The authors' protocol (``budget.PROTOCOLS``) normalises dense1's output with BatchNorm. Training
 runs in sample mode, so BatchNorm's running variance is that of the *noisy* pre-activations,
-Var_x[M x] + E_x[alpha (M^2) (x^2)] per unit (the LRT variance, 003 App. E), and once log alpha is
-large it dwarfs the spread of the mean pre-activations M x. Mean propagation (003 eq. 3) divides
-M x by that running standard deviation and so shrinks the mean signal towards BatchNorm's bias.
-The diagnostic separates the two effects by predicting with the weight means three ways:
+Var_x[M x] + E_x[alpha (M^2) (x^2)] per unit (the LRT variance, Neklyudov et al. 2019 App. E), and
+once log alpha is large it dwarfs the spread of the mean pre-activations M x. Mean propagation
+(Neklyudov et al. 2019 eq. 3) divides M x by that running standard deviation and so shrinks the mean
+signal towards BatchNorm's bias. The diagnostic separates the two effects by predicting with the
+weight means three ways:
 
 * ``running``: BatchNorm with its running statistics (what ``InferenceMode.DETERMINISTIC`` does);
 * ``own batch``: BatchNorm with the batch statistics of the mean pre-activations themselves (the

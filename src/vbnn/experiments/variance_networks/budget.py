@@ -1,5 +1,5 @@
 """Budgets, training protocols and layer settings of the variance-networks reproduction
-(002, 003)."""
+(Neklyudov et al. 2018, Neklyudov et al. 2019)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from vbnn.classification.training import LearningRateSchedule
 VARIANCE = "zero-mean"  # the "var" layers of appendix C
 TABLE1 = {"zero-mean": "zero-mean", "layer": "vd-layer", "neuron": "vd-neuron",
           "weight": "vd-weight", "additive": "additive"}  # fmt: skip
-# Non-linearity of each Table 1 row (003 does not state it). Softplus as in 002's kappa study,
-# except the zero-mean row: 002 section 6 trains its zero-centred dense layer "from scratch" with
+# Non-linearity of each Table 1 row (Neklyudov et al. 2019 does not state it). Softplus as in
+# Neklyudov et al. 2018's kappa study,
+# except the zero-mean row: Neklyudov et al. 2018 section 6 trains its zero-centred dense layer
+# "from scratch" with
 # |.| instead of ReLU. After softplus a zero-mean layer carries almost no signal, as
 # E softplus(s eps) = log 2 + s^2 / 8 + ... hardly depends on s, and the network collapses to the
 # class prior (measured: 11.35 % after 5 epochs of full MNIST; reproductions/variance-networks/).
@@ -27,7 +29,7 @@ TANH = {"det-det-det-det": ("deterministic",) * 4,
 class TrainingProtocol(str, Enum):
     """Whose description of the LeNet-5 training to follow (``PROTOCOLS``)."""
 
-    TEXT = "text"  # the papers' text (003 section 6, 002 section 6)
+    TEXT = "text"  # the papers' text (Neklyudov et al. 2018, 2019, section 6)
     AUTHORS = "authors"  # the authors' public code, da-molchanov/variance-networks (PyTorch)
     # an ablation, not a description: the authors' protocol with its BatchNorm removed, to test
     # whether BatchNorm is what keeps Table 1's dense1-only networks from collapsing
@@ -64,7 +66,8 @@ class Budget:
 BUDGETS = {
     "tiny": Budget("tiny", 64, 32, 1, 2, 32, 16, 5, 10, 32),
     "quick": Budget("quick", 5000, 1000, 4, 10, 500, 500, 1500, 100, 1000),
-    # full: all 60000 training images, 200 epochs as the papers (003 Fig. 3) and the authors'
+    # full: all 60000 training images, 200 epochs as the papers (Neklyudov et al. 2019 Fig. 3) and
+    # the authors'
     # code; per-epoch cost: ``--time-epoch`` and reproductions/variance-networks/README.md
     # (the tracker, 22 passes over 2000 test images, costs ~1/4 of an epoch: every 5th epoch)
     "full": Budget("full", 60000, 10000, 200, 20, 2000, 1000, 3000, 250, 2000, eval_every=5),

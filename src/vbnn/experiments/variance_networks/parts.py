@@ -1,5 +1,7 @@
-"""Pieces of the variance-networks reproduction: the toy problem (003 Fig. 1), kappa and pruning
-studies (002 Figs. 3-5, 003 Fig. 5) and their plots. Used by ``variance_networks``."""
+"""Pieces of the variance-networks reproduction: the toy problem (Neklyudov et al. 2019 Fig. 1),
+kappa and pruning
+studies (Neklyudov et al. 2018 Figs. 3-5, Neklyudov et al. 2019 Fig. 5) and their plots. Used by
+``variance_networks``."""
 
 from __future__ import annotations
 
@@ -25,14 +27,21 @@ from vbnn.layers import BinaryDropout, ZeroMean
 from vbnn.plots import pyplot, save_figure
 from vbnn.priors.dropout import LogUniformPrior
 
-TOY_CENTRES = ((3.0, 3.0), (3.0, 10.0), (10.0, 3.0), (10.0, 10.0))  # 003 section 3.2
+TOY_CENTRES = (
+    (3.0, 3.0),
+    (3.0, 10.0),
+    (10.0, 3.0),
+    (10.0, 10.0),
+)  # Neklyudov et al. 2019 section 3.2
 
 
-# --- toy four-class problem with a two-neuron variance bottleneck (003 Fig. 1) ------------------
+# --- toy four-class problem with a two-neuron variance bottleneck (Neklyudov et al. 2019 Fig. 1)
+# ------------------
 
 
 def toy_data(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``count`` points per class from N(centre, I) around the four centres of 003 section 3.2."""
+    """``count`` points per class from N(centre, I) around the four centres of Neklyudov et al. 2019
+    section 3.2."""
     generator = torch.Generator().manual_seed(seed)
     centres = torch.tensor(TOY_CENTRES)
     labels = torch.arange(4).repeat_interleave(count)
@@ -124,9 +133,10 @@ def lenet_kappa(model, layer_index: int, images: torch.Tensor, labels: torch.Ten
 
 
 class KappaCounter:
-    """Epoch extra for the tracker: the count of log10 kappa > 1.5 of one layer (002 Fig. 4);
-    keeps the kappa of the epochs in ``keep`` (those the histograms show, 002 Fig. 3) in
-    ``store`` ({epoch: kappa as a flat float32 array}), which travels in a checkpoint."""
+    """Epoch extra for the tracker: the count of log10 kappa > 1.5 of one layer (Neklyudov et al.
+    2018 Fig. 4); keeps the kappa of the epochs in ``keep`` (those the histograms show, Neklyudov et
+    al. 2018 Fig. 3) in ``store`` ({epoch: kappa as a flat float32 array}), which travels in a
+    checkpoint."""
 
     def __init__(self, layer_index: int, images, labels, keep: set[int]) -> None:
         self.layer_index, self.images, self.labels, self.keep = layer_index, images, labels, keep
@@ -154,10 +164,16 @@ def histogram_epochs(epochs: int, eval_every: int) -> set[int]:
 def plot_kappa_histograms(store: dict, path: Path) -> None:
     figure, axis = pyplot().subplots(figsize=(6, 4))
     for epoch in sorted(store):
-        values = np.log10(np.maximum(store[epoch], 1e-25))  # 002 Fig. 3: kappa = 0 -> 1e-25
+        values = np.log10(
+            np.maximum(store[epoch], 1e-25)
+        )  # Neklyudov et al. 2018 Fig. 3: kappa = 0 -> 1e-25
         axis.hist(values, bins=60, alpha=0.5, label=f"epoch {epoch}")
     axis.axvline(1.5, color="red", label="log10 kappa0 = 1.5")
-    axis.set(xlabel="log10 kappa", ylabel="weights", title="kappa of dense1 (002 Fig. 3)")
+    axis.set(
+        xlabel="log10 kappa",
+        ylabel="weights",
+        title="kappa of dense1 (Neklyudov et al. 2018 Fig. 3)",
+    )
     # outside the axes: loc="best" searches every histogram patch, over a second on a busy machine
     axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     figure.tight_layout()
@@ -165,7 +181,8 @@ def plot_kappa_histograms(store: dict, path: Path) -> None:
 
 
 def sparse_ensemble_study(model, layer_index, kappa, images, labels, samples, seed):
-    """Accuracy of the ensemble with low-kappa weights set to means / zeros (002 Fig. 5)."""
+    """Accuracy of the ensemble with low-kappa weights set to means / zeros (Neklyudov et al. 2018
+    Fig. 5)."""
     layer = model.layers[layer_index]
     logs = np.log10(np.maximum(kappa.flatten().numpy(), 1e-25))
     thresholds = np.unique(np.quantile(logs, [0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0]))
@@ -183,7 +200,7 @@ def sparse_ensemble_study(model, layer_index, kappa, images, labels, samples, se
 
 
 def variance_pruning_study(model, layer_index, images, labels, samples, seed):
-    """Ensemble accuracy after zeroing sigma below thresholds (003 Fig. 5)."""
+    """Ensemble accuracy after zeroing sigma below thresholds (Neklyudov et al. 2019 Fig. 5)."""
     layer = model.layers[layer_index]
     sigma = layer.weight_log_std.detach().exp().flatten().numpy()
     rows = []

@@ -56,7 +56,8 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     args = (budget, data, seed, out, progress, device)
     train_x, train_y, test_x, test_y = data
 
-    # Table 1 of 003 (other layers deterministic; non-linearity per row: TABLE1_ACTIVATION)
+    # Table 1 of Neklyudov et al. 2019 (other layers deterministic; non-linearity per row:
+    # TABLE1_ACTIVATION)
     rows = {}
     for label in TABLE1:
         activation = TABLE1_ACTIVATION.get(label, "softplus")
@@ -83,21 +84,25 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
             write_atomic(out / "sparse_ensemble.csv", sparse.to_csv(index=False))
             plot_curves(sparse, "log10_threshold",
                         ["ensemble_acc_mean", "ensemble_acc_zero"], out / "sparse_ensemble.png",
-                        "sparse ensemble (002 Fig. 5)")  # fmt: skip
-            sections.append("## Sparse ensemble (002 Fig. 5)\n\n" + markdown(sparse))
+                        "sparse ensemble (Neklyudov et al. 2018 Fig. 5)")  # fmt: skip
+            sections.append(
+                "## Sparse ensemble (Neklyudov et al. 2018 Fig. 5)\n\n" + markdown(sparse)
+            )
         if label == "zero-mean":
             study = (test_x[: budget.study_size], test_y[: budget.study_size])
             pruning = variance_pruning_study(model, DENSE1, *study, budget.samples, seed)
             write_atomic(out / "variance_pruning.csv", pruning.to_csv(index=False))
             plot_curves(pruning, "sparsity", ["ensemble"], out / "variance_pruning.png",
-                        "pruning the variance layer by sigma (003 Fig. 5)")  # fmt: skip
-            sections.append("## Pruning by sigma (003 Fig. 5)\n\n" + markdown(pruning))
+                        "pruning by sigma (Neklyudov et al. 2019 Fig. 5)")  # fmt: skip
+            sections.append(
+                "## Pruning by sigma (Neklyudov et al. 2019 Fig. 5)\n\n" + markdown(pruning)
+            )
     table1 = pd.DataFrame(rows).T
     write_atomic(out / "table1_parameterizations.csv", table1.to_csv())
-    sections.insert(0, "## Table 1 of 003 (ELBO terms in thousands of nats, totals on the "
-                    "training subset)\n\n" + markdown(table1))  # fmt: skip
+    sections.insert(0, "## Table 1 of Neklyudov et al. 2019 (ELBO terms in thousands of "
+                    "nats, totals on the training subset)\n\n" + markdown(table1))  # fmt: skip
 
-    # Table 2 of 003, LeNet-5 rows
+    # Table 2 of Neklyudov et al. 2019, LeNet-5 rows
     published_2 = reference.get("variance_networks_accuracy", {}).get("LeNet5_MNIST", {})
     rows = {}
     for label in ("Dropout", "Variance"):
@@ -116,9 +121,12 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
         rows[label].update({f"log alpha {k}": v for k, v in record["mean_log_alpha"].items()})
     table2 = pd.DataFrame(rows).T
     write_atomic(out / "table2_lenet5.csv", table2.to_csv())
-    sections.insert(1, "## Table 2 of 003, LeNet-5 on MNIST (accuracy %)\n\n" + markdown(table2))
+    sections.insert(
+        1,
+        "## Table 2 of Neklyudov et al. 2019, LeNet-5 on MNIST (accuracy %)\n\n" + markdown(table2),
+    )
 
-    # appendix C of 003: tanh, no biases
+    # appendix C of Neklyudov et al. 2019: tanh, no biases
     published_c = reference.get("variance_networks_other", {}).get("tanh_no_bias_LeNet5_MNIST", {})
     rows = {}
     for label in TANH:
@@ -130,13 +138,17 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
                        "paper stochastic": paper[0], "paper ensemble": paper[1]}  # fmt: skip
     table_c = pd.DataFrame(rows).T
     write_atomic(out / "appendix_c_tanh.csv", table_c.to_csv())
-    sections.insert(2, "## Appendix C of 003: tanh, no biases (accuracy %)\n\n" + markdown(table_c))
+    sections.insert(
+        2,
+        "## Appendix C of Neklyudov et al. 2019: tanh, no biases (accuracy %)\n\n"
+        + markdown(table_c),
+    )
 
-    # Fig. 1 of 003: toy problem, two initialisations trained as one stack
+    # Fig. 1 of Neklyudov et al. 2019: toy problem, two initialisations trained as one stack
     toy = run_toy(out, (seed, seed + 1), budget.toy_steps, budget.toy_per_class)
     write_atomic(out / "toy_accuracy.csv", toy.to_csv())
-    sections.insert(3, "## Toy 4-class problem, 2-neuron variance bottleneck (003 Fig. 1), "
-                    "test accuracy %\n\n" + markdown(toy))  # fmt: skip
+    title = "Toy 4-class problem, 2-neuron variance bottleneck (Neklyudov et al. 2019 Fig. 1)"
+    sections.insert(3, f"## {title}, test accuracy %\n\n" + markdown(toy))
     write_atomic(out / "summary.md", "\n\n".join(sections) + "\n")
 
 
