@@ -27,8 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pyro.ops.stats import effective_sample_size, gelman_rubin
 from scipy.stats import norm, rankdata
+
+try:
+    from pyro.ops.stats import effective_sample_size, gelman_rubin
+except ImportError as error:  # an optional dependency: name the extra that brings it
+    raise ImportError(
+        f"vbnn.references.chain_diagnostics uses Pyro's ESS and R-hat ({error}): "
+        "pip install 'vbnn[nuts]' (or 'vbnn[jax]', which includes it)"
+    ) from error
 
 
 def split_chains(draws: np.ndarray) -> np.ndarray:

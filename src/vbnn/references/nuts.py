@@ -32,6 +32,17 @@ from torch.func import functional_call
 
 Potential = Callable[[torch.Tensor], torch.Tensor]
 SITE = "theta"
+PYRO_INSTALL = "pip install 'vbnn[nuts]'"
+
+
+def _pyro() -> Any:
+    """The ``pyro`` package, an optional dependency: an ImportError names the extra to install."""
+    try:
+        import pyro.infer
+        import pyro.ops.stats
+    except ImportError as error:
+        raise ImportError(f"Pyro NUTS needs Pyro ({error}): {PYRO_INSTALL}") from error
+    return pyro
 
 
 class Compilation(str, Enum):
@@ -193,8 +204,8 @@ def run_nuts(
     ``pyro.set_rng_seed(config.seed)`` seeds Pyro's (global torch, NumPy, random) generators, so
     the same config and start give the same chain. ``progress`` shows Pyro's tqdm bar (stderr).
     """
-    import pyro
-    from pyro.infer import MCMC, NUTS
+    pyro = _pyro()
+    MCMC, NUTS = pyro.infer.MCMC, pyro.infer.NUTS
 
     if initial.dim() != 1 or not torch.all(torch.isfinite(initial)):
         raise ValueError(
@@ -268,7 +279,9 @@ def summarise(
     Args:
         samples: (N, D) one chain; log_density: (N,); steps: (N,) leapfrog steps per sample.
     """
-    from pyro.ops.stats import effective_sample_size, split_gelman_rubin
+    stats = _pyro().ops.stats
+    effective_sample_size = stats.effective_sample_size
+    split_gelman_rubin = stats.split_gelman_rubin
 
     chain = torch.as_tensor(samples).unsqueeze(0)
     density = torch.as_tensor(log_density, dtype=torch.float64).reshape(1, -1, 1)
