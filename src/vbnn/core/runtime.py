@@ -19,9 +19,9 @@ def keep_freed_memory() -> bool:
     """Ask glibc to serve tensors of up to 32 MiB from its heap and not to return freed memory.
 
     A training step allocates and frees the same few MB-sized activation tensors thousands of
-    times; by default glibc maps and unmaps each one, paying page faults on every step (measured:
-    17.8 -> 12.9 ms per MF step on one power split, benchmarks/README.md). Returns False where
-    mallopt is unavailable (not glibc); nothing else changes then.
+    times; by default glibc maps and unmaps each one, paying page faults on every step (the
+    saving is measured in benchmarks/README.md). Returns False where mallopt is unavailable (not
+    glibc); nothing else changes then.
     """
     name = ctypes.util.find_library("c")
     if name is None:
@@ -39,10 +39,9 @@ def one_core_for_noise() -> Iterator[int]:
     """Leave one of torch's intra-op threads to the background noise thread while training.
 
     ``ModelGenerators.drawing_ahead`` draws the next step's noise on its own thread; with torch
-    also using every core, the two compete. Measured on 2 cores (benchmarks/README.md): one
-    compute thread plus the noise thread beats two compute threads plus the noise thread (power,
-    one split: 2.91 vs 3.51 ms a step; boston, 20 splits: 3.65 vs 4.03). Yields the thread
-    count used.
+    also using every core, the two compete: on 2 cores, one compute thread plus the noise thread
+    is faster than two compute threads plus the noise thread (benchmarks/README.md). Yields the
+    thread count used.
     """
     before = torch.get_num_threads()
     threads = max(1, before - 1)
