@@ -378,3 +378,128 @@ def mutual_information(probabilities: torch.Tensor) -> torch.Tensor:
     """
     _check_probabilities(probabilities, "(K, N, C)")
     return _entropy(probabilities.mean(0)) - _entropy(probabilities).mean(0)
+
+
+def max_probability(probabilities: torch.Tensor) -> torch.Tensor:
+    """Confidence max_c pbar_c of the averaged predictive (1/K) sum_k p_k, per example.
+
+    Args:
+        probabilities: (K, N, C) per-sample class probabilities.
+
+    Returns:
+        (N,) values in [1/C, 1]. As an out-of-distribution score (higher = more likely out) use
+        ``1 - max_probability(p)``.
+    """
+    _check_probabilities(probabilities, "(K, N, C)")
+    return probabilities.mean(0).max(-1).values
+
+
+# --- Out-of-distribution detection from an uncertainty score ----------------------------------
+#
+# Scores are oriented so that a higher score means "more likely out of distribution" (predictive
+# entropy, mutual information, 1 - max probability); out-of-distribution examples are the
+# positives. Ties are handled as scikit-learn does: AUROC counts a tie as one half, AUPR and the
+# ROC curve move by whole groups of equal scores.
+
+
+def _check_scores(scores_in: torch.Tensor, scores_out: torch.Tensor) -> None:
+    for name, scores in (("scores_in", scores_in), ("scores_out", scores_out)):
+        _check_floating(name, scores)
+        if scores.dim() != 1 or scores.numel() == 0:
+            raise ValueError(f"{name} must be a non-empty (N,) tensor; got {tuple(scores.shape)}")
+        bad = (~torch.isfinite(scores)).nonzero()
+        if len(bad):
+            raise ValueError(f"{name}[{int(bad[0, 0])}] is {scores[bad[0, 0]].item()}: not finite")
+
+
+def _roc_points(scores_in: torch.Tensor, scores_out: torch.Tensor):
+    """False and true positive counts at every distinct threshold, highest score first."""
+    scores = torch.cat([scores_out, scores_in]).double()
+    positive = torch.cat([torch.ones_like(scores_out), torch.zeros_like(scores_in)]).double()
+    order = torch.argsort(scores, descending=True, stable=True)
+    scores, positive = scores[order], positive[order]
+    last_of_group = torch.cat([scores[1:] != scores[:-1], scores.new_ones(1, dtype=torch.bool)])
+    true_positives = positive.cumsum(0)[last_of_group]
+    false_positives = (1 - positive).cumsum(0)[last_of_group]
+    return false_positives, true_positives
+
+
+def auroc(scores_in: torch.Tensor, scores_out: torch.Tensor) -> torch.Tensor:
+    """Area under the ROC curve of separating out- from in-distribution examples by the score.
+
+    The probability that an out-of-distribution example scores higher than an in-distribution
+    one, ties counted as one half (the Mann-Whitney U statistic over n_in n_out pairs).
+
+    Args:
+        scores_in: (N_in,) scores of in-distribution examples.
+        scores_out: (N_out,) scores of out-of-distribution examples.
+
+    Returns:
+        A scalar in [0, 1]; 0.5 for a score that does not separate them.
+    """
+    _check_scores(scores_in, scores_out)
+    false_positives, true_positives = _roc_points(scores_in, scores_out)
+    fpr = torch.cat([false_positives.new_zeros(1), false_positives / len(scores_in)])
+    tpr = torch.cat([true_positives.new_zeros(1), true_positives / len(scores_out)])
+    return torch.trapezoid(tpr, fpr)
+
+
+def aupr(scores_in: torch.Tensor, scores_out: torch.Tensor) -> torch.Tensor:
+    """Average precision of detecting the out-of-distribution examples (AUPR-out).
+
+    AP = sum_t (R_t - R_{t-1}) P_t over the distinct thresholds t, highest first, with precision
+    P_t and recall R_t of "score >= t" (scikit-learn's ``average_precision_score``).
+
+    Args:
+        scores_in: (N_in,) scores of in-distribution examples.
+        scores_out: (N_out,) scores of out-of-distribution examples (the positives).
+
+    Returns:
+        A scalar in [0, 1]; about N_out / (N_in + N_out) for a score that does not separate them.
+    """
+    _check_scores(scores_in, scores_out)
+    false_positives, true_positives = _roc_points(scores_in, scores_out)
+    precision = true_positives / (true_positives + false_positives)
+    recall = true_positives / len(scores_out)
+    steps = torch.diff(recall, prepend=recall.new_zeros(1))
+    return (steps * precision).sum()
+
+
+def false_positive_rate_at(
+    scores_in: torch.Tensor, scores_out: torch.Tensor, true_positive_rate: float = 0.95
+) -> torch.Tensor:
+    """Share of in-distribution examples flagged when the threshold flags ``true_positive_rate``
+    of the out-of-distribution ones (FPR at 95 % TPR by default).
+
+    The threshold is the highest score whose true positive rate reaches the target.
+
+    Args:
+        scores_in: (N_in,) scores of in-distribution examples.
+        scores_out: (N_out,) scores of out-of-distribution examples.
+        true_positive_rate: the target in (0, 1].
+
+    Returns:
+        A scalar in [0, 1]; lower is better.
+    """
+    _check_scores(scores_in, scores_out)
+    if not 0 < true_positive_rate <= 1:
+        raise ValueError(f"true_positive_rate must be in (0, 1]; got {true_positive_rate}")
+    false_positives, true_positives = _roc_points(scores_in, scores_out)
+    # the target compared in counts, so that a rate such as 0.95 of 20 examples is not lost to
+    # rounding (0.95 * 20 = 19.000000000000004 in floating point)
+    needed = math.ceil(true_positive_rate * len(scores_out) - 1e-9)
+    first = int((true_positives >= needed).nonzero()[0, 0])
+    return false_positives[first] / len(scores_in)
+
+
+def out_of_distribution(scores_in: torch.Tensor, scores_out: torch.Tensor) -> dict[str, float]:
+    """AUROC, AUPR (out-of-distribution examples positive) and FPR at 95 % TPR of one score.
+
+    Example: with per-sample probabilities ``p_in`` (K, N_in, C) and ``p_out`` (K, N_out, C),
+    ``out_of_distribution(mutual_information(p_in), mutual_information(p_out))``.
+    """
+    return {
+        "AUROC": float(auroc(scores_in, scores_out)),
+        "AUPR": float(aupr(scores_in, scores_out)),
+        "FPR95": float(false_positive_rate_at(scores_in, scores_out, 0.95)),
+    }
