@@ -1,0 +1,185 @@
+"""Milliseconds per minibatch training step of one converted model, every family against plain
+PyTorch and bayesian-torch, on an MLP and two small CNNs.
+
+    pip install --no-deps bayesian-torch==0.5.0      # benchmark only; torch stays at 2.13.0
+    python benchmarks/converted_step.py --rounds 5 --steps 20 \
+        --out benchmarks/results/converted_step.json
+
+A step is what a user's loop does: ``zero_grad``, forward of a batch of 128 MNIST-shaped inputs,
+cross-entropy + KL / 60000, backward, ``Adam.step``. Networks:
+
+* ``mlp``: 784-400-400-10, ReLU;
+* ``lenet``: LeNet-5 (conv 20@5x5, max-pool, conv 50@5x5, max-pool, dense 800-500-10), ReLU;
+* ``resblock``: a stem conv 16@3x3 with BatchNorm, one residual block (two conv 16@3x3, each with
+  BatchNorm), average pooling to 7x7 and a dense 784-10 layer.
+
+Variants: ``plain`` (the ``nn.Module`` itself), every family of ``vbnn.FAMILIES`` that can convert
+the network (``vbnn.convert(network, family)``; BatchNorm stays deterministic), and
+bayesian-torch's ``dnn_to_bnn`` with ``Reparameterization`` and ``Flipout`` layers (when it is
+installed). Every variant first takes ``--warmup`` steps; then, in each of ``--rounds`` rounds,
+the variants take ``--steps`` steps each in turn, so that a change of the machine's load reaches
+every variant alike. Reported: the median over rounds of the milliseconds a step, and the median
+over rounds of the ratio to ``plain`` measured in the same round. Inputs are random (speed does
+not depend on the pixel values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+import vbnn
+
+DATASET_SIZE = 60000
+CLASSES = 10
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.first = nn.Conv2d(channels, channels, 3, padding=1)
+        self.first_norm = nn.BatchNorm2d(channels)
+        self.second = nn.Conv2d(channels, channels, 3, padding=1)
+        self.second_norm = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.first_norm(self.first(x)))
+        return torch.relu(x + self.second_norm(self.second(out)))
+
+
+def network(name: str) -> nn.Module:
+    if name == "mlp":
+        return nn.Sequential(
+            nn.Flatten(), nn.Linear(784, 400), nn.ReLU(), nn.Linear(400, 400), nn.ReLU(),
+            nn.Linear(400, CLASSES),
+        )  # fmt: skip
+    if name == "lenet":
+        return nn.Sequential(
+            nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(20, 50, 5), nn.ReLU(),
+            nn.MaxPool2d(2), nn.Flatten(), nn.Linear(800, 500), nn.ReLU(), nn.Linear(500, CLASSES),
+        )  # fmt: skip
+    if name == "resblock":
+        return nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), ResidualBlock(16),
+            nn.AvgPool2d(4), nn.Flatten(), nn.Linear(16 * 7 * 7, CLASSES),
+        )  # fmt: skip
+    raise ValueError(f"unknown network {name!r}; choose mlp, lenet or resblock")
+
+
+def bayesian_torch_model(base: nn.Module, kind: str) -> tuple[nn.Module, Callable] | None:
+    """bayesian-torch's conversion of ``base`` with ``kind`` layers and its KL, or None."""
+    try:
+        from bayesian_torch.models.dnn_to_bnn import dnn_to_bnn, get_kl_loss
+    except ImportError:
+        return None
+    model = copy.deepcopy(base)
+    prior = {"prior_mu": 0.0, "prior_sigma": 1.0, "posterior_mu_init": 0.0,
+             "posterior_rho_init": -3.0, "type": kind, "moped_enable": False}  # fmt: skip
+    dnn_to_bnn(model, prior)
+    return model, get_kl_loss
+
+
+def variants(name: str) -> dict[str, tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]]:
+    """Every model to time on network ``name``: (model, KL function)."""
+    torch.manual_seed(0)
+    base = network(name)
+    out: dict[str, tuple[nn.Module, Callable]] = {"plain": (base, lambda model: 0.0)}
+    for family in vbnn.FAMILIES:
+        try:
+            model = vbnn.convert(base, family)
+        # a dense-only family on a CNN; a full covariance over 314,000 weights (784 x 400) needs
+        # its D x D factor: 394 GB
+        except (ValueError, RuntimeError) as error:
+            print(f"  {name}: {family} skipped ({str(error)[:80]})")
+            continue
+        try:
+            vbnn.kl(model)
+            kl: Callable = vbnn.kl
+        except ValueError:  # a family without a KL term (point weights, binary dropout)
+            kl = lambda model: 0.0  # noqa: E731
+        out[family] = (model, kl)
+    for kind in ("Reparameterization", "Flipout"):
+        converted = bayesian_torch_model(base, kind)
+        if converted is not None:
+            out[f"bayesian-torch {kind}"] = converted
+    return out
+
+
+def make_step(model: nn.Module, kl: Callable, x: torch.Tensor, y: torch.Tensor) -> Callable:
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.train()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss = functional.cross_entropy(model(x), y) + kl(model) / DATASET_SIZE
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def time_steps(step: Callable[[], None], steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def benchmark(name: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, 1, 28, 28, generator=generator)
+    y = torch.randint(0, CLASSES, (args.batch,), generator=generator)
+    steps = {label: make_step(model, kl, x, y) for label, (model, kl) in variants(name).items()}
+    for step in steps.values():
+        time_steps(step, args.warmup)
+    times: dict[str, list[float]] = {label: [] for label in steps}
+    for _ in range(args.rounds):
+        for label, step in steps.items():
+            times[label].append(time_steps(step, args.steps))
+    return {
+        label: {
+            "ms_per_step": statistics.median(values),
+            "ratio_to_plain": statistics.median(
+                v / p for v, p in zip(values, times["plain"], strict=True)
+            ),
+        }
+        for label, values in times.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--networks", nargs="+", default=["mlp", "lenet", "resblock"])
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None, help="JSON of the results")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    results = {}
+    for name in args.networks:
+        results[name] = benchmark(name, args)
+        print(f"\n{name}, batch {args.batch}, {args.threads} threads")
+        print("| model | ms a step | vs plain |\n|---|---:|---:|")
+        for label, row in results[name].items():
+            print(f"| {label} | {row['ms_per_step']:.2f} | {row['ratio_to_plain']:.2f}x |")
+    if args.out is not None:
+        settings = {**vars(args), "out": str(args.out), "torch": torch.__version__,
+                    "machine": platform.machine()}  # fmt: skip
+        args.out.write_text(json.dumps({"settings": settings, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
