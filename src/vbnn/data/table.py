@@ -15,8 +15,9 @@ def read_table(path: str | Path, target: str) -> tuple[np.ndarray, np.ndarray, l
 
     Raises:
         DataError: naming the file, and the line and column where a value is missing,
-            non-numeric or not finite; an unknown ``target`` (the columns are listed); a row of
-            the wrong length; no data rows; a table with no input column.
+            non-numeric or not finite; a column name that appears twice; an unknown ``target``
+            (the columns are listed); a row of the wrong length; no data rows; a table with no
+            input column.
     """
     path = Path(path)
     if not path.is_file():
@@ -26,6 +27,14 @@ def read_table(path: str | Path, target: str) -> tuple[np.ndarray, np.ndarray, l
     if not rows:
         raise DataError(f"{path}: empty file (expected a header row)")
     header = [name.strip() for name in rows[0]]
+    seen: dict[str, int] = {}
+    for position, name in enumerate(header, start=1):
+        if name in seen:
+            raise DataError(
+                f"{path}, line 1: column name {name!r} appears twice (columns {seen[name]} and "
+                f"{position}); rename one"
+            )
+        seen[name] = position
     if target not in header:
         raise DataError(f"{path}: no column {target!r}; the columns are {header}")
     if len(header) < 2:

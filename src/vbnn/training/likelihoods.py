@@ -23,6 +23,20 @@ from torch.nn import functional
 from vbnn.core.gaussian import gaussian_log_prob
 
 
+def first_position(bad: torch.Tensor) -> str:
+    """The index of the first True entry of ``bad``, as ``[i, j, ...]``."""
+    return str([int(i) for i in bad.nonzero()[0]])
+
+
+def check_finite(name: str, values: torch.Tensor) -> None:
+    """ValueError naming the first NaN or inf of ``values`` (one reduction when all are finite)."""
+    if values.dtype.is_floating_point and not bool(torch.isfinite(values).all()):
+        bad = ~torch.isfinite(values)
+        raise ValueError(
+            f"{name}{first_position(bad)} is {values[bad][0].item()}: targets must be finite"
+        )
+
+
 class Likelihood(Protocol):
     def log_prob(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """log p(target_n | prediction_n) per example, (..., N)."""
@@ -67,6 +81,7 @@ class GaussianLikelihood(nn.Module):
                 f"GaussianLikelihood: prediction {tuple(prediction.shape)} must be the target "
                 f"{tuple(target.shape)} with a trailing output dimension of 1"
             )
+        check_finite("GaussianLikelihood: target", target)
         return gaussian_log_prob(target, prediction.squeeze(-1), self.std().unsqueeze(-1))
 
 
@@ -79,6 +94,14 @@ class CategoricalLikelihood(nn.Module):
             raise ValueError(
                 f"CategoricalLikelihood: need integer labels (..., N) for logits (..., N, C); "
                 f"got labels {tuple(target.shape)} {target.dtype}, logits {tuple(prediction.shape)}"
+            )
+        classes = prediction.shape[-1]
+        outside = (target < 0) | (target >= classes)
+        if bool(outside.any()):
+            raise ValueError(
+                f"CategoricalLikelihood: label {target[outside][0].item()} at target"
+                f"{first_position(outside)} is outside [0, {classes}) (the logits have {classes} "
+                "classes)"
             )
         labels = target.expand(prediction.shape[:-1])
         return -functional.cross_entropy(
@@ -96,6 +119,12 @@ class BernoulliLikelihood(nn.Module):
             raise ValueError(
                 f"BernoulliLikelihood: logits {tuple(prediction.shape)} do not match labels "
                 f"{tuple(target.shape)}"
+            )
+        outside = (target != 0) & (target != 1)
+        if bool(outside.any()):
+            raise ValueError(
+                f"BernoulliLikelihood: label {target[outside][0].item()} at target"
+                f"{first_position(outside)} is not 0 or 1"
             )
         labels = target.to(logits.dtype).expand(logits.shape)
         return -functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
