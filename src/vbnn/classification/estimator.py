@@ -1,0 +1,207 @@
+"""``BayesianClassifier``: a scikit-learn classifier around a Bayesian MLP of any family.
+
+``fit(X, y)`` standardises X (the scaler is kept), encodes the labels (any values; ``classes_``
+keeps them in sorted order), and trains one network of any family on the minibatch ELBO
+(``classification.training.train_classifier``: Adam, one noise draw per step). Predictions
+average the class probabilities over K weight samples,
+
+    p(y = c | x) = (1/K) sum_k softmax(f_k(x))_c,
+
+``predict_uncertainty`` splits the predictive entropy into its aleatoric part (the expected
+entropy) and its epistemic part (the mutual information between the label and the weights), and
+``score(X, y)`` is the mean test log-likelihood (1/N) sum_n log p(y_n | x_n) in nats, not the
+accuracy: model selection (``cross_val_score``, grid searches) then maximises it. Parameters
+follow scikit-learn's rules (stored as given, checked in ``fit``), so ``clone`` works.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from vbnn.classification.training import ClassifierConfig, train_classifier
+from vbnn.core.randomness import ModelGenerators, derive_seed
+from vbnn.layers.registry import family as family_spec
+from vbnn.metrics import expected_entropy, mutual_information, predictive_entropy
+from vbnn.networks.mlp import MLP
+from vbnn.networks.predictive import sample
+from vbnn.priors.gaussian import GaussianPrior
+from vbnn.regression.estimator import as_arrays
+from vbnn.stores.atomic import write_folder_atomic
+
+STATE_FILE, PARAMS_FILE = "classifier.pt", "classifier.json"
+
+
+class BayesianClassifier(ClassifierMixin, BaseEstimator):
+    """A Bayesian MLP classifier of any family (module docstring).
+
+    Args:
+        family: a ``vbnn.FAMILIES`` name ("mf", "gd", "vd-layer", "point", ...).
+        hidden: hidden widths; () is a Bayesian (multinomial) logistic regression.
+        activation: "tanh", "relu", "leaky_relu" or "identity".
+        epochs: passes over the training set.
+        batch_size: examples per step (at most the training set).
+        learning_rate: Adam step size.
+        prior_std: None: each family's own prior (N(0, 1) for the Gaussian families, log-uniform
+            for variational dropout); a number: N(0, prior_std^2) for every layer.
+        posterior_std: the initial posterior std of every weight where the family has one (None:
+            the family's default).
+        samples: K, weight samples averaged in every prediction.
+        seed: seeds the initialisation, the shuffling, the training noise and the predictions.
+        progress: show a progress bar per epoch.
+    """
+
+    def __init__(
+        self,
+        family: str = "mf",
+        hidden: tuple[int, ...] = (50,),
+        activation: str = "tanh",
+        epochs: int = 100,
+        batch_size: int = 128,
+        learning_rate: float = 0.01,
+        prior_std: float | None = None,
+        posterior_std: float | None = None,
+        samples: int = 32,
+        seed: int = 0,
+        progress: bool = False,
+    ) -> None:
+        self.family = family
+        self.hidden = hidden
+        self.activation = activation
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.prior_std = prior_std
+        self.posterior_std = posterior_std
+        self.samples = samples
+        self.seed = seed
+        self.progress = progress
+
+    def _build(self, features: int, classes: int) -> MLP:
+        family_spec(self.family)  # a ValueError lists the families
+        if self.samples < 1:
+            raise ValueError(f"BayesianClassifier: samples must be >= 1, got {self.samples}")
+        options = {} if self.posterior_std is None else {"posterior_std": self.posterior_std}
+        torch.manual_seed(derive_seed(self.seed, 0, "init"))
+        sizes = (features, *(int(h) for h in self.hidden), classes)
+        return MLP(self.family, sizes, self.activation, **options)
+
+    def fit(self, X, y) -> BayesianClassifier:
+        """Standardise X, encode y, train for ``epochs`` passes. Returns self.
+
+        Raises:
+            ValueError: X not 2-D or holding NaN/inf, y not one label per row, fewer than two
+                classes or two rows, an unknown family or activation.
+        """
+        x, _ = as_arrays(X)
+        labels = np.asarray(y)
+        if labels.ndim != 1 or len(labels) != len(x):
+            raise ValueError(f"y must be 1-D with {len(x)} labels (one per row of X), got shape "
+                             f"{labels.shape}")  # fmt: skip
+        self.classes_, encoded = np.unique(labels, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(f"y holds one class ({self.classes_[0]!r}); a classifier needs two")
+        if len(x) < 2:
+            raise ValueError(f"X has {len(x)} row; fitting needs at least two")
+        self.n_features_in_ = x.shape[1]
+        self.x_mean_, self.x_scale_ = x.mean(0), np.where(x.std(0) > 0, x.std(0), 1.0)
+        self.model_ = self._build(x.shape[1], len(self.classes_))
+        inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_, dtype=torch.float32)
+        config = ClassifierConfig(
+            epochs=self.epochs, batch_size=min(self.batch_size, len(x)),
+            learning_rate=self.learning_rate, seed=self.seed,
+        )  # fmt: skip
+        prior = None if self.prior_std is None else GaussianPrior(self.prior_std)
+        train_classifier(self.model_, prior, inputs, torch.as_tensor(encoded), config,
+                         progress=self.progress, description="fit")  # fmt: skip
+        self.model_.eval()
+        return self
+
+    @torch.no_grad()
+    def sample_probabilities(self, X) -> torch.Tensor:
+        """Class probabilities under each of the K weight samples, (K, N, C)."""
+        if not hasattr(self, "model_"):
+            raise RuntimeError("BayesianClassifier: call fit before predicting")
+        x, _ = as_arrays(X)
+        if x.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {x.shape[1]} features; the model was fit on "
+                             f"{self.n_features_in_}")  # fmt: skip
+        inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_, dtype=torch.float32)
+        noise = ModelGenerators.for_keys(self.seed, [0], "eval")
+        logits = sample(self.model_, inputs, self.samples, noise=noise)
+        return torch.softmax(logits.double(), -1)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """The predictive p(y = c | x) averaged over K weight samples, (N, C), columns in the
+        order of ``classes_``."""
+        return self.sample_probabilities(X).mean(0).numpy()
+
+    def predict(self, X) -> np.ndarray:
+        """The most probable class of each row under the averaged predictive, (N,)."""
+        return self.classes_[self.predict_proba(X).argmax(1)]
+
+    def predict_uncertainty(self, X) -> dict[str, np.ndarray]:
+        """Per row, in nats: "total" (predictive entropy) = "aleatoric" (expected entropy) +
+        "epistemic" (mutual information between the label and the weights)."""
+        probabilities = self.sample_probabilities(X)
+        return {
+            "total": predictive_entropy(probabilities).numpy(),
+            "aleatoric": expected_entropy(probabilities).numpy(),
+            "epistemic": mutual_information(probabilities).numpy(),
+        }
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Mean test log-likelihood (nats per example) of the averaged predictive.
+
+        Raises:
+            ValueError: a label that was not seen in ``fit``, or ``sample_weight``.
+        """
+        if sample_weight is not None:
+            raise ValueError("BayesianClassifier.score: sample_weight is not supported")
+        labels = np.asarray(y)
+        index = np.searchsorted(self.classes_, labels)
+        index = np.clip(index, 0, len(self.classes_) - 1)
+        unseen = self.classes_[index] != labels
+        if unseen.any():
+            position = int(np.flatnonzero(unseen)[0])
+            raise ValueError(f"y[{position}] = {labels.tolist()[position]!r} is not a class "
+                             f"seen in fit ({self.classes_.tolist()})")  # fmt: skip
+        probabilities = self.predict_proba(X)[np.arange(len(labels)), index]
+        return float(np.log(np.maximum(probabilities, 1e-300)).mean())
+
+    def save(self, folder: str | Path) -> Path:
+        """The network's weights and the estimator's settings, scaler and classes in ``folder``."""
+        if not hasattr(self, "model_"):
+            raise RuntimeError("BayesianClassifier: nothing to save before fit")
+        settings = {"params": self.get_params(), "classes": self.classes_.tolist(),
+                    "x_mean": self.x_mean_.tolist(), "x_scale": self.x_scale_.tolist(),
+                    "n_features_in": self.n_features_in_}  # fmt: skip
+        state = {name: value.cpu() for name, value in self.model_.state_dict().items()}
+
+        def fill(staging: Path) -> None:
+            (staging / PARAMS_FILE).write_text(json.dumps(settings, indent=1))
+            torch.save(state, staging / STATE_FILE)
+
+        return write_folder_atomic(folder, fill)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> BayesianClassifier:
+        """An estimator from ``save``'s folder, ready to predict."""
+        folder = Path(folder)
+        settings = json.loads((folder / PARAMS_FILE).read_text())
+        params = dict(settings["params"])
+        params["hidden"] = tuple(params["hidden"])
+        estimator = cls(**params)
+        estimator.classes_ = np.asarray(settings["classes"])
+        estimator.n_features_in_ = settings["n_features_in"]
+        estimator.x_mean_ = np.asarray(settings["x_mean"])
+        estimator.x_scale_ = np.asarray(settings["x_scale"])
+        estimator.model_ = estimator._build(estimator.n_features_in_, len(estimator.classes_))
+        state = torch.load(folder / STATE_FILE, weights_only=True)
+        estimator.model_.load_state_dict(state)
+        estimator.model_.eval()
+        return estimator
