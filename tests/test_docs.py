@@ -25,7 +25,7 @@ def test_docs_pages_exist() -> None:
 @pytest.mark.parametrize("page", RUNNABLE, ids=[page.stem for page in RUNNABLE])
 def test_docs_page_runs(page, request, monkeypatch, tmp_path) -> None:
     blocks = python_blocks(page)
-    if any(UCI_DATA in block for block in blocks):
+    if any(marker in block for block in blocks for marker in (UCI_DATA, "load_images")):
         monkeypatch.setenv("VBNN_DATA_DIR", str(request.getfixturevalue("data_dir")))
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)

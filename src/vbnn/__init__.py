@@ -8,8 +8,10 @@ Experiments live in ``vbnn.experiments`` and are run with ``vbnn reproduce NAME`
 from importlib.metadata import PackageNotFoundError, version
 
 from vbnn import metrics
+from vbnn.classification.estimator import BayesianClassifier
 from vbnn.core.contracts import ForwardMode, Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators
+from vbnn.diagnostics.report import DiagnosisReport, diagnose
 from vbnn.layers import (
     FAMILIES,
     Additive,
@@ -60,11 +62,13 @@ __all__ = [
     "MLP",
     "ARDPrior",
     "Additive",
+    "BayesianClassifier",
     "BayesianRegressor",
     "BernoulliLikelihood",
     "BernoulliVariance",
     "BinaryDropout",
     "CategoricalLikelihood",
+    "DiagnosisReport",
     "FamilySpec",
     "FixedVariance",
     "ForwardMode",
@@ -92,6 +96,7 @@ __all__ = [
     "ZeroMean",
     "__version__",
     "convert",
+    "diagnose",
     "elbo",
     "family",
     "kl",
