@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -175,3 +176,31 @@ def test_mismatched_rows_and_models_without_family_layers_are_refused() -> None:
         diagnose(half_pruned_network(1), torch.randn(8, 3), torch.randn(7))
     with pytest.raises(ValueError, match="holds no vbnn family layer"):
         diagnose_layers(nn.Linear(3, 1))
+
+
+def test_a_fitted_regressor_is_diagnosed_in_its_own_units() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, size=(200, 1))
+    y = np.sin(x[:, 0]) + 0.1 * rng.standard_normal(200)
+    model = vbnn.BayesianRegressor(
+        hidden=(50,), iterations=1500, learning_rate=0.02, posterior_std=1e-2, seed=0
+    ).fit(x, y)
+    report = vbnn.diagnose(model, x, y)
+    assert report.task == "regression" and report.layers[0].units == 50
+    assert report.flags["over-pruning"], str(report)
+    # standardised units: the RMSE of the trivial predictor is the standardised std, 1
+    assert report.predictive["RMSE"]["trivial"] == pytest.approx(1.0)
+    assert 0.8 < report.calibration["coverage_95"] <= 1.0
+
+
+def test_a_fitted_classifier_is_diagnosed_with_its_labels() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((200, 2))
+    y = np.where(x[:, 0] > 0, "right", "left")
+    model = vbnn.BayesianClassifier(hidden=(8,), epochs=20, seed=0).fit(x, y)
+    report = vbnn.diagnose(model, x, y)
+    assert report.task == "classification"
+    assert report.predictive["accuracy"]["ensemble"] > 0.9
+    assert not report.flags["variance network"]
+    with pytest.raises(ValueError, match="y holds labels outside"):
+        vbnn.diagnose(model, x[:2], np.array(["left", "up"]))

@@ -28,15 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from vbnn import metrics
+from vbnn.classification.estimator import BayesianClassifier
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.layers import LayerDiagnosis, diagnose_layers
-from vbnn.layers.modes import use_mode
+from vbnn.layers.modes import stack_size, use_mode
 from vbnn.networks.predictive import sample
 from vbnn.plots import pyplot, save_figure
+from vbnn.regression.estimator import BayesianRegressor
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -219,6 +222,46 @@ def _regression(
     return predictive, calibration, rmse["trivial"] - rmse["ensemble"], rmse["trivial"]
 
 
+class OneOfStack(nn.Module):
+    """A stack of one model (the UCI engine's and the regressor's networks, inputs (1, N, I))
+    called as one network: (N, I) in, (N, O) out."""
+
+    def __init__(self, stack: nn.Module) -> None:
+        super().__init__()
+        self.stack = stack
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stack(x.unsqueeze(0)).squeeze(0)
+
+
+def _from_estimator(estimator, x, y) -> tuple[nn.Module, torch.Tensor, torch.Tensor, dict]:
+    """The network, the inputs and targets as the network sees them, and the settings that follow
+    (task, noise std) of a fitted ``BayesianRegressor`` or ``BayesianClassifier``."""
+    if not hasattr(estimator, "model_"):
+        raise ValueError(f"diagnose: the {type(estimator).__name__} is not fitted yet")
+    parameter = next(estimator.model_.parameters())
+    features = (np.asarray(x, dtype=np.float64) - estimator.x_mean_) / estimator.x_scale_
+    inputs = torch.as_tensor(features, dtype=parameter.dtype, device=parameter.device)
+    if isinstance(estimator, BayesianClassifier):
+        labels = np.asarray(y)
+        encoded = np.clip(
+            np.searchsorted(estimator.classes_, labels), 0, len(estimator.classes_) - 1
+        )
+        if (estimator.classes_[encoded] != labels).any():
+            raise ValueError(f"diagnose: y holds labels outside {estimator.classes_.tolist()}")
+        targets = torch.as_tensor(encoded, device=parameter.device)
+        return estimator.model_, inputs, targets, {"task": "classification"}
+    scaled = (np.asarray(y, dtype=np.float64) - estimator.y_mean_) / estimator.y_scale_
+    targets = torch.as_tensor(scaled, device=parameter.device)
+    noise_std = float(estimator.likelihood_.std().detach().reshape(-1)[0])
+    return (
+        OneOfStack(estimator.model_),
+        inputs,
+        targets,
+        {"task": "regression", "noise_std": noise_std},
+    )
+
+
 def _kept(gain_mean: float, gain_ensemble: float) -> float:
     return gain_mean / gain_ensemble if gain_ensemble > 0 else math.nan
 
@@ -238,8 +281,13 @@ def diagnose(
 ) -> DiagnosisReport:
     """Diagnose a trained network on data (module docstring).
 
+    A fitted ``BayesianRegressor`` or ``BayesianClassifier`` may stand for ``model``: ``x`` and
+    ``y`` are then in the data's own units and labels, scaled and encoded as the estimator does
+    (regression is then diagnosed in standardised units, with the fitted noise std).
+
     Args:
-        model: one network holding family layers (not a stack).
+        model: one network holding family layers (a stack of one model is called as one), or a
+            fitted estimator.
         x: inputs (N, ...) as the model takes them.
         y: integer class labels (N,) or real targets (N,) / (N, 1).
         task: "classification" or "regression"; None infers it (integer labels and (N, C)
@@ -256,6 +304,12 @@ def diagnose(
     """
     if len(x) != len(y):
         raise ValueError(f"diagnose: x has {len(x)} rows and y {len(y)}; they must match")
+    if isinstance(model, BayesianRegressor | BayesianClassifier):
+        model, x, y, settings = _from_estimator(model, x, y)
+        task = task or settings["task"]
+        noise_std = noise_std if noise_std is not None else settings.get("noise_std")
+    elif stack_size(model) == 1:
+        model = OneOfStack(model)
     if samples < 2:
         raise ValueError(f"diagnose: samples must be >= 2 (an ensemble), got {samples}")
     layers = diagnose_layers(model, prior_std)
