@@ -12,7 +12,7 @@ from torch import nn
 
 import vbnn
 from vbnn.diagnostics.layers import diagnose_layers
-from vbnn.diagnostics.report import diagnose
+from vbnn.diagnostics.report import diagnose, layer_kappa
 
 
 def set_mean_field(layer, mean: torch.Tensor, std: torch.Tensor) -> None:
@@ -204,3 +204,34 @@ def test_a_fitted_classifier_is_diagnosed_with_its_labels() -> None:
     assert not report.flags["variance network"]
     with pytest.raises(ValueError, match="y holds labels outside"):
         vbnn.diagnose(model, x[:2], np.array(["left", "up"]))
+
+
+def test_kappa_of_any_dense_layer_equals_a_brute_force_hessian() -> None:
+    """kappa_ij = sigma_ij^2 |d^2 / dW_ij^2 sum_n log p(y_n | x_n)| (Neklyudov et al. 2018 eq. 16),
+    read through a hook on a converted model, against the autograd Hessian of the written-out
+    network."""
+    torch.manual_seed(0)
+    net = vbnn.convert(nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)), "vd-weight")
+    x, y = torch.randn(20, 4), torch.randint(0, 3, (20,))
+    kappa = layer_kappa(net.eval(), net[0], x, y)
+    first_mean, first_bias = (t.detach()[0] for t in net[0].posterior_mean())
+    second_mean, second_bias = (t.detach()[0] for t in net[2].posterior_mean())
+
+    def log_likelihood(weight: torch.Tensor) -> torch.Tensor:
+        logits = torch.tanh(x @ weight + first_bias) @ second_mean + second_bias
+        return torch.log_softmax(logits, -1)[torch.arange(20), y].sum()
+
+    hessian = torch.autograd.functional.hessian(log_likelihood, first_mean)  # (I, O, I, O)
+    diagonal = torch.einsum("ijij->ij", hessian)
+    expected = net[0].weight_moments()[1].detach()[0] * diagonal.abs()
+    torch.testing.assert_close(kappa, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_a_dropout_classifier_reports_its_kappa_count() -> None:
+    x = torch.randn(100, 4)
+    y = (x[:, 0] > 0).long()
+    net = vbnn.convert(nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2)), "vd-layer")
+    report = diagnose(net, x, y, samples=4)
+    assert set(report.kappa_above) == {"0", "2"}
+    assert all(0 <= count <= 24 for count in report.kappa_above.values())
+    assert "log10 kappa > 1.5 for" in str(report)

@@ -34,9 +34,11 @@ from torch import nn
 
 from vbnn import metrics
 from vbnn.classification.estimator import BayesianClassifier
+from vbnn.classification.kappa import pre_activation_hessian_diagonal
 from vbnn.core.randomness import ModelGenerators
-from vbnn.diagnostics.layers import LayerDiagnosis, diagnose_layers
+from vbnn.diagnostics.layers import DROPOUT_FAMILIES, LayerDiagnosis, diagnose_layers
 from vbnn.layers.modes import stack_size, use_mode
+from vbnn.layers.shell import VariationalLayer
 from vbnn.networks.predictive import sample
 from vbnn.plots import pyplot, save_figure
 from vbnn.regression.estimator import BayesianRegressor
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
 OVERPRUNED_SHARE = 0.2  # a layer with at least this share of its units pruned is flagged
 VARIANCE_MIN_GAIN = 0.2  # the ensemble's gain over the trivial predictor, as a share of the best
 VARIANCE_KEPT = 0.5  # mean propagation keeping less than this share of that gain is flagged
+KAPPA_LOG10_THRESHOLD = 1.5  # Neklyudov et al. 2018, Fig. 4
+KAPPA_EXAMPLES, KAPPA_UNITS = 256, 512  # kappa's cost: one backward pass per output unit
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class DiagnosisReport:
             noise std; absent otherwise).
         verdicts: one sentence per finding, each with its numbers.
         flags: "over-pruning", "variance network": True where the finding holds.
+        kappa_above: dense variational-dropout layers of a classifier -> the number of weights
+            with log10 kappa > 1.5 (Neklyudov et al. 2018, eq. 16: weights whose noise the
+            likelihood feels), computed on the first 256 examples.
     """
 
     task: str
@@ -74,6 +81,7 @@ class DiagnosisReport:
     calibration: dict[str, float]
     verdicts: list[str]
     flags: dict[str, bool] = field(default_factory=dict)
+    kappa_above: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +93,7 @@ class DiagnosisReport:
             "calibration": self.calibration,
             "verdicts": self.verdicts,
             "flags": self.flags,
+            "kappa_above": self.kappa_above,
         }
 
     def to_markdown(self) -> str:
@@ -123,6 +132,8 @@ class DiagnosisReport:
                 text += f", {layer.pruned} pruned"
             if layer.large_alpha_share is not None:
                 text += f"; log alpha > 3 for {layer.large_alpha_share:.1%} of weights"
+            if layer.name in self.kappa_above:
+                text += f"; log10 kappa > 1.5 for {self.kappa_above[layer.name]} weights"
             lines.append(text)
         for name, values in self.predictive.items():
             lines.append(
@@ -262,6 +273,59 @@ def _from_estimator(estimator, x, y) -> tuple[nn.Module, torch.Tensor, torch.Ten
     )
 
 
+def layer_kappa(
+    model: nn.Module, layer: VariationalLayer, x: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """kappa (I, O) of one dense layer of any classifier (Neklyudov et al. 2018, eq. 16),
+
+        kappa_ij = sigma_ij^2 | sum_n a_ni^2 d^2 log p(y_n | x_n) / d b_nj^2 |,
+
+    with a the layer's inputs and b its pre-activations, the whole network at its means. The
+    network after the layer is read by a forward hook that replaces the layer's output, so any
+    module works; examples must not interact (BatchNorm in eval mode)."""
+    captured: list[torch.Tensor] = []
+    replacement: list[torch.Tensor] = []
+
+    def hook(module, inputs, output):
+        if not replacement:
+            captured.append(inputs[0].detach())
+            return output
+        return replacement[0]
+
+    handle = layer.register_forward_hook(hook)
+    try:
+        with use_mode(model, "mean"):
+            model(x)
+            pre_activation = layer(captured[0], "mean").detach()
+
+            def head(b: torch.Tensor) -> torch.Tensor:
+                replacement[:] = [b.squeeze(0)]
+                return model(x).unsqueeze(0)
+
+            def log_likelihood(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+                return torch.log_softmax(logits, -1).gather(-1, targets.view(1, -1, 1))[..., 0]
+
+            hessian = pre_activation_hessian_diagonal(
+                head, pre_activation.unsqueeze(0), labels, log_likelihood
+            )[0]
+    finally:
+        handle.remove()
+    inputs = captured[0]
+    curvature = (inputs * inputs).t() @ hessian  # sum_n a_ni^2 h_nj
+    return layer.weight_moments()[1].detach()[0] * curvature.abs()
+
+
+def _kappa_above(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, int]:
+    """log10 kappa > 1.5 counts of the dense variational-dropout layers small enough to afford."""
+    counts = {}
+    for name, layer in model.named_modules():
+        if (isinstance(layer, VariationalLayer) and layer.family_name in DROPOUT_FAMILIES
+                and layer.kernel_size is None and layer.out_features <= KAPPA_UNITS):  # fmt: skip
+            kappa = layer_kappa(model, layer, x[:KAPPA_EXAMPLES], y[:KAPPA_EXAMPLES])
+            counts[name or type(layer).__name__] = int((kappa > 10**KAPPA_LOG10_THRESHOLD).sum())
+    return counts
+
+
 def _kept(gain_mean: float, gain_ensemble: float) -> float:
     return gain_mean / gain_ensemble if gain_ensemble > 0 else math.nan
 
@@ -336,7 +400,17 @@ def diagnose(
     else:
         raise ValueError(f"diagnose: task must be 'classification' or 'regression', got {task!r}")
     verdicts, flags = _verdicts(layers, metric, gain, best, kept_gain)
-    return DiagnosisReport(task, len(x), samples, layers, predictive, calibration, verdicts, flags)
+    kappa = {}
+    if task == "classification":
+        was_training = model.training
+        model.eval()
+        try:
+            kappa = _kappa_above(model, x, y)
+        finally:
+            model.train(was_training)
+    return DiagnosisReport(
+        task, len(x), samples, layers, predictive, calibration, verdicts, flags, kappa
+    )
 
 
 def _verdicts(
