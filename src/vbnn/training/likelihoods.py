@@ -28,9 +28,17 @@ def first_position(bad: torch.Tensor) -> str:
     return str([int(i) for i in bad.nonzero()[0]])
 
 
+def checking() -> bool:
+    """Whether the input checks run: always, except inside a compiled graph, which cannot branch
+    on data (a compiled step's inputs were checked by its eager first step)."""
+    return not torch.compiler.is_compiling()
+
+
 def check_finite(name: str, values: torch.Tensor) -> None:
     """ValueError naming the first NaN or inf of ``values`` (one reduction when all are finite)."""
-    if values.dtype.is_floating_point and not bool(torch.isfinite(values).all()):
+    if not checking() or not values.dtype.is_floating_point:
+        return
+    if not bool(torch.isfinite(values).all()):
         bad = ~torch.isfinite(values)
         raise ValueError(
             f"{name}{first_position(bad)} is {values[bad][0].item()}: targets must be finite"
@@ -97,7 +105,7 @@ class CategoricalLikelihood(nn.Module):
             )
         classes = prediction.shape[-1]
         outside = (target < 0) | (target >= classes)
-        if bool(outside.any()):
+        if checking() and bool(outside.any()):
             raise ValueError(
                 f"CategoricalLikelihood: label {target[outside][0].item()} at target"
                 f"{first_position(outside)} is outside [0, {classes}) (the logits have {classes} "
@@ -121,7 +129,7 @@ class BernoulliLikelihood(nn.Module):
                 f"{tuple(target.shape)}"
             )
         outside = (target != 0) & (target != 1)
-        if bool(outside.any()):
+        if checking() and bool(outside.any()):
             raise ValueError(
                 f"BernoulliLikelihood: label {target[outside][0].item()} at target"
                 f"{first_position(outside)} is not 0 or 1"
