@@ -32,7 +32,7 @@ def main() -> None:
     train_x, train_y = load_images("mnist", "train", None)
     test_x, test_y = load_images("mnist", "test", None)
     train_x, train_y = train_x[: args.images], train_y[: args.images]
-    families = ("deterministic", "deterministic", "zero-mean", "deterministic")
+    families = ("point", "point", "zero-mean", "point")
     for activation in args.activations:
         model = LeNet5(LeNetConfig(families, activation), ModelGenerators.for_keys(0, [0], "init"))
         began = time.perf_counter()
