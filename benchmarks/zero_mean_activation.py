@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from vbnn.classification.inference import InferenceMode
 from vbnn.classification.training import ClassifierConfig, accuracies, train_classifier
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
 
-MODES = (InferenceMode.SAMPLE, InferenceMode.ENSEMBLE, InferenceMode.DETERMINISTIC)
+PREDICTIONS = ("sample", "ensemble", "deterministic")
 
 
 def main() -> None:
@@ -39,7 +38,7 @@ def main() -> None:
         settings = ClassifierConfig(epochs=args.epochs, seed=0)
         train_classifier(model, LogUniformPrior(), train_x, train_y, settings, None, False, "")
         model.eval()
-        scores = accuracies(model, test_x[:1000], test_y[:1000], 10, 0, MODES)
+        scores = accuracies(model, test_x[:1000], test_y[:1000], 10, 0, PREDICTIONS)
         print(activation, {k: round(v, 1) for k, v in scores.items()},
               f"{time.perf_counter() - began:.0f} s")  # fmt: skip
 

@@ -112,7 +112,9 @@ def test_sample_in_weights_mode_keeps_one_function_per_sample_across_chunks() ->
     assert not torch.equal(whole[0], whole[1])
     with vbnn.mode(model, "mean"):
         torch.testing.assert_close(model(x), model.eval()(x))
-    with pytest.raises(ValueError, match="mode 'mean' draws nothing; choose 'weights', 'zero-mean' or 'local'"):
+    with pytest.raises(
+        ValueError, match="mode 'mean' draws nothing; choose 'weights', 'zero-mean' or 'local'"
+    ):
         vbnn.sample(model, x, 2, mode="mean")
 
 
