@@ -91,7 +91,7 @@ _SPECS = (
         "Gaussian per layer, diagonal plus rank-r covariance (option rank)",
         convolution=False,
     ),
-    FamilySpec("point", Point, "point weights: deterministic (ES, MAP, SGLD)", variational=False),
+    FamilySpec("point", Point, "point weights (ES, MAP, SGLD)", variational=False),
     FamilySpec("vd-layer", LayerDropout, "variational dropout, one alpha per layer"),
     FamilySpec("vd-neuron", NeuronDropout, "variational dropout, one alpha per output unit"),
     FamilySpec("vd-weight", WeightDropout, "variational dropout, one alpha per weight"),
