@@ -10,6 +10,7 @@ from torch import nn
 
 import vbnn
 from vbnn.classification.training import ClassifierConfig, train_classifier
+from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import network_output, variational_layers
 from vbnn.networks.lenet import LeNet5, LeNetConfig
@@ -22,6 +23,7 @@ from vbnn.training.likelihoods import (
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, run
 from vbnn.training.objectives import elbo, kl_divergence, log_joint, log_prior
+from vbnn.training.optimizer import learning_rate_groups
 
 
 def test_gaussian_likelihood_is_the_normal_density_for_one_network_and_a_stack() -> None:
@@ -238,3 +240,23 @@ def test_kl_log_prior_and_elbo_of_any_network_are_sums_over_its_layers(name: str
     terms = elbo(model, CategoricalLikelihood(), None, x, y, noise, dataset_size=50)
     torch.testing.assert_close(terms["KL"], squeeze(expected_kl))
     torch.testing.assert_close(terms["objective"], terms["log-likelihood"] - terms["KL"])
+
+
+def test_learning_rate_groups_follow_the_roles_the_families_declare() -> None:
+    base = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    full = vbnn.convert(base, "fc")
+    rates = {ParameterRole.CORRELATION: 1e-5, ParameterRole.LOG_ALPHA: 1.0}
+    groups = learning_rate_groups(full, 1e-3, rates)
+    assert [group["lr"] for group in groups] == [1e-3, 1e-5]
+    assert [id(p) for p in groups[1]["params"]] == [
+        id(full[0].scale_lower),
+        id(full[2].scale_lower),
+    ]
+    assert len(groups[0]["params"]) == len(list(full.parameters())) - 2
+    dropout = vbnn.convert(base, "vd-layer")
+    groups = learning_rate_groups(dropout, 1e-3, rates)
+    assert [id(p) for p in groups[1]["params"]] == [
+        id(dropout[0].log_alpha),
+        id(dropout[2].log_alpha),
+    ]
+    assert len(learning_rate_groups(dropout, 1e-3, {ParameterRole.LOG_ALPHA: None})) == 1
