@@ -52,7 +52,7 @@ NETWORKS = {
     "variance (4 x LRT)": ("table2-variance", ("vd-layer",) * 4, "relu"),
     "dense1 only (Table 1)": (
         "table1-layer",
-        ("deterministic", "deterministic", "vd-layer", "deterministic"),
+        ("point", "point", "vd-layer", "point"),
         "softplus",
     ),
 }
@@ -69,7 +69,7 @@ def network_flops(families) -> int:
     """Floating-point operations of one example, forward and backward (module docstring)."""
     total = 0
     for index, ((_, kind, i, o, size, k), family) in enumerate(zip(LAYERS, families, strict=True)):
-        products = 2 if family != "deterministic" else 1  # LRT: mean and variance
+        products = 2 if family != "point" else 1  # LRT: mean and variance
         passes = 2 if index == 0 else 3  # forward, weight gradient (, input gradient)
         total += 2 * multiply_adds(kind, i, o, size, k) * products * passes
     return total
@@ -115,7 +115,7 @@ def plain_layer_seconds(index: int) -> float:
 def floor(families) -> dict:
     seconds = 0.0
     for index, family in enumerate(families):
-        seconds += plain_layer_seconds(index) * (2 if family != "deterministic" else 1)
+        seconds += plain_layer_seconds(index) * (2 if family != "point" else 1)
     flops = network_flops(families) * BATCH
     return {"gflop_per_step": flops / 1e9, "plain_seconds_per_step": seconds,
             "achievable_gflops": flops / seconds / 1e9,

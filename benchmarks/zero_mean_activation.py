@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from vbnn.classification.inference import InferenceMode
 from vbnn.classification.training import ClassifierConfig, accuracies, train_classifier
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
 
-MODES = (InferenceMode.SAMPLE, InferenceMode.ENSEMBLE, InferenceMode.DETERMINISTIC)
+PREDICTIONS = ("sample", "ensemble", "deterministic")
 
 
 def main() -> None:
@@ -32,14 +31,14 @@ def main() -> None:
     train_x, train_y = load_images("mnist", "train", None)
     test_x, test_y = load_images("mnist", "test", None)
     train_x, train_y = train_x[: args.images], train_y[: args.images]
-    families = ("deterministic", "deterministic", "zero-mean", "deterministic")
+    families = ("point", "point", "zero-mean", "point")
     for activation in args.activations:
         model = LeNet5(LeNetConfig(families, activation), ModelGenerators.for_keys(0, [0], "init"))
         began = time.perf_counter()
         settings = ClassifierConfig(epochs=args.epochs, seed=0)
         train_classifier(model, LogUniformPrior(), train_x, train_y, settings, None, False, "")
         model.eval()
-        scores = accuracies(model, test_x[:1000], test_y[:1000], 10, 0, MODES)
+        scores = accuracies(model, test_x[:1000], test_y[:1000], 10, 0, PREDICTIONS)
         print(activation, {k: round(v, 1) for k, v in scores.items()},
               f"{time.perf_counter() - began:.0f} s")  # fmt: skip
 

@@ -66,7 +66,7 @@ def test_cuda_streams_draw_the_weight_samples_moments(name: str, conv: bool) -> 
     draws = 4_000
     generators = ModelGenerators([11, 12, 13], CUDA)
     with torch.no_grad():
-        sampled = torch.stack([layer(x, ForwardMode.SAMPLE, generators) for _ in range(draws)])
+        sampled = torch.stack([layer(x, ForwardMode.LOCAL, generators) for _ in range(draws)])
         weights = torch.stack([layer(x, ForwardMode.WEIGHTS, generators) for _ in range(draws)])
     assert_same_moments(sampled, weights)
 

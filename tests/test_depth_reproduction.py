@@ -45,7 +45,7 @@ def test_softplus_layer_starts_at_the_requested_std_and_samples_its_marginals() 
     torch.testing.assert_close(weight_std, torch.full((1, 3, 2), 0.7))
     # LRT output: mean x mu + b, variance sum_i x_i^2 s^2 + s^2 = (5.25 + 1) 0.49
     x = torch.tensor([[[1.0, -2.0, 0.5]]]).expand(1, 40_000, 3).contiguous()
-    out = layer(x, ForwardMode.SAMPLE, ModelGenerators([1]))
+    out = layer(x, ForwardMode.LOCAL, ModelGenerators([1]))
     expected_mean = layer(x[:, :1], ForwardMode.MEAN)[0, 0]
     standard_error = math.sqrt(6.25 * 0.49 / 40_000)
     assert (out.mean(1)[0] - expected_mean).abs().max() < 5 * standard_error

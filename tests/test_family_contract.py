@@ -11,6 +11,7 @@ from torch import nn
 from torch.distributions import MultivariateNormal, kl_divergence
 from torch.nn import functional
 
+import vbnn
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.gaussian import kl_diagonal_gaussian, local_reparameterization_moments
 from vbnn.core.randomness import ModelGenerators
@@ -23,7 +24,6 @@ from vbnn.layers import (
     UniformVariance,
     VariationalLayer,
     family,
-    use_mode,
 )
 from vbnn.layers.full_covariance import JointGaussianLayer
 from vbnn.priors.gaussian import GaussianPrior
@@ -34,7 +34,7 @@ ALL = sorted(FAMILIES)
 CONV = sorted(name for name, spec in FAMILIES.items() if spec.convolution)
 SHAPES = [(name, False) for name in ALL] + [(name, True) for name in CONV]
 IDS = [f"{name}-{'conv' if conv else 'dense'}" for name, conv in SHAPES]
-STOCHASTIC = [name for name in ALL if name not in ("point", "deterministic")]
+STOCHASTIC = [name for name in ALL if name != "point"]
 # families whose KL to a Gaussian prior is finite and in closed form
 WITH_KL = [name for name in ALL if FAMILIES[name].variational and FAMILIES[name].closed_form_kl]
 KL_SHAPES = [(name, conv) for name, conv in SHAPES if name in WITH_KL]
@@ -42,12 +42,18 @@ KL_IDS = [f"{name}-{'conv' if conv else 'dense'}" for name, conv in KL_SHAPES]
 
 
 def make(name: str, std: float = 0.3, conv: bool = False, **options) -> VariationalLayer:
+    """A float64 layer of family ``name`` whose weights start with std ``std`` (variational
+    dropout: sqrt(alpha) = ``std``, the std relative to |mu|)."""
+    spec = FAMILIES[name]
     shape = {"kernel_size": KERNEL, "padding": 1} if conv else {}
-    layer = FAMILIES[name].build(
+    if "posterior_std" in spec.accepted_options():
+        options["posterior_std"] = std
+    elif "log_alpha" in spec.accepted_options():
+        options["log_alpha"] = 2.0 * math.log(std)
+    layer = spec.build(
         CHANNELS if conv else INPUTS,
         OUTPUTS,
         options.pop("generators", ModelGenerators([1, 2, 3])),
-        posterior_std=std,
         dtype=torch.float64,
         **shape,
         **options,
@@ -114,13 +120,13 @@ def test_mean_mode_uses_posterior_means_and_accepts_the_mode_as_a_string(
 
 @pytest.mark.parametrize(("name", "conv"), SHAPES, ids=IDS)
 def test_sample_moments_match_explicit_weight_samples(name: str, conv: bool) -> None:
-    """SAMPLE (LRT where it applies) and WEIGHTS draw from the same per-example marginal."""
+    """LOCAL (LRT where it applies) and WEIGHTS draw from the same per-example marginal."""
     layer = make(name, conv=conv)
     x = inputs(conv, rows=2)
     draws = 1_500 if conv else 6_000
     generators = ModelGenerators([11, 12, 13])
     with torch.no_grad():
-        sampled = torch.stack([layer(x, ForwardMode.SAMPLE, generators) for _ in range(draws)])
+        sampled = torch.stack([layer(x, ForwardMode.LOCAL, generators) for _ in range(draws)])
         weights = torch.stack([layer(x, ForwardMode.WEIGHTS, generators) for _ in range(draws)])
     assert_same_moments(sampled, weights)
 
@@ -199,7 +205,7 @@ def test_single_model_equals_the_one_model_stack(name: str, conv: bool) -> None:
 
 
 @pytest.mark.parametrize("name", STOCHASTIC)
-def test_training_samples_eval_gives_the_mean_and_use_mode_switches(name: str) -> None:
+def test_training_samples_eval_gives_the_mean_and_mode_switches(name: str) -> None:
     layer = make(name, generators=None)
     x = inputs(models=None)
     mean = layer(x, ForwardMode.MEAN)
@@ -207,7 +213,7 @@ def test_training_samples_eval_gives_the_mean_and_use_mode_switches(name: str) -
     torch.testing.assert_close(layer(x), mean)
     layer.train()
     assert not torch.allclose(layer(x), mean)
-    with use_mode(layer, "mean"):
+    with vbnn.mode(layer, "mean"):
         torch.testing.assert_close(layer(x), mean)
     torch.manual_seed(3)  # global RNG: reproducible like any torch module
     first = layer(x)
@@ -243,7 +249,7 @@ def test_zero_mean_mode_centres_gaussian_families_and_leaves_the_others(name: st
     contribution; point and binary-dropout layers (no such form) are unchanged."""
     layer, x = make(name), inputs()
     weights = layer(x, "weights", ModelGenerators([7, 8, 9]))
-    with use_mode(layer, "zero-mean"):
+    with vbnn.mode(layer, "zero-mean"):
         zero = layer(x, None, ModelGenerators([7, 8, 9]))
     if not layer.has_zero_mean_form:
         torch.testing.assert_close(zero, weights)
@@ -260,7 +266,7 @@ def test_full_covariance_samples_match_its_exact_output_moments() -> None:
     draws = 20_000
     generators = ModelGenerators([21, 22, 23])
     with torch.no_grad():
-        sampled = torch.stack([layer(x, ForwardMode.SAMPLE, generators) for _ in range(draws)])
+        sampled = torch.stack([layer(x, ForwardMode.LOCAL, generators) for _ in range(draws)])
         mean, var = layer.output_moments(x)
     assert torch.all((sampled.mean(0) - mean).abs() < 5 * (var / draws).sqrt())
     assert torch.all((sampled.var(0) - var).abs() < 5 * var * math.sqrt(2 / draws))
@@ -326,9 +332,9 @@ def test_mean_field_with_vanishing_std_is_the_point_network() -> None:
     mean_field = MeanField(INPUTS, OUTPUTS, ModelGenerators([4, 5, 6]), 1e-12, torch.float64)
     point = Point(INPUTS, OUTPUTS, ModelGenerators([4, 5, 6]), dtype=torch.float64)
     x = inputs()
-    for mode in ForwardMode:
+    for forward_mode in set(ForwardMode) - {ForwardMode.ZERO_MEAN}:  # zero-mean drops the means
         torch.testing.assert_close(
-            mean_field(x, mode, ModelGenerators([1, 2, 3])), point(x), atol=1e-9, rtol=0
+            mean_field(x, forward_mode, ModelGenerators([1, 2, 3])), point(x), atol=1e-9, rtol=0
         )
 
 
@@ -354,6 +360,21 @@ def test_unknown_family_lists_the_choices() -> None:
         family("mean-field")
 
 
-def test_point_layer_has_no_kl() -> None:
-    with pytest.raises(TypeError, match="log_prior"):
-        Point(2, 2, ModelGenerators([0])).kl(GaussianPrior())
+def test_point_layer_has_zero_kl() -> None:
+    kl = Point(2, 2, ModelGenerators([0, 1]), dtype=torch.float64).kl(GaussianPrior())
+    assert kl.dtype == torch.float64
+    torch.testing.assert_close(kl, torch.zeros(2, dtype=torch.float64), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "option"), [("point", "posterior_std"), ("vd-layer", "posterior_std"),
+                         ("dropout", "posterior_std"), ("mf", "log_alpha")]
+)  # fmt: skip
+def test_an_option_the_family_does_not_take_is_named(name: str, option: str) -> None:
+    with pytest.raises(ValueError, match=f"family '{name}' takes no option \\['{option}'\\]"):
+        FAMILIES[name].build(2, 3, **{option: 0.1})
+
+
+def test_variational_dropout_takes_its_initial_log_alpha() -> None:
+    layer = FAMILIES["vd-weight"].build(2, 3, log_alpha=-2.5)
+    torch.testing.assert_close(layer.log_alpha, torch.full((1, 2, 3), -2.5), atol=0, rtol=0)

@@ -17,12 +17,12 @@ from vbnn.classification.kappa import (
     dense_layer_kappa,
     sparse_ensemble_masks,
 )
-from vbnn.core.contracts import ForwardMode, InferenceMode
+from vbnn.core.contracts import ForwardMode
 from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images, read_idx
 from vbnn.data.uci import DataError
-from vbnn.layers import Additive, BinaryDropout
+from vbnn.layers import Additive, Point
 
 
 def test_kappa_of_a_linear_gaussian_model_is_its_closed_form() -> None:
@@ -47,7 +47,7 @@ def test_kappa_of_a_linear_gaussian_model_is_its_closed_form() -> None:
 def test_kappa_equals_the_brute_force_hessian_diagonal_of_a_small_network() -> None:
     generators = ModelGenerators([3])
     first = Additive(4, 3, generators, posterior_std=0.2, dtype=torch.float64)
-    second = BinaryDropout(3, 5, generators, dtype=torch.float64, rate=0.0)
+    second = Point(3, 5, generators, dtype=torch.float64)
     x = torch.randn(1, 9, 4, dtype=torch.float64)
     labels = torch.randint(0, 5, (9,))
 
@@ -70,7 +70,7 @@ def test_kappa_equals_the_brute_force_hessian_diagonal_of_a_small_network() -> N
 def test_sparse_ensemble_replaces_low_kappa_weights() -> None:
     generators = ModelGenerators([5])
     first = Additive(4, 3, generators, posterior_std=0.5, dtype=torch.float64)
-    second = BinaryDropout(3, 5, generators, dtype=torch.float64, rate=0.0)
+    second = Point(3, 5, generators, dtype=torch.float64)
     model = torch.nn.Sequential()  # a small network with the forward(x, mode, generators) API
 
     class Small(torch.nn.Module):
@@ -78,17 +78,17 @@ def test_sparse_ensemble_replaces_low_kappa_weights() -> None:
             super().__init__()
             self.first, self.second = first, second
 
-        def forward(self, x, mode=ForwardMode.SAMPLE, generators=None):
-            return self.second(functional.softplus(self.first(x, mode, generators)), mode)
+        def forward(self, x, mode=None, noise=None):
+            return self.second(functional.softplus(self.first(x, mode, noise)), mode)
 
     model = Small()
     x = torch.randn(1, 40, 4, dtype=torch.float64)
     labels = torch.randint(0, 5, (40,))
     kappa = dense_layer_kappa(first, x, lambda b: second(functional.softplus(b), "mean"), labels)
-    deterministic = predict_probabilities(model, x, InferenceMode.DETERMINISTIC)
+    deterministic = predict_probabilities(model, x, ForwardMode.MEAN)
     # threshold above every kappa, replace by means: the ensemble is the mean network
     assert sparse_ensemble_masks(first, kappa, float("inf"), "mean") == 1.0
-    ensemble = predict_probabilities(model, x, "ensemble", ModelGenerators([1]), samples=5)
+    ensemble = predict_probabilities(model, x, "weights", ModelGenerators([1]), samples=5)
     torch.testing.assert_close(ensemble, deterministic)
     # replace by zeros: the first layer outputs its bias only
     sparse_ensemble_masks(first, kappa, float("inf"), "zero")

@@ -10,16 +10,20 @@ from torch import nn
 
 import vbnn
 from vbnn.classification.training import ClassifierConfig, train_classifier
+from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
+from vbnn.layers.modes import network_output, variational_layers
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import (
     BernoulliLikelihood,
     CategoricalLikelihood,
     GaussianLikelihood,
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, run
-from vbnn.training.objectives import elbo, kl_divergence, network_output
+from vbnn.training.objectives import elbo, kl_divergence, log_joint, log_prior
+from vbnn.training.optimizer import learning_rate_groups
 
 
 def test_gaussian_likelihood_is_the_normal_density_for_one_network_and_a_stack() -> None:
@@ -153,3 +157,106 @@ def test_one_lenet_trains_exactly_as_the_m1_stack_with_the_same_weights() -> Non
     train_classifier(single, LogUniformPrior(), images, labels, settings, progress=False)
     for (name, a), b in zip(stack.state_dict().items(), single.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_map_of_a_converted_linear_layer_is_ridge_regression() -> None:
+    """Under the prior N(0, p^2) on (w, b) and fixed Gaussian noise s, the MAP estimate of a linear
+    model is ridge regression: theta = (X1^T X1 + (s / p)^2 I)^-1 X1^T y, X1 = [X, 1]."""
+    torch.manual_seed(0)
+    x = torch.randn(40, 3, dtype=torch.float64)
+    y = x @ torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) + 0.3 + torch.randn(40).double()
+    noise_std, prior_std = 0.8, 0.5
+    model = vbnn.convert(nn.Linear(3, 1).double(), "point")
+    likelihood, prior = (
+        GaussianLikelihood(fixed_std=noise_std, dtype=torch.float64),
+        GaussianPrior(prior_std),
+    )
+    optimizer = torch.optim.LBFGS(
+        model.parameters(), max_iter=200, tolerance_grad=1e-12, tolerance_change=1e-14,
+        line_search_fn="strong_wolfe",
+    )  # fmt: skip
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = -log_joint(model, likelihood, prior, x, y)["objective"]
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    design = torch.cat([x, torch.ones(40, 1, dtype=torch.float64)], dim=1)
+    ridge = (noise_std / prior_std) ** 2 * torch.eye(4, dtype=torch.float64)
+    exact = torch.linalg.solve(design.T @ design + ridge, design.T @ y)
+    weight, bias = model.posterior_mean()
+    fitted = torch.cat([weight[0, :, 0], bias[0]])
+    torch.testing.assert_close(fitted, exact, atol=1e-8, rtol=0)
+
+
+def test_log_joint_of_a_non_point_family_is_that_of_its_mean_network() -> None:
+    torch.manual_seed(2)
+    base = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    mean_field, point = vbnn.convert(base, "mf"), vbnn.convert(base, "point")
+    x, y, prior = torch.randn(5, 3), torch.randn(5), GaussianPrior(0.7)
+    terms = log_joint(mean_field, GaussianLikelihood(), prior, x, y)
+    torch.testing.assert_close(terms, log_joint(point, GaussianLikelihood(), prior, x, y))
+
+
+@pytest.mark.parametrize("family", ["point", "dropout"])
+def test_kl_of_a_model_without_a_kl_term_is_zero(family: str) -> None:
+    one = vbnn.convert(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).double(), family)
+    kl = vbnn.kl(one)
+    assert kl.shape == () and kl.dtype == torch.float64 and kl.device.type == "cpu"
+    assert float(kl) == 0.0
+    stack = vbnn.MLP(family, (3, 4, 2), "relu", ModelGenerators([1, 2]))
+    torch.testing.assert_close(vbnn.kl(stack), torch.zeros(2), atol=0, rtol=0)
+    x, y = torch.randn(6, 3, dtype=torch.float64), torch.randint(0, 2, (6,))
+    terms = elbo(one, CategoricalLikelihood(), None, x, y, ModelGenerators([0]))
+    torch.testing.assert_close(terms["objective"], terms["log-likelihood"])
+
+
+def _networks() -> dict[str, nn.Module]:
+    torch.manual_seed(3)
+    sequential = vbnn.convert(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)), "mf")
+    mlp = vbnn.MLP("vd-neuron", (3, 4, 2), "tanh", ModelGenerators([1, 2]))
+    lenet = vbnn.LeNet5(vbnn.LeNetConfig(families=("point", "zero-mean", "mf", "vd-layer")))
+    return {"sequential": sequential, "mlp": mlp, "lenet": lenet}
+
+
+@pytest.mark.parametrize("name", ["sequential", "mlp", "lenet"])
+def test_kl_log_prior_and_elbo_of_any_network_are_sums_over_its_layers(name: str) -> None:
+    model = _networks()[name]
+    layers = variational_layers(model)
+    prior = GaussianPrior(0.9)
+    squeeze = (lambda t: t[0]) if name != "mlp" else (lambda t: t)
+    expected_kl = sum(layer.kl(layer.default_prior) for layer in layers if layer.has_kl)
+    torch.testing.assert_close(vbnn.kl(model), squeeze(expected_kl))
+    expected_prior = sum(
+        prior.log_prob(layer.means()[0]) + prior.log_prob(layer.means()[1]) for layer in layers
+    )
+    torch.testing.assert_close(log_prior(model, prior), squeeze(expected_prior))
+    x = torch.randn(5, 1, 28, 28) if name == "lenet" else torch.randn(5, 3)
+    x = x.expand(2, *x.shape) if name == "mlp" else x
+    y = torch.randint(0, 2, (5,))
+    noise = ModelGenerators([0, 1] if name == "mlp" else [0])
+    terms = elbo(model, CategoricalLikelihood(), None, x, y, noise, dataset_size=50)
+    torch.testing.assert_close(terms["KL"], squeeze(expected_kl))
+    torch.testing.assert_close(terms["objective"], terms["log-likelihood"] - terms["KL"])
+
+
+def test_learning_rate_groups_follow_the_roles_the_families_declare() -> None:
+    base = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    full = vbnn.convert(base, "fc")
+    rates = {ParameterRole.CORRELATION: 1e-5, ParameterRole.LOG_ALPHA: 1.0}
+    groups = learning_rate_groups(full, 1e-3, rates)
+    assert [group["lr"] for group in groups] == [1e-3, 1e-5]
+    assert [id(p) for p in groups[1]["params"]] == [
+        id(full[0].scale_lower),
+        id(full[2].scale_lower),
+    ]
+    assert len(groups[0]["params"]) == len(list(full.parameters())) - 2
+    dropout = vbnn.convert(base, "vd-layer")
+    groups = learning_rate_groups(dropout, 1e-3, rates)
+    assert [id(p) for p in groups[1]["params"]] == [
+        id(dropout[0].log_alpha),
+        id(dropout[2].log_alpha),
+    ]
+    assert len(learning_rate_groups(dropout, 1e-3, {ParameterRole.LOG_ALPHA: None})) == 1

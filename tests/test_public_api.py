@@ -48,7 +48,7 @@ def test_converted_network_in_eval_mode_is_the_original_network(family: str) -> 
 
 def test_convert_keeps_named_layers_and_names_bad_input() -> None:
     original = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
-    converted = vbnn.convert(original, "vd-layer", keep=["2"], posterior_std=0.1)
+    converted = vbnn.convert(original, "vd-layer", keep=["2"], log_alpha=-4.6)
     assert isinstance(converted[0], VariationalLayer) and type(converted[2]) is nn.Linear
     with pytest.raises(ValueError, match=r"keep=\['3'\] are not nn.Linear/nn.Conv2d layers"):
         vbnn.convert(original, "mf", keep=["3"])
@@ -81,8 +81,8 @@ def test_kl_sums_every_layer_against_each_family_default_prior() -> None:
     torch.testing.assert_close(
         vbnn.kl(vd), sum(vd[i].kl(vbnn.LogUniformPrior())[0] for i in (0, 2, 3))
     )
-    with pytest.raises(ValueError, match="holds no vbnn family layer with a KL term"):
-        vbnn.kl(vbnn.convert(original, "point"))
+    with pytest.raises(ValueError, match="family 'vd-layer' takes no option \\['posterior_std'\\]"):
+        vbnn.convert(original, "vd-layer", posterior_std=0.1)
 
 
 def test_sample_moments_of_a_linear_model_match_the_exact_predictive() -> None:
@@ -112,7 +112,9 @@ def test_sample_in_weights_mode_keeps_one_function_per_sample_across_chunks() ->
     assert not torch.equal(whole[0], whole[1])
     with vbnn.mode(model, "mean"):
         torch.testing.assert_close(model(x), model.eval()(x))
-    with pytest.raises(ValueError, match="mode 'mean'; choose 'weights', 'sample' or 'zero-mean'"):
+    with pytest.raises(
+        ValueError, match="mode 'mean' draws nothing; choose 'weights', 'zero-mean' or 'local'"
+    ):
         vbnn.sample(model, x, 2, mode="mean")
 
 

@@ -210,7 +210,7 @@ def test_stacked_inputs_are_per_split(data_dir: Path) -> None:
     boston = load_uci("boston", data_dir)
     data = stack_splits(boston, [3, 4])
     model = MLP(FullCovariance, (13, 1), Activation.IDENTITY, ModelGenerators([1, 2]))
-    assert model(data.x_train, generators=ModelGenerators([1, 2])).shape == (2, 455, 1)
+    assert model(data.x_train, noise=ModelGenerators([1, 2])).shape == (2, 455, 1)
 
 
 def test_cholesky_learning_rate_applies_to_the_off_diagonal_factor_only() -> None:

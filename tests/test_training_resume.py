@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import vbnn
 from vbnn.classification.training import (
     ClassifierConfig,
     LearningRateSchedule,
@@ -167,8 +168,11 @@ def test_lenet_gradients_in_float32_agree_with_float64() -> None:
         model = LeNet5(LeNetConfig(), ModelGenerators.for_keys(0, [0], "init"), dtype=torch.float64)
         model.to(dtype)
         noise = Float64Noise(ModelGenerators.for_keys(0, [0], "train"))
-        logits = model(images.to(dtype).unsqueeze(0), ForwardMode.SAMPLE, noise)
-        loss = torch.nn.functional.cross_entropy(logits[0], labels) + model.kl(LogUniformPrior())[0]
+        logits = model(images.to(dtype).unsqueeze(0), ForwardMode.LOCAL, noise)
+        loss = (
+            torch.nn.functional.cross_entropy(logits[0], labels)
+            + vbnn.kl(model, LogUniformPrior())[0]
+        )
         loss.backward()
         grads = [p.grad.double() for p in model.parameters()]
         results.append((logits.double(), grads))

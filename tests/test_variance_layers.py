@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch.nn import functional
 
-from vbnn.classification.inference import predict_probabilities, zero_mean_approximation
-from vbnn.core.contracts import ForwardMode, InferenceMode
-from vbnn.core.randomness import ModelGenerators, NoiseTape, RecordingGenerators
+import vbnn
+from vbnn.classification.inference import predict_probabilities
+from vbnn.core.contracts import ForwardMode
+from vbnn.core.randomness import ModelGenerators, NoiseTape
 from vbnn.layers import FAMILIES
 from vbnn.layers.shell import LOG_ALPHA_RANGE
 from vbnn.networks.lenet import LeNet5, LeNetConfig
@@ -87,11 +88,11 @@ def test_sample_and_weight_draws_have_the_exact_output_moments(name, options, co
         generators = ModelGenerators([11, 12])
         if layer.exact_lrt:  # independent draws per example: replicate the examples
             repeated = x.repeat_interleave(draws, dim=1)
-            sampled = layer(repeated, ForwardMode.SAMPLE, generators)
+            sampled = layer(repeated, ForwardMode.LOCAL, generators)
             sampled = sampled.reshape(MODELS, x.shape[1], draws, *sampled.shape[2:]).movedim(2, 0)
         else:  # one weight sample per call, shared by the examples
             sampled = torch.stack(
-                [layer(x, ForwardMode.SAMPLE, generators) for _ in range(draws // 3)]
+                [layer(x, ForwardMode.LOCAL, generators) for _ in range(draws // 3)]
             )
         weights = torch.stack(
             [layer(x, ForwardMode.WEIGHTS, generators) for _ in range(draws // 3)]
@@ -108,7 +109,7 @@ def test_conv_lrt_noise_is_independent_per_position() -> None:
     layer = make("vd-layer", conv=True)
     x = inputs(conv=True, rows=1).repeat_interleave(4000, dim=1)
     with torch.no_grad():
-        lrt = layer(x, ForwardMode.SAMPLE, ModelGenerators([3, 4]))
+        lrt = layer(x, ForwardMode.LOCAL, ModelGenerators([3, 4]))
         weights = torch.stack([layer(x[:, :1], ForwardMode.WEIGHTS, ModelGenerators([5, 6]))])
         shared = torch.cat(
             [layer(x[:, :1], ForwardMode.WEIGHTS, ModelGenerators([k, k + 1])) for k in range(800)],
@@ -132,20 +133,20 @@ def test_zero_mean_layer_expected_output_is_exactly_zero(conv: bool) -> None:
     assert torch.count_nonzero(mean_weight) == 0
     assert torch.count_nonzero(layer(x, ForwardMode.MEAN)) == 0
     with torch.no_grad():
-        draws = layer(x.repeat_interleave(5000, 1), ForwardMode.SAMPLE, ModelGenerators([1, 2]))
+        draws = layer(x.repeat_interleave(5000, 1), ForwardMode.LOCAL, ModelGenerators([1, 2]))
     draws = draws.reshape(MODELS, 3, 5000, *draws.shape[2:])
     assert torch.all(draws.mean(2).abs() < 5 * draws.std(2) / math.sqrt(5000))
 
 
 def test_zero_mean_network_mean_propagation_is_constant_in_the_input() -> None:
-    config = LeNetConfig(families=("deterministic", "deterministic", "zero-mean", "deterministic"))
+    config = LeNetConfig(families=("point", "point", "zero-mean", "point"))
     model = LeNet5(config, ModelGenerators([0]), dtype=torch.float64)
     images = torch.rand(1, 6, 1, 28, 28, dtype=torch.float64)
-    probabilities = predict_probabilities(model, images, InferenceMode.DETERMINISTIC)
+    probabilities = predict_probabilities(model, images, ForwardMode.MEAN)
     torch.testing.assert_close(probabilities, probabilities[:, :1].expand_as(probabilities))
     # but its samples do depend on the input
     ensemble = predict_probabilities(
-        model, images, InferenceMode.ENSEMBLE, ModelGenerators([1]), samples=3
+        model, images, ForwardMode.WEIGHTS, ModelGenerators([1]), samples=3
     )
     assert float((ensemble - ensemble[:, :1]).abs().max()) > 1e-6
 
@@ -156,31 +157,30 @@ def test_tanh_network_without_biases_is_odd_in_the_zero_mean_layer_noise(bias: b
     eps and -eps are equally likely and give opposite logits, so a single sample predicts any
     class with probability at most 1/2 (reproductions/variance-networks/README.md, appendix C).
     Biases break the symmetry."""
-    families = ("deterministic", "deterministic", "zero-mean", "deterministic")
+    families = ("point", "point", "zero-mean", "point")
     model = LeNet5(LeNetConfig(families, "tanh", bias=bias), ModelGenerators([0]), torch.float64)
     if bias:
         with torch.no_grad():
             model.layers[3].bias.normal_()
     images = torch.rand(1, 4, 1, 28, 28, dtype=torch.float64)
-    recorder = RecordingGenerators(ModelGenerators([1]))
-    model(images, ForwardMode.SAMPLE, recorder)
+    recorder = NoiseTape(source=ModelGenerators([1]))
+    model(images, ForwardMode.LOCAL, recorder)
     assert len(recorder.calls) == 1  # dense1's LRT noise is the only draw
     noise = [torch.randn(*shape, dtype=dtype) for shape, dtype in recorder.calls]
-    logits = model(images, ForwardMode.SAMPLE, NoiseTape(noise))
-    flipped = model(images, ForwardMode.SAMPLE, NoiseTape([-block for block in noise]))
+    logits = model(images, ForwardMode.LOCAL, NoiseTape(noise))
+    flipped = model(images, ForwardMode.LOCAL, NoiseTape([-block for block in noise]))
     odd = torch.allclose(flipped, -logits)
     assert odd is not bias
 
 
-def test_zero_mean_approximation_drops_the_means_and_restores_them() -> None:
+def test_zero_mean_mode_drops_the_means_and_restores_the_mode() -> None:
     layer = make("vd-weight", conv=False)
     x = inputs(conv=False)
-    with zero_mean_approximation(layer):
-        bias_only = layer.bias.unsqueeze(1).expand(2, 2, 2)
-        torch.testing.assert_close(layer(x, ForwardMode.MEAN), bias_only)
-        w_mean, _ = layer.effective_moments()
-        assert torch.count_nonzero(w_mean) == 0
-    assert not layer.zero_mean_approximation
+    weights = layer(x, ForwardMode.WEIGHTS, ModelGenerators([5, 6]))
+    with vbnn.mode(layer, "zero-mean"):
+        centred = layer(x, None, ModelGenerators([5, 6]))
+    torch.testing.assert_close(centred, weights - x @ layer.weight_mean)
+    assert layer.forced_mode is None
     torch.testing.assert_close(
         layer(x, ForwardMode.MEAN), x @ layer.weight_mean + layer.bias.unsqueeze(1)
     )
@@ -232,9 +232,6 @@ def test_zero_mean_approximation_is_harmless_for_large_alpha_only() -> None:
         with torch.no_grad():
             layer.log_alpha.fill_(log_alpha)
         mean, var = layer.effective_moments()
-        with zero_mean_approximation(layer):
-            zero_mean, zero_var = layer.effective_moments()
-        torch.testing.assert_close(var, zero_var)
-        shift = (x @ (mean - zero_mean)).abs()
+        shift = (x @ mean).abs()  # the zero-mean posterior keeps var and drops the mean
         std = (x**2 @ var).sqrt()
         assert bool((shift < 1e-3 * std).all()) is small

@@ -30,10 +30,9 @@ from vbnn.layers import (
     WeightDropout,
     ZeroMean,
     family,
-    use_mode,
+    mode,
     variational_layers,
 )
-from vbnn.layers.modes import use_mode as mode
 from vbnn.networks.conversion import convert
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.networks.mlp import MLP
@@ -49,7 +48,7 @@ from vbnn.training.likelihoods import (
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError
 from vbnn.training.loop import run as train_loop
-from vbnn.training.objectives import elbo, kl_divergence
+from vbnn.training.objectives import elbo, kl_divergence, log_joint, log_likelihood, log_prior
 from vbnn.training.objectives import kl_divergence as kl
 
 try:
@@ -101,10 +100,12 @@ __all__ = [
     "family",
     "kl",
     "kl_divergence",
+    "log_joint",
+    "log_likelihood",
+    "log_prior",
     "metrics",
     "mode",
     "sample",
     "train_loop",
-    "use_mode",
     "variational_layers",
 ]

@@ -1,28 +1,35 @@
-"""One switch for how any stochastic network predicts (Neklyudov et al. 2019 eqs. 2-3).
+"""How any stochastic classifier predicts (Neklyudov et al. 2019 eqs. 2-3).
 
-``predict_probabilities(model, x, mode, generators, samples)`` works for any module whose
-``forward(x, ForwardMode, generators)`` returns logits: (N, C) for one network, (M, N, C) for a
-stack (``as_input`` adds nothing for one network and the model dimension for a stack):
+``predict_probabilities(model, x, mode, noise, samples)`` works for any module holding family
+layers whose output is logits: (N, C) for one network, (M, N, C) for a stack (``as_input`` adds
+nothing for one network and the model dimension for a stack). It averages the softmax over
+``samples`` passes in ``mode`` (``vbnn.sample``):
 
-* DETERMINISTIC: p(t | x, E_q W), mean propagation (eq. 3);
-* SAMPLE: p(t | x, W), one weight sample per model shared by the examples;
-* ENSEMBLE: 1/K sum_k p(t | x, W_k), W_k ~ q (eq. 2, test-time averaging);
-* ZERO_MEAN: ENSEMBLE with every Gaussian q = N(mu, var) replaced by N(0, var) (Theorem 1).
+    p(t | x) = 1/K sum_k softmax(f_k(x)),    f_k drawn in ``mode``;
+
+MEAN is one pass, p(t | x, E_q W) (mean propagation, eq. 3). The four predictions of Neklyudov et
+al. 2019 Table 2 (``PREDICTIONS``) are MEAN; WEIGHTS with K = 1 ("1 samp."); WEIGHTS with K
+samples (the ensemble, eq. 2); ZERO_MEAN with K samples (Theorem 1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode, InferenceMode
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.modes import stack_size
-from vbnn.layers.shell import VariationalLayer
-from vbnn.training.objectives import network_output
+from vbnn.core.contracts import ForwardMode
+from vbnn.core.randomness import NoiseSource
+from vbnn.layers.modes import network_output, stack_size
+from vbnn.networks.predictive import sample
+
+# The four predictions of Neklyudov et al. 2019 Table 2, by the label results store them under:
+# (forward mode, whether K passes are averaged; otherwise one pass).
+PREDICTIONS: dict[str, tuple[ForwardMode, bool]] = {
+    "deterministic": (ForwardMode.MEAN, False),
+    "sample": (ForwardMode.WEIGHTS, False),
+    "ensemble": (ForwardMode.WEIGHTS, True),
+    "zero-mean": (ForwardMode.ZERO_MEAN, True),
+}
 
 
 def as_input(model: nn.Module | int | None, x: torch.Tensor) -> torch.Tensor:
@@ -34,63 +41,56 @@ def as_input(model: nn.Module | int | None, x: torch.Tensor) -> torch.Tensor:
     return x if models is None else x.expand(models, *x.shape)
 
 
-@contextmanager
-def zero_mean_approximation(model: nn.Module) -> Iterator[None]:
-    """Within the block every ``VariationalLayer`` of ``model`` uses N(0, var) for N(mu, var)."""
-    layers = [m for m in model.modules() if isinstance(m, VariationalLayer)]
-    previous = [layer.zero_mean_approximation for layer in layers]
-    try:
-        for layer in layers:
-            layer.zero_mean_approximation = True
-        yield
-    finally:
-        for layer, value in zip(layers, previous, strict=True):
-            layer.zero_mean_approximation = value
-
-
 @torch.no_grad()
 def predict_probabilities(
     model: nn.Module,
     x: torch.Tensor,
-    mode: InferenceMode | str,
-    generators: ModelGenerators | None = None,
-    samples: int = 20,
+    mode: ForwardMode | str,
+    noise: NoiseSource | None = None,
+    samples: int = 1,
     batch_size: int = 1000,
 ) -> torch.Tensor:
-    """Predictive class probabilities (M, N, C) of ``x`` (M, N, ...) under ``mode``.
+    """Predictive class probabilities (M, N, C) of ``x`` (M, N, ...) ((N, C) for one network),
+    averaged over ``samples`` passes in ``mode`` (module docstring).
 
     Args:
-        samples: K of ENSEMBLE and ZERO_MEAN.
+        noise: the noise source of the passes (needed unless ``mode`` is MEAN).
+        samples: K, passes averaged (MEAN: one pass whatever K).
         batch_size: examples per forward pass (memory only; the weight samples of one pass are
-            shared by its examples, so with WEIGHTS sampling K weight draws are made per batch).
+            shared by its examples, so in WEIGHTS mode K weight draws are made per batch).
     """
-    mode = InferenceMode(mode)
+    mode = ForwardMode(mode)
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    if mode is not InferenceMode.DETERMINISTIC and generators is None:
-        raise ValueError(f"inference mode {mode.value!r} samples weights: pass a ModelGenerators")
+    if mode is not ForwardMode.MEAN and noise is None:
+        raise ValueError(f"mode {mode.value!r} samples weights: pass a noise source")
     rows = 0 if stack_size(model) is None else 1
     outputs = []
     for start in range(0, x.shape[rows], batch_size):
         chunk = x.narrow(rows, start, min(batch_size, x.shape[rows] - start))
-        if mode is InferenceMode.DETERMINISTIC:
-            outputs.append(torch.softmax(network_output(model, chunk, ForwardMode.MEAN), -1))
-        elif mode is InferenceMode.SAMPLE:
-            weights = network_output(model, chunk, ForwardMode.WEIGHTS, generators)
-            outputs.append(torch.softmax(weights, -1))
-        elif mode is InferenceMode.ENSEMBLE:
-            outputs.append(_ensemble(model, chunk, generators, samples))
-        else:
-            with zero_mean_approximation(model):
-                outputs.append(_ensemble(model, chunk, generators, samples))
+        if mode is ForwardMode.MEAN:
+            outputs.append(torch.softmax(network_output(model, chunk, mode), -1))
+            continue
+        total = 0.0
+        for logits in sample(model, chunk, samples, mode, noise=noise):
+            total = total + torch.softmax(logits, -1)
+        outputs.append(total / samples)
     return torch.cat(outputs, dim=rows)
 
 
-def _ensemble(model, x, generators, samples: int) -> torch.Tensor:
-    total = 0.0
-    for _ in range(samples):
-        total = total + torch.softmax(network_output(model, x, ForwardMode.WEIGHTS, generators), -1)
-    return total / samples
+def predict(
+    model: nn.Module,
+    x: torch.Tensor,
+    prediction: str,
+    noise: NoiseSource | None = None,
+    samples: int = 20,
+) -> torch.Tensor:
+    """Class probabilities of one of the ``PREDICTIONS`` ("deterministic", "sample", "ensemble",
+    "zero-mean"), with K = ``samples`` for the averaged ones."""
+    if prediction not in PREDICTIONS:
+        raise ValueError(f"unknown prediction {prediction!r}; choose from {list(PREDICTIONS)}")
+    mode, averaged = PREDICTIONS[prediction]
+    return predict_probabilities(model, x, mode, noise, samples if averaged else 1)
 
 
 def accuracy(probabilities: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -24,16 +24,17 @@ import torch
 from torch import nn
 
 from vbnn.classification.checkpoint import Stateful, load_checkpoint, save_checkpoint
-from vbnn.classification.inference import accuracy, as_input, predict_probabilities
-from vbnn.core.contracts import ForwardMode, InferenceMode
+from vbnn.classification.inference import PREDICTIONS, accuracy, as_input, predict
+from vbnn.core.contracts import ForwardMode, ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
-from vbnn.layers.modes import stack_size
+from vbnn.layers.modes import network_output, stack_size
 from vbnn.layers.shell import VariationalLayer
 from vbnn.plots import pyplot, save_figure
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.loop import run
-from vbnn.training.objectives import elbo, network_output
+from vbnn.training.objectives import elbo, kl_divergence
+from vbnn.training.optimizer import learning_rate_groups
 
 EpochCallback = Callable[[int, nn.Module], None]
 
@@ -67,12 +68,13 @@ class ClassifierConfig:
         learning_rate: Adam step size.
         kl_weight: multiplies the KL (1: the ELBO).
         seed: seeds the shuffling and the training noise.
-        log_alpha_learning_rate: Adam step size of the log alpha parameters (None: the same as
-            the others). Adam moves a parameter by at most ~lr per step, so at 1e-3 log alpha
-            travels ~0.6 per epoch of 600 steps: a short run cannot reach the large alphas of a
-            converged variance layer (log alpha 6.9 after ~200 epochs in Neklyudov et al. 2019). A
-            larger value here is a deviation from the papers' protocol, used to see the phase
-            transition within a CPU budget; results state when it was used.
+        log_alpha_learning_rate: Adam step size of the ``ParameterRole.LOG_ALPHA`` parameters
+            (None: the same as the others). Adam moves a parameter by at most ~lr per step, so at
+            1e-3 log alpha travels ~0.6 per epoch of 600 steps: a short run cannot reach the
+            large alphas of a converged variance layer (log alpha 6.9 after ~200 epochs in
+            Neklyudov et al. 2019). A larger value here is a deviation from the papers'
+            protocol, used to see the phase transition within a CPU budget; results state when
+            it was used.
         schedule: how both step sizes change over the epochs (``LearningRateSchedule``).
         eval_every: the epoch callback (e.g. the phase-transition tracker) runs after every
             ``eval_every``-th epoch and after the last one.
@@ -125,12 +127,8 @@ def train_classifier(
         ValueError: ``checkpoint`` was written by a run with other settings.
     """
     keep_freed_memory()  # the step's MB-sized activations reuse freed heap memory
-    named = list(model.named_parameters())
-    fast = [p for n, p in named if n.endswith("log_alpha")]
-    groups = [{"params": [p for n, p in named if not n.endswith("log_alpha")]}]
-    if fast:
-        rate = config.log_alpha_learning_rate or config.learning_rate
-        groups.append({"params": fast, "lr": rate})
+    rates = {ParameterRole.LOG_ALPHA: config.log_alpha_learning_rate}
+    groups = learning_rate_groups(model, config.learning_rate, rates)
     # foreach: one kernel per update for all parameters (the same numbers, fewer calls)
     optimizer = torch.optim.Adam(groups, lr=config.learning_rate, foreach=True)
     base_rates = [group["lr"] for group in optimizer.param_groups]
@@ -195,18 +193,18 @@ def train_classifier(
 def evaluate_elbo(
     model: nn.Module, prior: object, images: torch.Tensor, labels: torch.Tensor, seed: int = 0
 ) -> dict[str, float]:
-    """ELBO terms of model 0 over the whole set: data term sum_n log p(t_n | x_n, W) (one LRT
-    sample), KL, ELBO = data - KL (nats, totals)."""
+    """ELBO terms of model 0 over the whole set: data term sum_n log p(t_n | x_n, W) (one LOCAL
+    draw), KL, ELBO = data - KL (nats, totals)."""
     device = next(model.parameters()).device
     generators = ModelGenerators.for_keys(seed, range(stack_size(model) or 1), "eval", device)
     likelihood = CategoricalLikelihood()
     data = 0.0
     for first in range(0, len(labels), 1000):
         inputs = as_input(model, images[first : first + 1000])
-        logits = network_output(model, inputs, ForwardMode.SAMPLE, generators)
+        logits = network_output(model, inputs, ForwardMode.LOCAL, generators)
         values = likelihood.log_prob(logits, labels[first : first + 1000])
         data += float(values.reshape(-1, values.shape[-1])[0].sum())
-    kl = float(model.kl(prior).flatten()[0])
+    kl = float(kl_divergence(model, prior).flatten()[0])
     return {"ELBO": data - kl, "data_term": data, "KL": kl}
 
 
@@ -216,18 +214,17 @@ def accuracies(
     labels: torch.Tensor,
     samples: int = 20,
     seed: int = 0,
-    modes: tuple[InferenceMode, ...] = tuple(InferenceMode),
+    predictions: tuple[str, ...] = tuple(PREDICTIONS),
 ) -> dict[str, float]:
-    """Accuracy (%) of model 0 in each inference mode on (images, labels)."""
+    """Accuracy (%) of model 0 under each of the ``predictions`` (``inference.PREDICTIONS``
+    labels) on (images, labels); the averaged ones over ``samples`` passes."""
     out = {}
     device = next(model.parameters()).device
     keys = range(stack_size(model) or 1)
-    for mode in modes:
+    for label in predictions:
         generators = ModelGenerators.for_keys(seed, keys, "eval", device)
-        probabilities = predict_probabilities(
-            model, as_input(model, images), mode, generators, samples=samples
-        )
-        out[mode.value] = 100.0 * float(accuracy(probabilities, labels).flatten()[0])
+        probabilities = predict(model, as_input(model, images), label, generators, samples)
+        out[label] = 100.0 * float(accuracy(probabilities, labels).flatten()[0])
     return out
 
 
@@ -245,9 +242,9 @@ def mean_log_alpha(model: nn.Module) -> dict[str, float]:
 
 class PhaseTransitionTracker:
     """Epoch callback for any classifier (``LeNet5``, or a module from ``vbnn.convert``):
-    accuracy in all four inference modes and each layer's mean log alpha
-    (Neklyudov et al. 2019 Fig. 3), optionally the number of kappa above threshold (Neklyudov et al.
-    2018 Fig. 4) via ``extra``.
+    accuracy under the four predictions of Table 2 (``inference.PREDICTIONS``) and each layer's
+    mean log alpha (Neklyudov et al. 2019 Fig. 3), optionally the number of kappa above threshold
+    (Neklyudov et al. 2018 Fig. 4) via ``extra``.
 
     Rows accumulate in ``self.rows``; ``frame()`` gives a pandas table; ``state_dict`` lets a
     checkpoint carry them (``classification.checkpoint``).

@@ -11,6 +11,7 @@ Shapes used throughout:
 
 The pieces:
     * :class:`ForwardMode` - how a variational layer maps inputs to outputs.
+    * :class:`ParameterRole` - what a layer's parameter holds, for per-role learning rates.
     * :class:`VariationalLayer` - the family contract every layer under ``vbnn.layers`` obeys.
     * :class:`Prior` - what a family needs from a prior to report its KL.
     * :class:`Method`, :class:`Activation` - the typed choices of the UCI engine.
@@ -27,23 +28,49 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from vbnn.core.randomness import ModelGenerators
+from vbnn.core.randomness import NoiseSource
 
 
 class ForwardMode(str, Enum):
-    """How a variational layer produces its output.
+    """How the variational layers of a network produce their output in one forward pass.
 
-    SAMPLE: a fresh draw per example. Families with Gaussian, factorised weights use the local
+    LOCAL: a fresh draw per example. Families with Gaussian, factorised weights use the local
         reparameterization trick (Kingma et al. 2015): the pre-activation of every example is drawn
         from its exact Gaussian marginal. Families without it (full covariance) draw one weight
-        sample per model, shared across the examples.
-    WEIGHTS: one explicit weight sample per model, shared across all examples.
-    MEAN: weights replaced by their posterior means (deterministic).
+        sample per model, shared across the examples. Training uses this mode.
+    WEIGHTS: one weight sample per model, shared by all examples: the pass is one function f ~ q.
+    MEAN: weights replaced by their posterior means (deterministic; mean propagation, Neklyudov
+        et al. 2019 eq. 3).
+    ZERO_MEAN: WEIGHTS with each Gaussian N(mu, var) replaced by N(0, var) (Neklyudov et al. 2019,
+        Theorem 1); families whose weights are not Gaussian (point, binary dropout) sample as in
+        WEIGHTS.
+
+    An ensemble (test-time averaging over K passes, Neklyudov et al. 2019 eq. 2) is not a mode:
+    it is K passes in WEIGHTS or ZERO_MEAN mode (``vbnn.sample``).
     """
 
-    SAMPLE = "sample"
+    LOCAL = "local"
     WEIGHTS = "weights"
     MEAN = "mean"
+    ZERO_MEAN = "zero-mean"
+
+
+class ParameterRole(str, Enum):
+    """What a parameter of a family layer holds, for the optimizer (``VariationalLayer.roles``).
+
+    Adam moves every coordinate by about its learning rate whatever its gradient, so parameters
+    whose scale or gradient noise differs from the means' may need a rate of their own
+    (``training.optimizer.parameter_groups``).
+
+    WEIGHTS: means, point weights, biases and standard deviations (every parameter not named).
+    CORRELATION: entries of a covariance factor that hold correlations between weights (FC's
+        strictly lower Cholesky entries, the low-rank factor).
+    LOG_ALPHA: log alpha of variational dropout (the noise-to-signal ratio of every weight).
+    """
+
+    WEIGHTS = "weights"
+    CORRELATION = "correlation"
+    LOG_ALPHA = "log-alpha"
 
 
 class Algorithm(str, Enum):
@@ -129,9 +156,10 @@ class VariationalLayer(Protocol):
     num_models: int
 
     def forward(
-        self, x: torch.Tensor, mode: ForwardMode, generators: ModelGenerators | None
+        self, x: torch.Tensor, mode: ForwardMode | None = None, noise: NoiseSource | None = None
     ) -> torch.Tensor:
-        """Output (M, N, O); ``generators`` is required unless ``mode`` is MEAN."""
+        """Output (M, N, O); ``noise`` None draws from the ``use_noise`` source, else from torch's
+        global RNG."""
         ...
 
     def kl(self, prior: Prior) -> torch.Tensor:
@@ -336,21 +364,6 @@ class RunResult:
 
 
 # --- Variance networks (Neklyudov et al. 2018, 2019) -------------------------------------
-
-
-class InferenceMode(str, Enum):
-    """How a trained stochastic network predicts (Neklyudov et al. 2019, eqs. 2-3 and Theorem 1).
-
-    DETERMINISTIC: mean propagation, weights replaced by their expectations (eq. 3).
-    SAMPLE: one weight sample per model, shared by the examples ("1 samp." of Table 2).
-    ENSEMBLE: test-time averaging of the predictive probabilities over K weight samples (eq. 2).
-    ZERO_MEAN: ENSEMBLE with each Gaussian posterior N(mu, alpha mu^2) replaced by N(0, alpha mu^2).
-    """
-
-    DETERMINISTIC = "deterministic"
-    SAMPLE = "sample"
-    ENSEMBLE = "ensemble"
-    ZERO_MEAN = "zero-mean"
 
 
 @runtime_checkable

@@ -152,8 +152,9 @@ class NoiseSource(Protocol):
 class TorchNoise:
     """Noise for M models from one ``torch.Generator``, or torch's global RNG when it is None.
 
-    The default noise of a layer used like any ``nn.Module`` (``torch.manual_seed`` makes it
-    reproducible). A draw is made on the generator's device and moved to ``device`` if needed.
+    With no generator it is the noise of a layer that is given none (``torch.manual_seed`` makes
+    it reproducible); with one, it initialises a single model from that generator. A draw is made
+    on the generator's device and moved to ``device`` if needed.
     """
 
     def __init__(self, num_models: int, generator: torch.Generator | None = None) -> None:
@@ -176,33 +177,23 @@ class TorchNoise:
 
 
 class NoiseTape:
-    """Pre-drawn noise blocks handed out in order, in place of ``ModelGenerators``.
+    """The noise blocks of one step, recorded from a source or replayed from tensors.
 
-    A compiled training step (``TrainConfig.compile``) cannot call the generators' Python code;
-    it receives the step's noise as tensor inputs and the layers read them from this tape in the
-    order they would have drawn them.
+    A compiled training step (``TrainConfig.compile``) cannot call the generators' Python code.
+    Its first, eager step draws through ``NoiseTape(source=generators)``, which records the
+    (shape, dtype) of every ``randn`` call in ``calls``; every later step draws those blocks from
+    the generators in the same order and passes them into the compiled graph, where the layers
+    read them back from ``NoiseTape(blocks)`` in the order they would have drawn them.
+
+    Args:
+        blocks: the blocks to replay, in order (replaying tape).
+        source: the noise source to draw from and record (recording tape).
     """
 
-    def __init__(self, blocks: Sequence[torch.Tensor]) -> None:
-        self.blocks = list(blocks)
-        self.index = 0
-
-    def randn(
-        self,
-        *shape: int,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str | None = None,
-    ) -> torch.Tensor:
-        block = self.blocks[self.index]
-        self.index += 1
-        return block
-
-
-class RecordingGenerators:
-    """``ModelGenerators`` that also records the (shape, dtype) of every ``randn`` call."""
-
-    def __init__(self, generators: ModelGenerators) -> None:
-        self.generators = generators
+    def __init__(
+        self, blocks: Sequence[torch.Tensor] = (), source: NoiseSource | None = None
+    ) -> None:
+        self.blocks, self.source, self.index = list(blocks), source, 0
         self.calls: list[tuple[tuple[int, ...], torch.dtype]] = []
 
     def randn(
@@ -211,5 +202,9 @@ class RecordingGenerators:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
-        self.calls.append((shape, dtype))
-        return self.generators.randn(*shape, dtype=dtype, device=device)
+        if self.source is not None:
+            self.calls.append((shape, dtype))
+            return self.source.randn(*shape, dtype=dtype, device=device)
+        block = self.blocks[self.index]
+        self.index += 1
+        return block

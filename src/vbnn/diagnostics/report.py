@@ -37,7 +37,7 @@ from vbnn.classification.estimator import BayesianClassifier
 from vbnn.classification.kappa import pre_activation_hessian_diagonal
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.layers import DROPOUT_FAMILIES, LayerDiagnosis, diagnose_layers
-from vbnn.layers.modes import stack_size, use_mode
+from vbnn.layers.modes import mode, stack_size
 from vbnn.layers.shell import VariationalLayer
 from vbnn.networks.predictive import sample
 from vbnn.plots import pyplot, save_figure
@@ -294,7 +294,7 @@ def layer_kappa(
 
     handle = layer.register_forward_hook(hook)
     try:
-        with use_mode(model, "mean"):
+        with mode(model, "mean"):
             model(x)
             pre_activation = layer(captured[0], "mean").detach()
 
@@ -380,7 +380,7 @@ def diagnose(
     was_training = model.training
     model.eval()  # BatchNorm and dropout modules at their test-time behaviour
     try:
-        with use_mode(model, "mean"):
+        with mode(model, "mean"):
             mean_output = model(x)
         sampled = sample(model, x, samples, noise=ModelGenerators([seed]))
     finally:

@@ -8,7 +8,7 @@ from vbnn.layers.fixed_variance import FixedVariance
 from vbnn.layers.full_covariance import FullCovariance
 from vbnn.layers.low_rank_covariance import LowRankCovariance
 from vbnn.layers.mean_field import MeanField
-from vbnn.layers.modes import use_mode, use_noise, variational_layers
+from vbnn.layers.modes import mode, use_noise, variational_layers
 from vbnn.layers.point import Point
 from vbnn.layers.registry import FAMILIES, FamilySpec, family
 from vbnn.layers.shell import VariationalLayer
@@ -42,7 +42,7 @@ __all__ = [
     "WeightDropout",
     "ZeroMean",
     "family",
-    "use_mode",
+    "mode",
     "use_noise",
     "variational_layers",
 ]

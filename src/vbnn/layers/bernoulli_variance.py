@@ -2,12 +2,12 @@
 section 3.3).
 
 E[w] = 0 and Var[w] = theta^2. There is no exact local reparameterization trick for this noise, so
-SAMPLE draws one weight sample per model, shared by the examples of the batch (as WEIGHTS does).
+LOCAL draws one weight sample per model, shared by the examples of the batch (as WEIGHTS does).
 Moment matching (fast dropout, Wang & Manning 2013) is available with ``moment_matching=True``: the
 pre-activation is then drawn from the Gaussian with the exact mean (0) and variance
 (A^2 * theta^2) of the Bernoulli layer's output, i.e. the layer trains as a Gaussian variance layer
 (Neklyudov et al. 2019: "Under fast dropout approximation all three cases would be equivalent to a
-Gaussian variance layer"). The +-1 noise is sign(z) for z ~ N(0, 1) from the model's generator.
+Gaussian variance layer"). The +-1 noise is sign(z) for z ~ N(0, 1) from the model's noise source.
 
 KL: q is discrete, so its KL to any density is infinite but does not depend on theta; with the
 log-uniform or ARD prior we drop it (return 0, like the Gaussian variance layer); others raise.
@@ -33,7 +33,7 @@ class BernoulliVariance(VariationalLayer):
 
     Args:
         posterior_std: initial theta (= std of the weight); None: 1 / sqrt(fan_in).
-        moment_matching: SAMPLE uses the Gaussian with the output's exact moments.
+        moment_matching: LOCAL uses the Gaussian with the output's exact moments.
     """
 
     family_name = "bernoulli-variance"

@@ -3,11 +3,11 @@ Table 2.
 
 Point weights W; the inputs of the layer are multiplied by z / (1 - p), z ~ Bernoulli(1 - p)
 (inverted dropout), independently per example and input unit (per input element for conv) in
-SAMPLE mode. WEIGHTS draws one mask per model shared by the examples (one "weight sample":
-rows of W zeroed). MEAN is the weight-scaling rule (eq. 3 of Neklyudov et al. 2019): no mask. There
-is no KL (the baseline is trained by maximum likelihood): ``kl`` returns zeros. The implied weight
-marginal has mean W and variance W^2 p / (1 - p), which ``posterior_std`` reports. A Bernoulli(1 -
-p) draw is z > Phi^-1(p) for a standard normal z from the model's noise source.
+LOCAL mode. WEIGHTS (and ZERO_MEAN) draws one mask per model shared by the examples (one "weight
+sample": rows of W zeroed). MEAN is the weight-scaling rule (eq. 3 of Neklyudov et al. 2019): no
+mask. There is no KL (the baseline is trained by maximum likelihood): ``kl`` returns zeros. The
+implied weight marginal has mean W and variance W^2 p / (1 - p), which ``posterior_std`` reports.
+A Bernoulli(1 - p) draw is z > Phi^-1(p) for a standard normal z from the model's noise source.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from vbnn.layers.shell import Moments, VariationalLayer
 
 
 class BinaryDropout(VariationalLayer):
-    """Dense, or conv2d when ``kernel_size`` is set, with binary dropout of rate ``rate`` on its
-    input. ``rate = 0`` is a plain deterministic layer. Other arguments as the other families;
-    ``posterior_std`` is ignored."""
+    """Dense, or conv2d when ``kernel_size`` is set, with binary dropout of rate ``rate`` in
+    (0, 1) on its input (a layer without dropout is ``Point``). Other arguments as the other
+    families."""
 
     family_name = "dropout"
     has_zero_mean_form = False  # Bernoulli masks, not N(mu, var): the layer stays as it is
@@ -36,14 +36,15 @@ class BinaryDropout(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float | None = None,
         dtype: torch.dtype | None = None,
         *,
         rate: float = 0.5,
         **shell,
     ) -> None:
-        if not 0.0 <= rate < 1.0:
-            raise ValueError(f"BinaryDropout: rate must be in [0, 1), got {rate!r}")
+        if not 0.0 < rate < 1.0:
+            raise ValueError(
+                f"BinaryDropout: rate must be in (0, 1), got {rate!r} (no dropout: use Point)"
+            )
         super().__init__(in_features, out_features, generators, **shell)
         self.rate = rate
         self.point_bias(dtype)
@@ -56,14 +57,14 @@ class BinaryDropout(VariationalLayer):
         return self.weight, self.weight**2 * (self.rate / (1.0 - self.rate))
 
     def _mask(self, noise: NoiseSource, shape, like: torch.Tensor) -> torch.Tensor:
-        threshold = NormalDist().inv_cdf(self.rate) if self.rate > 0 else -float("inf")
+        threshold = NormalDist().inv_cdf(self.rate)
         keep = noise.randn(*shape, dtype=like.dtype, device=like.device) > threshold
         return keep.to(like.dtype) / (1.0 - self.rate)
 
     def propagate(self, x: torch.Tensor, mode: ForwardMode, noise: NoiseSource) -> torch.Tensor:
-        if mode is not ForwardMode.MEAN and self.rate > 0:
-            # SAMPLE: per example; WEIGHTS: one mask per model, shared by the examples
-            shape = x.shape[1:] if mode is ForwardMode.SAMPLE else (1, *x.shape[2:])
+        if mode is not ForwardMode.MEAN:
+            # LOCAL: per example; WEIGHTS, ZERO_MEAN: one mask per model, shared by the examples
+            shape = x.shape[1:] if mode is ForwardMode.LOCAL else (1, *x.shape[2:])
             x = x * self._mask(noise, shape, x)
         return self.operator.apply(x, *self.effective_means())
 

@@ -2,24 +2,19 @@
 
 The layer's D = (I + 1) O parameters are the rows of W~ = [W; b] (shape (I + 1, O)) read in
 row-major order, index d = i O + o. q(vec W~) = N(m, L L^T) with L lower triangular and a
-positive diagonal s = exp(l). Two parameterizations of L (``FactorParameterization``):
+positive diagonal s = exp(l), parameterized as
 
-- ``scaled-unit`` (the default): L = diag(s) U, U = I + A unit lower triangular. Row d of L is
-  s_d times row d of U, so Var(w_d) = s_d^2 (1 + sum_j A_dj^2) and corr(w_d, w_e) depends on A
-  alone: A holds correlations, s holds scales.
-- ``direct``: L = diag(s) + A, the first parameterization (the first full Table 1 run).
+    L = diag(s) U,    U = I + A unit lower triangular.
 
-Why the default changed. Adam moves every coordinate by about its learning rate whatever the size
-of its gradient. The D (D - 1) / 2 entries of A get gradients that are almost pure Monte-Carlo
-noise, so under Adam they random-walk by ~lr per step. With ``direct`` that walk adds an absolute
-~lr^2 t D variance to every weight: on boston's first layer (D = 700) the posterior is as wide as
-the prior after 250 steps at the paper's rate 0.005 and FC never recovers
-(reproductions/overpruning/README.md). With ``scaled-unit`` the same walk in A changes each
-weight's variance by a *factor* (1 + sum_j A_dj^2) of the learned scale s_d^2, which the data
-term pins down, and the correlations it adds are tied to A's own (small) gradient; on conjugate
-Bayesian linear regression under the paper's optimiser it reaches the exact posterior where
-``direct`` does not (tests/test_full_covariance.py). A still gets its own Adam rate when
-``TrainConfig.cholesky_learning_rate`` is set (``training.parameter_groups``).
+Row d of L is s_d times row d of U, so Var(w_d) = s_d^2 (1 + sum_j A_dj^2) and corr(w_d, w_e)
+depends on A alone: A holds correlations, s holds scales. Why this form: Adam moves every
+coordinate by about its learning rate whatever the size of its gradient, and the D (D - 1) / 2
+entries of A get gradients that are almost pure Monte-Carlo noise, so they random-walk by ~lr per
+step. Added to the diagonal (L = diag(s) + A) that walk would add an absolute ~lr^2 t D variance to
+every weight, as wide as the prior within a few hundred steps on a layer of D ~ 700; here it
+changes each weight's variance by a *factor* (1 + sum_j A_dj^2) of the learned scale s_d^2, which
+the data term pins down. A is a ``ParameterRole.CORRELATION`` parameter, so it can get an Adam
+rate of its own (``training.optimizer.parameter_groups``).
 
 A gradient hook keeps A's upper part and diagonal at exactly zero (Adam never moves an entry whose
 gradient is always zero), so no triangular mask is applied on the hot path. A draw is
@@ -33,12 +28,12 @@ only and says so (``fc-low-rank`` is the variant for layers too large for a full
 from __future__ import annotations
 
 import math
-from enum import Enum
+from types import MappingProxyType
 
 import torch
 from torch import nn
 
-from vbnn.core.contracts import Prior
+from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
 
@@ -68,13 +63,6 @@ def full_covariance_output_moments(
 
 def _strictly_lower(gradient: torch.Tensor) -> torch.Tensor:
     return torch.tril(gradient, -1)
-
-
-class FactorParameterization(str, Enum):
-    """How the Cholesky factor L of an FC layer is parameterized (see the module docstring)."""
-
-    SCALED_UNIT = "scaled-unit"  # L = diag(s) (I + A)
-    DIRECT = "direct"  # L = diag(s) + A
 
 
 class JointGaussianLayer(VariationalLayer):
@@ -151,18 +139,17 @@ class JointGaussianLayer(VariationalLayer):
 
 
 class FullCovariance(JointGaussianLayer):
-    """Dense layer with a full-covariance Gaussian over (W, b); weight samples in SAMPLE mode.
+    """Dense layer with a full-covariance Gaussian over (W, b); weight samples in LOCAL mode.
 
     The other arguments are those of ``MeanField``; ``kernel_size`` and ``bias=False`` are
     refused.
 
     Args:
-        posterior_std: initial std of every parameter (s; A starts at zero).
-        factor: the parameterization of L, ``scaled-unit`` (default) or ``direct``.
+        posterior_std: initial marginal std of every parameter (s; A starts at zero).
     """
 
     family_name = "fc"
-    correlation_parameters = ("scale_lower",)
+    roles = MappingProxyType({"scale_lower": ParameterRole.CORRELATION})
 
     def __init__(
         self,
@@ -171,14 +158,9 @@ class FullCovariance(JointGaussianLayer):
         generators: ModelGenerators | torch.Generator | None = None,
         posterior_std: float = 1e-4,
         dtype: torch.dtype | None = None,
-        factor: FactorParameterization | str = FactorParameterization.SCALED_UNIT,
         **shell,
     ) -> None:
-        if factor not in {f.value for f in FactorParameterization} | set(FactorParameterization):
-            choices = ", ".join(f.value for f in FactorParameterization)
-            raise ValueError(f"FullCovariance: unknown factor {factor!r}; choose from {choices}")
         super().__init__(in_features, out_features, generators, posterior_std, dtype, **shell)
-        self.factor = FactorParameterization(factor)
         self.scale_lower = nn.Parameter(
             torch.zeros(self.num_models, self.dim, self.dim, dtype=self.mean.dtype)
         )
@@ -187,9 +169,7 @@ class FullCovariance(JointGaussianLayer):
     def scale_tril(self) -> torch.Tensor:
         """The Cholesky factor L (M, D, D)."""
         scale = self.scale_log_diagonal.exp()
-        lower = torch.tril(self.scale_lower, -1)
-        if self.factor is FactorParameterization.SCALED_UNIT:
-            lower = scale.unsqueeze(-1) * lower
+        lower = scale.unsqueeze(-1) * torch.tril(self.scale_lower, -1)
         return lower + torch.diag_embed(scale)
 
     def covariance(self) -> torch.Tensor:
@@ -199,18 +179,12 @@ class FullCovariance(JointGaussianLayer):
     def scale_noise(self, eps: torch.Tensor) -> torch.Tensor:
         """L eps for eps (M, D) -> (M, D)."""
         lower = (self.scale_lower @ eps.unsqueeze(-1)).squeeze(-1)
-        scale = self.scale_log_diagonal.exp()
-        if self.factor is FactorParameterization.SCALED_UNIT:
-            return scale * (eps + lower)
-        return lower + scale * eps
+        return self.scale_log_diagonal.exp() * (eps + lower)
 
     def _marginal_variance(self) -> torch.Tensor:
         """diag(L L^T) (M, D) without forming L: the row norms of A and the scales."""
         off_diagonal = self.scale_lower.pow(2).sum(-1)  # A is zero on and above the diagonal
-        variance = self.scale_log_diagonal.mul(2.0).exp()
-        if self.factor is FactorParameterization.SCALED_UNIT:
-            return variance * (1.0 + off_diagonal)
-        return variance + off_diagonal
+        return self.scale_log_diagonal.mul(2.0).exp() * (1.0 + off_diagonal)
 
     def sample(self, noise: NoiseSource) -> Moments:
         eps = noise.randn(self.dim, dtype=self.mean.dtype, device=self.mean.device)

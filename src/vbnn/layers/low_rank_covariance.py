@@ -6,7 +6,7 @@ order. q(vec W~) = N(m, Sigma) with
 
     Sigma = diag(s) (I_D + B B^T) diag(s),    s = exp(l) > 0,  B of shape (D, r),
 
-the low-rank analogue of the ``scaled-unit`` factor L = diag(s)(I + A): s holds each weight's
+the low-rank analogue of FC's factor L = diag(s)(I + A): s holds each weight's
 scale and B its correlations, so Adam's random walk of B's noisy entries changes variances by a
 factor of the learned scales rather than by an absolute amount (see ``full_covariance``). Memory
 and time per draw are O(D r) instead of O(D^2). A draw is m + s * (eps + B delta) with
@@ -25,10 +25,12 @@ Sigma - diag(s^2) stays positive definite, and B a factor of the rest).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 from torch import nn
 
-from vbnn.core.contracts import Prior
+from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.full_covariance import JointGaussianLayer
 from vbnn.layers.shell import Moments
@@ -44,18 +46,18 @@ def log_det_identity_plus_gram(factor: torch.Tensor) -> torch.Tensor:
 
 
 class LowRankCovariance(JointGaussianLayer):
-    """Dense layer with q(W, b) = N(m, diag(s)(I + B B^T) diag(s)); weight samples in SAMPLE mode.
+    """Dense layer with q(W, b) = N(m, diag(s)(I + B B^T) diag(s)); weight samples in LOCAL mode.
 
     The other arguments are those of ``MeanField``; ``kernel_size`` and ``bias=False`` are
     refused.
 
     Args:
-        posterior_std: initial std of every parameter (s; B starts at zero).
+        posterior_std: initial marginal std of every parameter (s; B starts at zero).
         rank: r, the number of columns of B (1 <= r <= D).
     """
 
     family_name = "fc-low-rank"
-    correlation_parameters = ("scale_factor",)
+    roles = MappingProxyType({"scale_factor": ParameterRole.CORRELATION})
 
     def __init__(
         self,

@@ -1,8 +1,9 @@
-"""Switches over every family layer of a module: the mode, the noise, and what a module takes.
+"""Switches over every family layer of a module: the mode, the noise, and how a module is called.
 
-``use_mode(module, mode)`` and ``use_noise(module, noise)`` set, for the duration of a block, the
-forward mode and the noise source of every ``VariationalLayer`` inside ``module`` (itself
-included); ``variational_layers``, ``stack_size`` and ``takes_mode`` read a module's layers.
+``mode(module, m)`` and ``use_noise(module, noise)`` set, for the duration of a block, the forward
+mode and the noise source of every ``VariationalLayer`` inside ``module`` (itself included);
+``network_output`` runs any module in a given mode with a given noise; ``variational_layers``,
+``stack_size`` and ``takes_mode`` read a module's layers.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import torch
 from torch import nn
 
 from vbnn.core.contracts import ForwardMode
@@ -37,35 +39,20 @@ def stack_size(module: nn.Module) -> int | None:
 
 
 @contextmanager
-def use_mode(module: nn.Module, mode: ForwardMode | str) -> Iterator[nn.Module]:
-    """Within the block every family layer of ``module`` runs in ``mode`` unless a call names one.
-
-    ``mode`` is "mean", "sample", "weights", or "zero-mean" (sampled weights with each N(mu, var)
-    replaced by N(0, var): Neklyudov et al. 2019 Theorem 1).
-    """
-    zero_mean = mode == "zero-mean"
-    forward_mode = ForwardMode.WEIGHTS if zero_mean else ForwardMode(mode)
+def mode(module: nn.Module, forward_mode: ForwardMode | str) -> Iterator[nn.Module]:
+    """Within the block every family layer of ``module`` runs in ``forward_mode`` (a
+    ``ForwardMode`` or its value: "local", "weights", "mean", "zero-mean") unless a call names
+    one."""
+    forward_mode = ForwardMode(forward_mode)
     layers = variational_layers(module)
-    previous = [(layer.forced_mode, layer.zero_mean_approximation) for layer in layers]
+    previous = [layer.forced_mode for layer in layers]
     try:
         for layer in layers:
             layer.forced_mode = forward_mode
-            layer.zero_mean_approximation = zero_mean or layer.zero_mean_approximation
         yield module
     finally:
-        for layer, (forced, zero) in zip(layers, previous, strict=True):
-            layer.forced_mode, layer.zero_mean_approximation = forced, zero
-
-
-def takes_mode(module: nn.Module) -> bool:
-    """Whether ``module`` is called as ``module(x, mode, generators)``: family layers, the
-    package's networks, and any module whose ``forward`` has a ``mode`` parameter."""
-    if isinstance(module, VariationalLayer) or getattr(module, "takes_mode", False):
-        return True
-    try:
-        return "mode" in inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return False
+        for layer, forced in zip(layers, previous, strict=True):
+            layer.forced_mode = forced
 
 
 @contextmanager
@@ -82,3 +69,33 @@ def use_noise(module: nn.Module, noise: NoiseSource | None) -> Iterator[nn.Modul
     finally:
         for layer, value in zip(layers, previous, strict=True):
             layer.shared_noise = value
+
+
+def takes_mode(module: nn.Module) -> bool:
+    """Whether ``module`` is called as ``module(x, mode, noise)``: family layers, the package's
+    networks, and any module whose ``forward`` has a ``mode`` parameter."""
+    if isinstance(module, VariationalLayer) or getattr(module, "takes_mode", False):
+        return True
+    try:
+        return "mode" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def network_output(
+    model: nn.Module,
+    x: torch.Tensor,
+    forward_mode: ForwardMode | str,
+    noise: NoiseSource | None = None,
+) -> torch.Tensor:
+    """``model``'s output for ``x`` with every family layer in ``forward_mode``, drawing from
+    ``noise``.
+
+    Modules that take ``(x, mode, noise)`` (``takes_mode``) get them; any other is called as
+    ``model(x)`` inside ``mode`` and ``use_noise`` (``noise`` None: the layers draw from the
+    ``use_noise`` source or torch's global RNG).
+    """
+    if takes_mode(model):
+        return model(x, forward_mode, noise)
+    with mode(model, forward_mode), use_noise(model, noise):
+        return model(x)

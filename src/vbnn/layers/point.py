@@ -1,7 +1,8 @@
 """Point layers: deterministic weights, for maximum likelihood (ES), MAP and SGLD.
 
 A point estimate is the degenerate member of every family (all variances 0): every forward mode
-gives the same output and draws no noise. It has no KL (``kl`` raises); MAP uses ``log_prior``.
+gives the same output and draws no noise. Its KL is 0 (``has_kl = False``: a point model trains
+under the same loop, on the expected log-likelihood alone); MAP adds ``log_prior``.
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ class Point(VariationalLayer):
     family_name = "point"
     has_zero_mean_form = False  # point weights: Neklyudov et al. 2019's Theorem 1 does not apply
     has_kl = False
-    exact_lrt = False  # SAMPLE returns the point weights without drawing noise
+    exact_lrt = False  # LOCAL returns the point weights without drawing noise
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float | None = None,
         dtype: torch.dtype | None = None,
         **shell,
     ) -> None:
@@ -45,9 +45,5 @@ class Point(VariationalLayer):
         return self.weight, self.bias
 
     def kl(self, prior: Prior) -> torch.Tensor:
-        raise TypeError("Point has no posterior distribution: use log_prior for MAP")
-
-    def log_prior(self, prior: Prior) -> torch.Tensor:
-        """log p(W) + log p(b) per model, (M,)."""
-        total = prior.log_prob(self.weight)
-        return total if self.bias is None else total + prior.log_prob(self.bias)
+        """0 per model, (M,): point weights carry no KL term."""
+        return self.weight.new_zeros(self.num_models)

@@ -7,6 +7,7 @@ this table. A new family is one module under ``vbnn.layers`` plus one entry here
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -49,13 +50,34 @@ class FamilySpec:
     variational: bool = True
     closed_form_kl: bool = True
 
+    def accepted_options(self) -> set[str]:
+        """The keyword options a layer of this family takes: its own (``posterior_std``,
+        ``log_alpha``, ``dtype``, ...) and the shell's (``kernel_size``, ``bias``, ...)."""
+        names: set[str] = set()
+        for cls in (self.layer, VariationalLayer):
+            parameters = inspect.signature(cls.__init__).parameters.values()
+            names |= {p.name for p in parameters if p.kind is not p.VAR_KEYWORD}
+        return names - {"self", "in_features", "out_features", "generators"} - set(self.options)
+
     def build(
         self, in_features: int, out_features: int, generators: Any = None, **options: Any
     ) -> VariationalLayer:
-        """A layer of this family; ``options`` add to (and may not repeat) the fixed ones."""
+        """A layer of this family; ``options`` add to (and may not repeat) the fixed ones.
+
+        Raises:
+            ValueError: an option the family fixes, or one its layer does not take (e.g.
+                ``posterior_std`` for ``point`` or variational dropout); the message names the
+                family and lists the options it takes.
+        """
         clash = set(options) & set(self.options)
         if clash:
             raise ValueError(f"family {self.name!r} fixes {sorted(clash)}; do not pass them")
+        unknown = set(options) - self.accepted_options()
+        if unknown:
+            raise ValueError(
+                f"family {self.name!r} takes no option {sorted(unknown)}; it takes "
+                f"{sorted(self.accepted_options())}"
+            )
         return self.layer(in_features, out_features, generators, **self.options, **options)
 
 
@@ -87,13 +109,6 @@ _SPECS = (
         BinaryDropout,
         "binary dropout (rate 0.5) on the input, point weights",
         {"rate": 0.5},
-        variational=False,
-    ),
-    FamilySpec(
-        "deterministic",
-        BinaryDropout,
-        "plain deterministic layer",
-        {"rate": 0.0},
         variational=False,
     ),
 )

@@ -21,12 +21,12 @@ exactly). A stack (``generators`` a ``ModelGenerators`` of M streams, or ``num_m
 and returns the leading M.
 
 Forward modes (``ForwardMode``): an explicit ``mode`` argument wins; else the mode set on the
-layer by ``use_mode``; else SAMPLE in training mode and MEAN in eval mode, like dropout.
+layer by ``vbnn.mode``; else LOCAL in training mode and MEAN in eval mode, like dropout.
 
-Randomness: noise comes from the ``generators`` argument (a ``ModelGenerators``: one stream per
-model, so a model draws the same numbers alone or in a stack), else from the layer's
-``generator`` attribute (one ``torch.Generator``), else from torch's global RNG; every draw lands
-on the device and dtype of the input.
+Randomness: noise comes from the ``noise`` argument (a ``NoiseSource``, e.g. a ``ModelGenerators``:
+one stream per model, so a model draws the same numbers alone or in a stack), else from the source
+set on the layer by ``use_noise``, else from torch's global RNG; every draw lands on the device
+and dtype of the input.
 
 Local reparameterization trick (Kingma et al. 2015; appendix E of Neklyudov et al. 2019, eqs.
 39-42): for factorised Gaussian weights the pre-activation of every example (and output position)
@@ -34,27 +34,32 @@ is Gaussian with
 
     mean = A * mu_W + mu_b,        variance = A^2 * var(W) + var(b),
 
-where * is the matrix product or the convolution and the square is elementwise, so SAMPLE draws
+where * is the matrix product or the convolution and the square is elementwise, so LOCAL draws
 ``mean + sqrt(variance) * eps`` with eps ~ N(0, 1) independent per example and position. Families
-whose noise is not Gaussian or not factorised set ``exact_lrt = False``: SAMPLE then draws one
+whose noise is not Gaussian or not factorised set ``exact_lrt = False``: LOCAL then draws one
 weight sample per model, shared by the examples.
 
 Sparse ensembles and pruning (Neklyudov et al. 2018 section 5; Neklyudov et al. 2019 Fig. 5) act
 through two optional boolean masks of the weight shape: ``to_mean`` (weight replaced by its mean, no
-noise) and ``to_zero`` (weight set to 0). ``zero_mean_approximation`` replaces N(mu, var) by N(0,
-var) (Neklyudov et al. 2019, Theorem 1) in the families whose weights have such a distribution;
-families with ``has_zero_mean_form = False`` (point weights, binary dropout) are left as they are,
+noise) and ``to_zero`` (weight set to 0). The ZERO_MEAN mode replaces N(mu, var) by N(0, var)
+(Neklyudov et al. 2019, Theorem 1) in the families whose weights have such a distribution;
+families with ``has_zero_mean_form = False`` (point weights, binary dropout) sample as in WEIGHTS,
 as the theorem does not concern them.
+
+Learning-rate groups: ``roles`` maps the names of a family's parameters to a ``ParameterRole``
+(parameters not named are WEIGHTS); ``training.optimizer.parameter_groups`` reads it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode, Prior
+from vbnn.core.contracts import ForwardMode, ParameterRole, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource, TorchNoise
 from vbnn.layers.operators import Operator
 from vbnn.priors.gaussian import GaussianPrior
@@ -84,12 +89,11 @@ class VariationalLayer(nn.Module):
     """
 
     exact_lrt = True
-    has_zero_mean_form = True  # False: zero_mean_approximation leaves the layer unchanged
-    has_kl = True  # False: point weights or the dropout baseline (no KL term in the ELBO)
+    has_zero_mean_form = True  # False: ZERO_MEAN samples the layer as WEIGHTS does
+    has_kl = True  # False: point weights or the dropout baseline (KL 0, no term in the ELBO)
     default_prior: object = GaussianPrior(1.0)  # the prior ``vbnn.kl`` uses when given none
-    # names of the parameters that hold correlations between weights (FC's off-diagonal factor):
-    # ``TrainConfig.cholesky_learning_rate`` gives them an Adam rate of their own
-    correlation_parameters: tuple[str, ...] = ()
+    # parameter name -> its role for the optimizer (module docstring); unnamed ones are WEIGHTS
+    roles: Mapping[str, ParameterRole] = MappingProxyType({})
     family_name = ""
 
     def __init__(
@@ -122,10 +126,8 @@ class VariationalLayer(nn.Module):
                 raise ValueError(f"num_models must be >= 1, got {num_models}")
             self.stacked, self.num_models = num_models is not None, num_models or 1
             self.init_noise = TorchNoise(self.num_models, generators)
-        self.generator: torch.Generator | None = None
-        self.forced_mode: ForwardMode | None = None
+        self.forced_mode: ForwardMode | None = None  # set by ``vbnn.mode``
         self.shared_noise: NoiseSource | None = None  # set by ``use_noise``
-        self.zero_mean_approximation = False
         self.to_mean: torch.Tensor | None = None
         self.to_zero: torch.Tensor | None = None
 
@@ -135,8 +137,9 @@ class VariationalLayer(nn.Module):
         dtype = dtype or torch.get_default_dtype()
         shape = self.operator.weight_shape(self.num_models)
         draw = self.init_noise.randn(*shape[1:], dtype=dtype)
-        # LeCun as draw / sqrt(fan_in), He as draw * sqrt(2 / fan_in): the same float operations
-        # as before the family contract, so trained numbers stay bit-identical
+        # LeCun divides by sqrt(fan_in) (the correctly rounded draw / sqrt(fan_in)), He multiplies
+        # by sqrt(2 / fan_in): the two round differently, and these are the expressions the
+        # trained results of the package were computed with
         if gain == 1.0:
             return draw / math.sqrt(self.operator.fan_in())
         return draw * math.sqrt(gain / self.operator.fan_in())
@@ -168,6 +171,17 @@ class VariationalLayer(nn.Module):
         """KL(q || prior) of this layer's distribution, one value per model: (M,)."""
         raise NotImplementedError
 
+    def log_prior(self, prior: Prior) -> torch.Tensor:
+        """log p(W) + log p(b) at the posterior means, one value per model: (M,).
+
+        For point weights this is the log prior of the weights (the MAP objective's prior term);
+        for any other family it is the log prior of its mean network (the weights MEAN mode uses),
+        not an expectation under q.
+        """
+        weight, bias = self.means()
+        total = prior.log_prob(weight)
+        return total if bias is None else total + prior.log_prob(bias)
+
     def means(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(weight mean, bias mean or None); families override it when the moments cost more."""
         return self.weight_moments()[0], self.bias_moments()[0]
@@ -196,19 +210,13 @@ class VariationalLayer(nn.Module):
         if bias is not None and mean_bias is not None:
             mean_bias.copy_(bias.expand_as(mean_bias))
 
-    # --- masks and the zero-mean approximation, applied on top of the family -----------------
-    @property
-    def zero_mean(self) -> bool:
-        return self.zero_mean_approximation and self.has_zero_mean_form
-
+    # --- masks, applied on top of the family -------------------------------------------------
     @property
     def masked(self) -> bool:
-        return self.zero_mean or self.to_mean is not None or self.to_zero is not None
+        return self.to_mean is not None or self.to_zero is not None
 
     def effective_moments(self) -> Moments:
         mean, var = self.weight_moments()
-        if self.zero_mean:
-            mean = torch.zeros_like(mean)
         if self.to_mean is not None:
             var = torch.where(self.to_mean, torch.zeros_like(var), var)
         if self.to_zero is not None:
@@ -221,12 +229,19 @@ class VariationalLayer(nn.Module):
             return self.means()
         return self.effective_moments()[0], self.means()[1]
 
-    def effective_sample(self, noise: NoiseSource) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def effective_sample(
+        self, noise: NoiseSource, zero_mean: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One (weight, bias) draw with the masks applied; ``zero_mean`` draws w - mu (N(0, var)
+        for N(mu, var)) where the family has that form."""
         weight, bias = self.sample(noise)
-        if self.zero_mean:
+        zero_mean = zero_mean and self.has_zero_mean_form
+        if zero_mean:
             weight = weight - self.weight_moments()[0]
         if self.to_mean is not None:
-            weight = torch.where(self.to_mean, self.effective_moments()[0], weight)
+            mean = self.effective_moments()[0]
+            mean = torch.zeros_like(mean) if zero_mean else mean
+            weight = torch.where(self.to_mean, mean, weight)
         if self.to_zero is not None:
             weight = torch.where(self.to_zero, torch.zeros_like(weight), weight)
         return weight, bias
@@ -237,40 +252,43 @@ class VariationalLayer(nn.Module):
             return ForwardMode(mode)
         if self.forced_mode is not None:
             return self.forced_mode
-        return ForwardMode.SAMPLE if self.training else ForwardMode.MEAN
+        return ForwardMode.LOCAL if self.training else ForwardMode.MEAN
 
-    def noise_source(self) -> NoiseSource:
-        """The layer's own noise: its ``generator`` attribute, else torch's global RNG."""
-        return TorchNoise(self.num_models, self.generator)
+    def resolve_noise(self, noise: NoiseSource | None) -> NoiseSource:
+        """``noise`` if given, else the ``use_noise`` source, else torch's global RNG."""
+        if noise is not None:
+            return noise
+        if self.shared_noise is not None:
+            return self.shared_noise
+        return TorchNoise(self.num_models)
 
     def forward(
         self,
         x: torch.Tensor,
         mode: ForwardMode | str | None = None,
-        generators: NoiseSource | None = None,
+        noise: NoiseSource | None = None,
     ) -> torch.Tensor:
         """Output (M, N, O) / (M, N, O, H', W') for a stack; (N, O) / (N, O, H', W') for one model.
 
         Args:
             x: input; see ``Operator`` for the shapes.
             mode: ``ForwardMode`` or its value; None: see the module docstring.
-            generators: the noise source (None: ``noise_source()``).
+            noise: the noise source; None: see the module docstring.
         """
         mode = self.resolve_mode(mode)
         self.operator.check(x, self.num_models if self.stacked else None)
         if not self.stacked:
             x = x.unsqueeze(0)
-        noise = generators if generators is not None else self.shared_noise
-        noise = noise if noise is not None else self.noise_source()
-        out = self.propagate(x, mode, noise)
+        out = self.propagate(x, mode, self.resolve_noise(noise))
         return out if self.stacked else out.squeeze(0)
 
     def propagate(self, x: torch.Tensor, mode: ForwardMode, noise: NoiseSource) -> torch.Tensor:
         """The output for ``x`` with the model dimension, in ``mode``."""
         if mode is ForwardMode.MEAN:
             return self.operator.apply(x, *self.effective_means())
-        if mode is ForwardMode.WEIGHTS or not self.exact_lrt:
-            return self.operator.apply(x, *self.effective_sample(noise))
+        if mode is not ForwardMode.LOCAL or not self.exact_lrt:
+            zero_mean = mode is ForwardMode.ZERO_MEAN
+            return self.operator.apply(x, *self.effective_sample(noise, zero_mean))
         return self.local_reparameterization(x, noise)
 
     def local_reparameterization(self, x: torch.Tensor, noise: NoiseSource) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Uniform variance layer: w = theta eps, eps ~ U(-1, 1) (Neklyudov et al. 2019 section 3.3).
 
-E[w] = 0, Var[w] = theta^2 / 3. No exact LRT: SAMPLE draws one weight sample per model, shared by
+E[w] = 0, Var[w] = theta^2 / 3. No exact LRT: LOCAL draws one weight sample per model, shared by
 the examples (``moment_matching=True`` draws the pre-activation from the Gaussian with the output's
 exact moments instead, see ``bernoulli_variance``). U(-1, 1) noise is erf(z / sqrt 2), z ~ N(0, 1),
 which is exactly uniform.

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
 import torch
 from torch import nn
 
+from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer, clip_log_alpha
 from vbnn.priors.dropout import LogUniformPrior, dropout_kl
 
-DEFAULT_LOG_ALPHA = -4.0  # initial log alpha when posterior_std is not given (sqrt(alpha) ~ 0.14)
+DEFAULT_LOG_ALPHA = -4.0  # initial log alpha (sqrt(alpha) ~ 0.14: std 14% of |mu|)
 
 
 class AlphaSharing(str, Enum):
@@ -56,14 +58,15 @@ class VariationalDropout(VariationalLayer):
         in_features: as ``VariationalLayer``.
         out_features: as ``VariationalLayer``.
         generators: as ``VariationalLayer``.
-        posterior_std: initial sqrt(alpha), the std as a fraction of |mu| (None: log alpha = -4).
         dtype: parameter dtype (None: torch's default).
+        log_alpha: initial log alpha of every weight (alpha = var / mu^2).
         sharing: one alpha per layer, per output neuron (channel) or per weight.
         **shell: kernel_size, stride, padding, dilation, bias (a point bias), num_models.
     """
 
     sharing = AlphaSharing.LAYER
     family_name = "vd"
+    roles = MappingProxyType({"log_alpha": ParameterRole.LOG_ALPHA})
     default_prior: object = LogUniformPrior()  # Neklyudov et al. 2019 eq. 6
 
     def __init__(
@@ -71,22 +74,21 @@ class VariationalDropout(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float | None = None,
         dtype: torch.dtype | None = None,
         *,
+        log_alpha: float = DEFAULT_LOG_ALPHA,
         sharing: AlphaSharing | str | None = None,
         **shell: Any,
     ) -> None:
         super().__init__(in_features, out_features, generators, **shell)
         if sharing is not None:
             self.sharing = AlphaSharing(sharing)
-        if posterior_std is not None and not posterior_std > 0:
-            raise ValueError(f"VariationalDropout: posterior_std must be > 0, got {posterior_std}")
+        if not math.isfinite(log_alpha):
+            raise ValueError(f"VariationalDropout: log_alpha must be finite, got {log_alpha}")
         self.point_bias(dtype)
         self.weight_mean = nn.Parameter(self.initial_mean(dtype))
-        start = DEFAULT_LOG_ALPHA if posterior_std is None else 2.0 * math.log(posterior_std)
         shape = log_alpha_shape(tuple(self.weight_mean.shape), self.sharing, self.operator.is_conv)
-        self.log_alpha = nn.Parameter(torch.full(shape, start, dtype=self.weight_mean.dtype))
+        self.log_alpha = nn.Parameter(torch.full(shape, log_alpha, dtype=self.weight_mean.dtype))
         self.family_name = f"vd-{self.sharing.value}"
 
     def clipped_log_alpha(self) -> torch.Tensor:

@@ -57,15 +57,17 @@ def convert(
         module: any ``nn.Module`` (left unchanged).
         family: a ``vbnn.FAMILIES`` name ("mf", "gd", "fc", "vd-layer", "zero-mean", ...).
         keep: names (as in ``module.named_modules()``) of layers to leave deterministic.
-        **options: passed to every new layer, e.g. ``posterior_std=1e-3`` (initial std, or
-            GD's fixed std), ``parameterization="softplus"`` for "mf".
+        **options: passed to every new layer, e.g. ``posterior_std=1e-3`` (the initial marginal
+            std of every weight; GD: its fixed std), ``log_alpha=-6.0`` for variational dropout,
+            ``parameterization="softplus"`` for "mf".
 
     Returns:
         The converted copy; its KL is ``vbnn.kl(model)`` (each family's default prior, or pass
         one), its ELBO ``vbnn.elbo(model, likelihood, prior, x, y, dataset_size=N)``.
 
     Raises:
-        ValueError: an unknown family (the choices are listed), a ``keep`` name that is not a
+        ValueError: an unknown family (the choices are listed), an option the family does not
+            take (named, with the options it takes), a ``keep`` name that is not a
             dense or convolutional layer of ``module``, a convolution the family or the shell
             cannot express (grouped, non-zero padding mode, "same" padding).
     """

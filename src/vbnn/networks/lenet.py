@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional
 
 from vbnn.core.contracts import ForwardMode
-from vbnn.core.randomness import ModelGenerators
+from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.registry import FAMILIES, family
 from vbnn.layers.shell import VariationalLayer
 
@@ -44,9 +44,9 @@ LAYER_NAMES = ("conv1", "conv2", "dense1", "dense2")
 @dataclass(frozen=True)
 class LeNetConfig:
     """Families of (conv1, conv2, dense1, dense2) (``vbnn.layers.FAMILIES`` names), the
-    non-linearity, biases, the initial posterior std passed to every layer (None: defaults),
-    the initial log alpha of every layer that has one (variational dropout; None: the family's
-    default), and BatchNorm after dense1."""
+    non-linearity, biases, the initial posterior std passed to every layer (None: defaults; a
+    family that takes none refuses it), the initial log alpha of every layer whose family takes
+    one (variational dropout; None: the family's default), and BatchNorm after dense1."""
 
     families: tuple[str, str, str, str] = ("vd-layer",) * 4
     activation: NetworkActivation = NetworkActivation.RELU
@@ -67,16 +67,24 @@ class LeNetConfig:
                 )
 
 
-def make_layer(name: str, in_features: int, out_features: int, generators, **options):
-    if options.get("posterior_std", 0) is None:  # the family's own default
-        del options["posterior_std"]
-    return family(name).build(in_features, out_features, generators, **options)
+def make_layer(
+    name: str, sizes: tuple[int, int, int | None], generators, config: LeNetConfig, dtype
+) -> VariationalLayer:
+    """Layer ``name`` of (in, out, kernel size) ``sizes`` with ``config``'s options."""
+    spec = family(name)
+    in_features, out_features, kernel_size = sizes
+    options = {"dtype": dtype, "kernel_size": kernel_size, "bias": config.bias}
+    if config.posterior_std is not None:
+        options["posterior_std"] = config.posterior_std
+    if config.log_alpha_init is not None and "log_alpha" in spec.accepted_options():
+        options["log_alpha"] = config.log_alpha_init
+    return spec.build(in_features, out_features, generators, **options)
 
 
 class LeNet5(nn.Module):
     """LeNet-5-Caffe (see module docstring)."""
 
-    takes_mode = True  # forward(x, mode, generators), like the family layers
+    takes_mode = True  # forward(x, mode, noise), like the family layers
 
     def __init__(
         self,
@@ -90,23 +98,9 @@ class LeNet5(nn.Module):
         self.activation = ACTIVATIONS[config.activation]
         sizes = [(1, 20, 5), (20, 50, 5), (800, 500, None), (500, 10, None)]
         self.layers = nn.ModuleList(
-            make_layer(
-                name,
-                i,
-                o,
-                generators,
-                posterior_std=config.posterior_std,
-                dtype=dtype,
-                kernel_size=k,
-                bias=config.bias,
-            )
-            for name, (i, o, k) in zip(config.families, sizes, strict=True)
+            make_layer(name, size, generators, config, dtype)
+            for name, size in zip(config.families, sizes, strict=True)
         )
-        if config.log_alpha_init is not None:
-            with torch.no_grad():
-                for layer in self.layers:
-                    if isinstance(getattr(layer, "log_alpha", None), nn.Parameter):
-                        layer.log_alpha.fill_(config.log_alpha_init)
         models = len(generators) if isinstance(generators, ModelGenerators) else 1
         # one BatchNorm feature per (model, unit): the models of a stack stay independent
         self.norm = nn.BatchNorm1d(models * 500, dtype=dtype) if config.batch_norm else None
@@ -138,21 +132,21 @@ class LeNet5(nn.Module):
         self,
         x: torch.Tensor,
         mode: ForwardMode | str | None = None,
-        generators: ModelGenerators | None = None,
+        noise: NoiseSource | None = None,
     ) -> torch.Tensor:
         """Images (N, 1, 28, 28) -> logits (N, 10); a stack: (M, N, 1, 28, 28) -> (M, N, 10)."""
-        return self.forward_from(0, x, mode, generators)
+        return self.forward_from(0, x, mode, noise)
 
     def forward_from(
         self,
         index: int,
         x: torch.Tensor,
         mode: ForwardMode | str | None = None,
-        generators: ModelGenerators | None = None,
+        noise: NoiseSource | None = None,
     ) -> torch.Tensor:
         """Run layers ``index`` .. end on ``x``, the input of layer ``index``."""
         for position in range(index, len(self.layers)):
-            x = self.after(position, self.layers[position](x, mode, generators))
+            x = self.after(position, self.layers[position](x, mode, noise))
         return x
 
     def input_of(
@@ -160,16 +154,12 @@ class LeNet5(nn.Module):
         index: int,
         x: torch.Tensor,
         mode: ForwardMode = ForwardMode.MEAN,
-        generators: ModelGenerators | None = None,
+        noise: NoiseSource | None = None,
     ) -> torch.Tensor:
         """The input of layer ``index`` for images ``x``."""
         for position in range(index):
-            x = self.after(position, self.layers[position](x, mode, generators))
+            x = self.after(position, self.layers[position](x, mode, noise))
         return x
-
-    def kl(self, prior: object) -> torch.Tensor:
-        """Sum of the layers' KL terms, (M,) ((1,) for one network)."""
-        return sum(layer.kl(prior) for layer in self.layers)
 
     def mean_log_alpha(self) -> dict[str, float]:
         """Mean log alpha of each layer that has one (model 0)."""
@@ -178,6 +168,3 @@ class LeNet5(nn.Module):
             for name, layer in zip(LAYER_NAMES, self.layers, strict=True)
             if hasattr(layer, "mean_log_alpha")
         }
-
-    def stochastic_layers(self) -> list[VariationalLayer]:
-        return [layer for layer in self.layers if isinstance(layer, VariationalLayer)]

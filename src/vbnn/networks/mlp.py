@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from vbnn.core.contracts import Activation, ForwardMode, Prior
+from vbnn.core.contracts import Activation, ForwardMode
 from vbnn.core.kernels import tanh
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.registry import FamilySpec
@@ -28,7 +28,8 @@ ACTIVATIONS: dict[Activation, Callable[[torch.Tensor], torch.Tensor]] = {
 
 def layer_builder(family: str | FamilySpec | type[VariationalLayer]):
     """A callable ``(in, out, generators, **options) -> layer`` for a registry name, a spec or a
-    ``VariationalLayer`` subclass."""
+    ``VariationalLayer`` subclass (a registry name or spec refuses, naming the family, an option
+    its layer does not take)."""
     if isinstance(family, str):
         return family_spec(family).build
     if isinstance(family, FamilySpec):
@@ -47,15 +48,20 @@ class MLP(nn.Module):
         activation: hidden non-linearity (none after the last layer).
         generators: a ``ModelGenerators`` for a stack of M models (draws the initial means);
             None for one network (input (N, I), output (N, O)).
-        posterior_std: passed to every layer (initial std, or GD's fixed std); a (M,) tensor
-            gives each model its own.
+        posterior_std: the initial marginal std of every weight (GD: its fixed std) for the
+            families that take it; a (M,) tensor gives each model its own; None: the family's
+            default.
         dtype: parameter dtype (None: torch's default).
         negative_slope: the slope of ``leaky_relu`` below zero (torch's default 0.01); an error
             for any other activation.
-        **options: further keyword arguments of the family's layers.
+        **options: further keyword arguments of the family's layers (e.g. ``log_alpha`` for
+            variational dropout).
+
+    Raises:
+        ValueError: an option (``posterior_std`` included) the family's layers do not take.
     """
 
-    takes_mode = True  # forward(x, mode, generators), like the family layers
+    takes_mode = True  # forward(x, mode, noise), like the family layers
 
     def __init__(
         self,
@@ -63,7 +69,7 @@ class MLP(nn.Module):
         sizes: Sequence[int],
         activation: Activation | str,
         generators: ModelGenerators | None = None,
-        posterior_std: float | torch.Tensor = 1e-4,
+        posterior_std: float | torch.Tensor | None = None,
         dtype: torch.dtype | None = None,
         negative_slope: float | None = None,
         **options: Any,
@@ -77,27 +83,21 @@ class MLP(nn.Module):
                 raise ValueError(f"MLP: negative_slope applies to leaky_relu, not {activation!r}")
             self.activation = partial(functional.leaky_relu, negative_slope=negative_slope)
         build = layer_builder(family)
+        if posterior_std is not None:
+            options["posterior_std"] = posterior_std
         self.layers = nn.ModuleList(
-            build(i, o, generators, posterior_std=posterior_std, dtype=dtype, **options)
-            for i, o in pairwise(sizes)
+            build(i, o, generators, dtype=dtype, **options) for i, o in pairwise(sizes)
         )
 
     def forward(
         self,
         x: torch.Tensor,
         mode: ForwardMode | str | None = None,
-        generators: NoiseSource | None = None,
+        noise: NoiseSource | None = None,
     ) -> torch.Tensor:
         """x (M, N, I) -> (M, N, O) for a stack; (N, I) -> (N, O) for one network."""
         for index, layer in enumerate(self.layers):
             if index:
                 x = self.activation(x)
-            x = layer(x, mode, generators)
+            x = layer(x, mode, noise)
         return x
-
-    def kl(self, prior: Prior) -> torch.Tensor:
-        return sum(layer.kl(prior) for layer in self.layers)
-
-    def log_prior(self, prior: Prior) -> torch.Tensor:
-        """Sum over layers of log p(weights) at the point weights (point layers only)."""
-        return sum(layer.log_prior(prior) for layer in self.layers)

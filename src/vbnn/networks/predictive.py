@@ -1,12 +1,16 @@
-"""Predictive samples of any network holding family layers.
+"""Predictive samples of any network holding family layers: the one ensemble helper.
 
-``sample(model, x, num_samples)`` stacks K forward passes into (K, N, ...): with ``mode="weights"``
-(the default) each pass draws one weight sample shared by the batch, so sample k is one function
-f_k drawn from q; ``mode="sample"`` draws the pre-activations per example (the LRT: the same
-per-example marginals, cheaper, but no function-level correlation across examples). Passes run
-without autograd, ``batch_size`` examples at a time, into one preallocated output, so memory is
-the output plus one pass whatever K; every chunk of sample k restarts the random streams from the
-same state, so in "weights" mode the chunks of one sample share its weights.
+``sample(model, x, num_samples)`` stacks K forward passes into (K, N, ...) ((K, M, N, ...) for a
+stack of M models): with ``mode="weights"`` (the default) each pass draws one weight sample per
+model shared by the batch, so sample k is one function f_k drawn from q; ``mode="zero-mean"``
+draws from the zero-mean approximation of q (Neklyudov et al. 2019, Theorem 1); ``mode="local"``
+draws the pre-activations per example (the LRT: the same per-example marginals, cheaper, but no
+function-level correlation across examples). An ensemble prediction (Neklyudov et al. 2019 eq. 2)
+averages a function of these samples, e.g. the softmax (``classification.inference``).
+
+Passes run without autograd, ``batch_size`` examples at a time, into one preallocated output, so
+memory is the output plus one pass whatever K; every chunk of sample k restarts the random
+streams from the same state, so in "weights" mode the chunks of one sample share its weights.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import NoiseSource
-from vbnn.layers.modes import takes_mode, use_mode, use_noise, variational_layers
+from vbnn.layers.modes import network_output, stack_size, variational_layers
 
 
 @torch.no_grad()
@@ -28,52 +32,52 @@ def sample(
     batch_size: int | None = None,
     noise: NoiseSource | None = None,
 ) -> torch.Tensor:
-    """K = ``num_samples`` outputs of ``model`` on ``x`` (N, ...): (K, N, ...).
+    """K = ``num_samples`` outputs of ``model`` on ``x``: (K, N, ...) for one network and ``x``
+    (N, ...); (K, M, N, ...) for a stack and ``x`` (M, N, ...).
 
     Args:
-        mode: "weights" (one weight draw per pass, default), "sample" (LRT) or "zero-mean".
+        mode: "weights" (one weight draw per pass, default), "zero-mean" or "local" (LRT).
         batch_size: examples per pass (None: all of them).
         noise: a noise source (e.g. ``ModelGenerators([seed])``) for any network; None: the
-            layers' own ``generator`` or torch's global RNG (seed it for repeatable samples).
+            layers' ``use_noise`` source or torch's global RNG (seed it for repeatable samples).
 
     Raises:
-        ValueError: ``num_samples`` or ``batch_size`` < 1, a mode outside the three, or a model
-            with no family layer (its samples would all be equal).
+        ValueError: ``num_samples`` or ``batch_size`` < 1, the mode "mean" (its passes are all
+            equal), or a model with no family layer (its samples would all be equal).
     """
     if num_samples < 1 or (batch_size is not None and batch_size < 1):
         raise ValueError(f"sample: num_samples={num_samples}, batch_size={batch_size}: need >= 1")
-    if str(getattr(mode, "value", mode)) not in ("weights", "sample", "zero-mean"):
-        raise ValueError(f"sample: mode {mode!r}; choose 'weights', 'sample' or 'zero-mean'")
+    mode = ForwardMode(mode)
+    if mode is ForwardMode.MEAN:
+        raise ValueError("sample: mode 'mean' draws nothing; choose 'weights', 'zero-mean' or "
+                         "'local'")  # fmt: skip
     if not variational_layers(model):
         raise ValueError(f"sample: {type(model).__name__} holds no vbnn family layer")
-    rows = x.shape[0]
+    dim = 0 if stack_size(model) is None else 1  # the examples' dimension of x
+    rows = x.shape[dim]
     step = batch_size or rows
-    streams = _streams(model, x.device, noise)
+    streams = _streams(x.device, noise)
     out: torch.Tensor | None = None
-    with use_mode(model, mode):
-        for k in range(num_samples):
-            states = [stream.get_state() for stream in streams]
-            for start in range(0, rows, step):
-                for stream, state in zip(streams, states, strict=True):
-                    stream.set_state(state)
-                chunk = x[start : start + step]
-                if takes_mode(model):
-                    value = model(chunk, None, noise)
-                else:
-                    with use_noise(model, noise):
-                        value = model(chunk)
-                if out is None:
-                    out = value.new_empty((num_samples, rows, *value.shape[1:]))
-                out[k, start : start + len(chunk)] = value
+    for k in range(num_samples):
+        states = [stream.get_state() for stream in streams]
+        for start in range(0, rows, step):
+            for stream, state in zip(streams, states, strict=True):
+                stream.set_state(state)
+            chunk = x.narrow(dim, start, min(step, rows - start))
+            value = network_output(model, chunk, mode, noise)
+            if out is None:
+                shape = list(value.shape)
+                shape[dim] = rows
+                out = value.new_empty((num_samples, *shape))
+            out[k].narrow(dim, start, chunk.shape[dim]).copy_(value)
     assert out is not None
     return out
 
 
-def _streams(model: nn.Module, device: torch.device, noise: NoiseSource | None):
-    """Every ``torch.Generator`` a pass of ``model`` may draw from."""
+def _streams(device: torch.device, noise: NoiseSource | None) -> list[torch.Generator]:
+    """Every ``torch.Generator`` a pass may draw from: torch's global ones and ``noise``'s."""
     streams = [torch.default_generator]
     if device.type == "cuda":
         streams.append(torch.cuda.default_generators[device.index or 0])
-    streams += [m.generator for m in variational_layers(model) if m.generator is not None]
     streams += list(getattr(noise, "generators", []))
     return list({id(stream): stream for stream in streams}.values())

@@ -10,11 +10,11 @@ convolutions with padding 1, each followed by BatchNorm and ReLU,
 variance VGG of Neklyudov et al. 2019 Table 2 takes the last three convolutions and the first dense
 layer from a stochastic family (layer-wise variational dropout, ``vd-layer``: "the first
 fully-connected layer and the last three convolutional layers are variational dropout layers");
-every other layer is deterministic. Binary dropout on the input of the deterministic layers (rates
-0.3 before conv2, 0.4 before conv4, 6, 7, 9, 10, 0.5 before both dense layers) is the "Dropout"
-network when every layer is deterministic; the variance network keeps it on its deterministic
-layers, as the authors' code (none before its stochastic dense1). ``width`` scales every channel
-count (1: the paper's network; a small value for tests).
+every other layer is deterministic (``point``). Binary dropout on the input of the deterministic
+layers (rates 0.3 before conv2, 0.4 before conv4, 6, 7, 9, 10, 0.5 before both dense layers) is the
+"Dropout" network when every layer is deterministic; the variance network keeps it on its
+deterministic layers, as the authors' code (none before its stochastic dense1). ``width`` scales
+every channel count (1: the paper's network; a small value for tests).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from torch.nn import functional
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.binary_dropout import BinaryDropout
+from vbnn.layers.point import Point
 from vbnn.layers.registry import family
 
 POOL = "M"
@@ -43,7 +44,7 @@ STOCHASTIC_CONVS = (11, 12, 13)  # with dense1, the layers taken from ``VGGConfi
 @dataclass(frozen=True)
 class VGGConfig:
     """Classes (10 or 100), the family of conv11-13 and dense1 (a ``vbnn.layers.FAMILIES``
-    name; "deterministic" for the plain or dropout network), binary dropout on or off, the
+    name; "point" for the plain or dropout network), binary dropout on or off, the
     channel scale ``width`` and the square image side (32 for CIFAR)."""
 
     classes: int = 10
@@ -63,7 +64,7 @@ class VGGConfig:
 class VGGLike(nn.Module):
     """The VGG-like network (see the module docstring): images (N, 3, S, S) -> logits (N, C)."""
 
-    takes_mode = True  # forward(x, mode, generators), like the family layers
+    takes_mode = True  # forward(x, mode, noise), like the family layers
 
     def __init__(
         self,
@@ -88,7 +89,7 @@ class VGGLike(nn.Module):
         side = config.image_size // 32
         hidden = max(1, round(512 * config.width))
         dense_rate = DENSE_DROPOUT if config.dropout else 0.0
-        stochastic_dense = config.family != "deterministic"
+        stochastic_dense = config.family != "point"
         self.dense1 = self._layer(
             config.family, channels * side * side, hidden,
             0.0 if stochastic_dense else dense_rate, generator, dtype, None,
@@ -99,10 +100,12 @@ class VGGLike(nn.Module):
     @staticmethod
     def _layer(name, in_features, out_features, rate, generator, dtype, kernel_size):
         shape = {"kernel_size": kernel_size, "padding": 1} if kernel_size else {}
-        if name is None or name == "deterministic":
+        if (name is None or name == "point") and rate > 0:
             return BinaryDropout(
                 in_features, out_features, generator, dtype=dtype, rate=rate, **shape
             )
+        if name is None or name == "point":
+            return Point(in_features, out_features, generator, dtype=dtype, **shape)
         bias = kernel_size is None  # BatchNorm follows every convolution: no conv bias
         return family(name).build(
             in_features, out_features, generator, dtype=dtype, bias=bias, **shape
@@ -112,7 +115,7 @@ class VGGLike(nn.Module):
         self,
         x: torch.Tensor,
         mode: ForwardMode | str | None = None,
-        generators: NoiseSource | None = None,
+        noise: NoiseSource | None = None,
     ) -> torch.Tensor:
         """Images (N, 3, S, S) -> logits (N, classes)."""
         size = self.config.image_size
@@ -124,12 +127,7 @@ class VGGLike(nn.Module):
             if item == POOL:
                 x = functional.max_pool2d(x, 2)
                 continue
-            x = torch.relu(self.norms[index](self.convs[index](x, mode, generators)))
+            x = torch.relu(self.norms[index](self.convs[index](x, mode, noise)))
             index += 1
-        x = torch.relu(self.dense_norm(self.dense1(x.flatten(1), mode, generators)))
-        return self.dense2(x, mode, generators)
-
-    def kl(self, prior: object) -> torch.Tensor:
-        """Sum of the stochastic layers' KL terms, (1,)."""
-        layers = [*self.convs, self.dense1, self.dense2]
-        return sum(layer.kl(prior) for layer in layers)
+        x = torch.relu(self.dense_norm(self.dense1(x.flatten(1), mode, noise)))
+        return self.dense2(x, mode, noise)

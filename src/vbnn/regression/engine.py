@@ -24,6 +24,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
 from vbnn.data.uci import RegressionDataset
+from vbnn.layers.registry import family as family_spec
 from vbnn.networks.mlp import MLP
 from vbnn.regression import sgld
 from vbnn.regression.evaluation import PredictiveMetrics, evaluate, metrics_from_predictions
@@ -61,13 +62,14 @@ def build_stack(
     ``posterior_std`` (M,) overrides ``config.posterior_std`` model by model (tuning candidates).
     """
     generators = ModelGenerators.for_keys(config.seed, keys, "init")
-    options = {"factor": config.covariance_factor} if config.resolved_family == "fc" else {}
+    std = config.posterior_std if posterior_std is None else posterior_std
+    takes_std = "posterior_std" in family_spec(config.resolved_family).accepted_options()
+    options = {"posterior_std": std} if takes_std else {}
     model = MLP(
         config.resolved_family,
         (in_features, *config.hidden, 1),
         config.activation,
         generators,
-        posterior_std=config.posterior_std if posterior_std is None else posterior_std,
         dtype=config.torch_dtype,
         **options,
     )

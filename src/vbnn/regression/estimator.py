@@ -151,7 +151,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         inputs = inputs.to(self.likelihood_.log_std.device)
         noise = ModelGenerators.for_keys(self.seed, [0], "eval")
         outputs = torch.stack(
-            [self.model_(inputs, ForwardMode.SAMPLE, noise)[0, :, 0] for _ in range(self.samples)]
+            [self.model_(inputs, ForwardMode.LOCAL, noise)[0, :, 0] for _ in range(self.samples)]
         ).cpu()
         return outputs * self.y_scale_ + self.y_mean_, float(
             self.likelihood_.std()[0]

@@ -61,7 +61,7 @@ def evaluate(
     """
     if stochastic:
         predictions = torch.stack(
-            [model(x, ForwardMode.SAMPLE, generators).squeeze(-1) for _ in range(samples)]
+            [model(x, ForwardMode.LOCAL, generators).squeeze(-1) for _ in range(samples)]
         )
     else:
         predictions = model(x, ForwardMode.MEAN).squeeze(-1).unsqueeze(0)

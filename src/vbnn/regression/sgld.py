@@ -28,6 +28,7 @@ from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.loop import LangevinDynamics, run
+from vbnn.training.objectives import log_prior
 
 State = dict[str, torch.Tensor]
 
@@ -59,7 +60,7 @@ def log_posterior(
     """
     data = likelihood.log_prob(model(x, ForwardMode.MEAN), y).sum(-1) * (num_examples / y.shape[1])
     noise_prior = gaussian_log_prob(likelihood.log_std, 0.0, NOISE_LOG_STD_PRIOR_STD)
-    return data + model.log_prior(prior) + noise_prior
+    return data + log_prior(model, prior) + noise_prior
 
 
 def _batch(

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode, Method, TrainConfig
-from vbnn.core.randomness import ModelGenerators, NoiseSource, NoiseTape, RecordingGenerators
+from vbnn.core.contracts import ForwardMode, Method, ParameterRole, TrainConfig
+from vbnn.core.randomness import ModelGenerators, NoiseSource, NoiseTape
 from vbnn.core.runtime import one_core_for_noise
-from vbnn.layers.shell import VariationalLayer
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.loop import NonFiniteLossError, StepCallback, run
 from vbnn.training.objectives import elbo, log_joint, log_likelihood
+from vbnn.training.optimizer import learning_rate_groups
 
 __all__ = ["FitInfo", "NonFiniteLossError", "StepCallback", "Validation", "fit"]
 
@@ -95,7 +95,7 @@ def compiled_objective(
     elementwise passes into a few loops (benchmarks/README.md); results agree with the eager
     objective to float rounding.
     """
-    recorder = RecordingGenerators(generators)
+    recorder = NoiseTape(source=generators)
     prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
 
     def with_noise(*blocks: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -122,7 +122,7 @@ def compiled_objective(
 
 def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
     """Adam parameter groups: the correlation parameters (FC's off-diagonal Cholesky entries,
-    ``VariationalLayer.correlation_parameters``) may get their own rate.
+    ``ParameterRole.CORRELATION``) may get their own rate.
 
     Adam moves every coordinate by about the learning rate whatever the size of its gradient.
     The D (D - 1) / 2 off-diagonal entries of an FC layer's Cholesky factor receive almost pure
@@ -131,21 +131,8 @@ def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
     recovers (reproductions/overpruning/README.md, "FC and Adam").
     ``config.cholesky_learning_rate`` sets their rate apart; None keeps the paper's single rate.
     """
-    trainable = [p for p in modules.parameters() if p.requires_grad]
-    if config.cholesky_learning_rate is None:
-        return [{"params": trainable}]
-    correlations = {
-        id(getattr(layer, name))
-        for layer in modules.modules()
-        if isinstance(layer, VariationalLayer)
-        for name in layer.correlation_parameters
-    }
-    factor = [p for p in trainable if id(p) in correlations]
-    others = [p for p in trainable if id(p) not in correlations]
-    groups = [{"params": others}]
-    if factor:
-        groups.append({"params": factor, "lr": config.cholesky_learning_rate})
-    return groups
+    rates = {ParameterRole.CORRELATION: config.cholesky_learning_rate}
+    return learning_rate_groups(modules, config.learning_rate, rates)
 
 
 def _describe_non_finite(

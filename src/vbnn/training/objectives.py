@@ -1,17 +1,22 @@
 """Training objectives: pure functions of a network, a likelihood, a prior and a batch.
 
-Each returns a dict of named terms whose key "objective" is the quantity to maximise; the other
-entries name its parts, so a non-finite value can be traced to its source. Terms have one value
-per model, (M,), for a stack and scalars for one network.
+Each objective returns a dict of named terms whose key "objective" is the quantity to maximise;
+the other entries name its parts, so a non-finite value can be traced to its source. Terms have
+one value per model, (M,), for a stack and scalars for one network.
 
 The ELBO of a batch B drawn from a data set of N examples (N = B for full-batch training):
 
     ELBO = N / B * sum_{n in B} E_q[log p(y_n | x_n, W)] - kl_weight * KL(q || p),
 
-with the expectation a Monte-Carlo average over ``samples`` draws (the LRT where it is exact).
-``kl_weight`` = 1 gives the ELBO (Trippe & Turner 2017, eq. 1; Neklyudov et al. 2019, eq. 5). The
-network is anything the shell's ``network_output`` runs: ``MLP``, ``LeNet5``, a family layer, or a
-user ``nn.Module`` holding family layers (``nn.Sequential`` included).
+with the expectation a Monte-Carlo average over ``samples`` draws (LOCAL mode: the LRT where it
+is exact). ``kl_weight`` = 1 gives the ELBO (Trippe & Turner 2017, eq. 1; Neklyudov et al. 2019,
+eq. 5). The MAP objective is the log joint log p(Y | X, W) + log p(W) of the mean network, the
+maximum-likelihood objective its first term.
+
+Every function here works on any module: ``MLP``, ``LeNet5``, a family layer, or a user
+``nn.Module`` holding family layers (``nn.Sequential``, a ``vbnn.convert``ed model). The KL and
+the log prior are sums over ``variational_layers(model)``; layers without a KL term (point
+weights, binary dropout) contribute 0, so a point or dropout model trains under the same ELBO.
 """
 
 from __future__ import annotations
@@ -21,43 +26,69 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import NoiseSource
-from vbnn.layers.modes import stack_size, takes_mode, use_mode, use_noise, variational_layers
+from vbnn.layers.modes import network_output, stack_size, variational_layers
+from vbnn.layers.shell import VariationalLayer
 from vbnn.training.likelihoods import Likelihood
 
 Terms = dict[str, torch.Tensor]
 
 
-def network_output(
-    model: nn.Module, x: torch.Tensor, mode: ForwardMode | str, noise: NoiseSource | None = None
-) -> torch.Tensor:
-    """``model``'s output for ``x`` with every family layer in ``mode``, drawing from ``noise``.
+def _family_layers(model: nn.Module, caller: str) -> list[VariationalLayer]:
+    layers = variational_layers(model)
+    if not layers:
+        raise ValueError(f"{caller}: {type(model).__name__} holds no vbnn family layer")
+    return layers
 
-    Modules that take ``(x, mode, generators)`` (``layers.modes.takes_mode``) get them; any other
-    is called as ``model(x)`` inside ``use_mode`` and ``use_noise`` (``noise`` None: its layers
-    draw from their own generator or torch's global RNG).
-    """
-    if takes_mode(model):
-        return model(x, mode, noise)
-    with use_mode(model, mode), use_noise(model, noise):
-        return model(x)
+
+def _per_network(model: nn.Module, total: torch.Tensor) -> torch.Tensor:
+    """(M,) for a stack; the scalar of model 0 for one network."""
+    return total.squeeze(0) if stack_size(model) is None else total
 
 
 def kl_divergence(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
-    """KL(q || prior) summed over the family layers of ``model``: (M,) for a stack, a scalar for
-    one network.
+    """KL(q || prior) = sum over the family layers of ``model`` of their KL: (M,) for a stack, a
+    scalar for one network.
 
     ``prior`` None gives every layer its family's ``default_prior`` (N(0, 1) for the Gaussian
-    families, log-uniform for variational dropout and the variance layers); layers without a KL
-    term (point weights, binary dropout) add nothing.
+    families, log-uniform for variational dropout and the variance layers). Layers without a KL
+    term (``has_kl = False``: point weights, binary dropout) contribute 0; a model made only of
+    them has KL 0 (zeros of its parameters' dtype and device).
+
+    Raises:
+        ValueError: ``model`` holds no family layer.
     """
-    if prior is not None and hasattr(model, "kl"):
-        total = model.kl(prior)
+    layers = _family_layers(model, "kl")
+    terms = [
+        layer.kl(layer.default_prior if prior is None else prior)
+        for layer in layers
+        if layer.has_kl
+    ]
+    if terms:
+        total = sum(terms)
     else:
-        layers = [layer for layer in variational_layers(model) if layer.has_kl]
-        if not layers:
-            raise ValueError(f"{type(model).__name__} holds no vbnn family layer with a KL term")
-        total = sum(layer.kl(layer.default_prior if prior is None else prior) for layer in layers)
-    return total.squeeze(0) if stack_size(model) is None else total
+        parameter = next(layers[0].parameters())
+        total = parameter.new_zeros(layers[0].num_models)
+    return _per_network(model, total)
+
+
+def log_prior(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
+    """log p(W) = sum over the family layers of ``model`` of log p(weight) + log p(bias), at the
+    posterior means: (M,) for a stack, a scalar for one network.
+
+    For point weights (the ``point`` family) this is the log prior of the weights; for any other
+    family it is the log prior of the mean network, the weights MEAN mode uses (for example the
+    MAP estimate of a converted ``mf`` model is a MAP estimate of its means; its variances get no
+    gradient). ``prior`` None gives every layer its family's ``default_prior``; the prior needs a
+    ``log_prob`` (a ``GaussianPrior`` has one; the improper log-uniform prior has none).
+
+    Raises:
+        ValueError: ``model`` holds no family layer.
+    """
+    layers = _family_layers(model, "log_prior")
+    total = sum(
+        layer.log_prior(layer.default_prior if prior is None else prior) for layer in layers
+    )
+    return _per_network(model, total)
 
 
 def expected_log_likelihood(
@@ -68,7 +99,7 @@ def expected_log_likelihood(
     noise: NoiseSource | None = None,
     samples: int = 1,
 ) -> torch.Tensor:
-    """Monte-Carlo E_q[ sum_n log p(y_n | x_n, W) ] over the batch with ``samples`` draws.
+    """Monte-Carlo E_q[ sum_n log p(y_n | x_n, W) ] over the batch with ``samples`` LOCAL draws.
 
     Returns:
         Unbiased estimate for the examples of the batch: (M,) for a stack, a scalar for one
@@ -78,11 +109,13 @@ def expected_log_likelihood(
         raise ValueError(f"expected_log_likelihood: samples must be >= 1, got {samples}")
     total = 0.0
     for _ in range(samples):
-        prediction = network_output(model, x, ForwardMode.SAMPLE, noise)
+        prediction = network_output(model, x, ForwardMode.LOCAL, noise)
         total = total + likelihood.log_prob(prediction, y).sum(-1)
     return total / samples
 
 
+# an ELBO takes the model, its likelihood and prior, the batch and how it is drawn: the nine
+# parameters are the terms of the module docstring's formula, each with its default
 def elbo(
     model: nn.Module,
     likelihood: Likelihood,
@@ -106,10 +139,10 @@ def elbo(
 def log_joint(
     model: nn.Module, likelihood: Likelihood, prior: Prior, x: torch.Tensor, y: torch.Tensor
 ) -> Terms:
-    """MAP objective log p(Y | X, W) + log p(W) at point weights, per model."""
+    """MAP objective log p(Y | X, W) + log p(W) of the mean network (``log_prior``), per model."""
     data = likelihood.log_prob(network_output(model, x, ForwardMode.MEAN), y).sum(-1)
-    log_prior = model.log_prior(prior)
-    return {"objective": data + log_prior, "log-likelihood": data, "log-prior": log_prior}
+    prior_term = log_prior(model, prior)
+    return {"objective": data + prior_term, "log-likelihood": data, "log-prior": prior_term}
 
 
 def log_likelihood(

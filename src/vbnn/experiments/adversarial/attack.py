@@ -29,8 +29,7 @@ from torch import nn
 from vbnn.classification.inference import as_input
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.modes import stack_size
-from vbnn.training.objectives import network_output
+from vbnn.layers.modes import network_output, stack_size
 
 
 @dataclass(frozen=True)

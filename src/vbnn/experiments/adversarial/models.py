@@ -31,8 +31,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from vbnn.classification.inference import PREDICTIONS
 from vbnn.classification.training import ClassifierConfig, accuracies, train_classifier
-from vbnn.core.contracts import ForwardMode, InferenceMode
+from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
@@ -50,9 +51,9 @@ class Training(str, Enum):
 
 
 FAMILIES: dict[Training, tuple[str, str, str, str]] = {
-    Training.DETERMINISTIC: ("deterministic",) * 4,
-    Training.DROPOUT: ("deterministic", "deterministic", "dropout", "dropout"),
-    Training.VARIANCE: ("deterministic", "deterministic", "vd-layer", "deterministic"),
+    Training.DETERMINISTIC: ("point",) * 4,
+    Training.DROPOUT: ("point", "point", "dropout", "dropout"),
+    Training.VARIANCE: ("point", "point", "vd-layer", "point"),
 }
 MEMBERS = {
     Training.DETERMINISTIC: ENSEMBLE_SIZE,
@@ -166,7 +167,7 @@ def train_stack(
         "train_seconds": seconds,
         "test_accuracy_member0": accuracies(member(model, 0), test_x, test_y, 10, seed),
         "log_alpha_dense1": model.mean_log_alpha().get("dense1"),
-        "inference_modes": [m.value for m in InferenceMode],
+        "inference_modes": list(PREDICTIONS),
     }
     arrays = {name: value.detach().numpy() for name, value in model.state_dict().items()}
     unit_store.save(store, settings, arrays, info)

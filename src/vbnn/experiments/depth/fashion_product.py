@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.nn import functional
 
 from vbnn.core.contracts import Activation, ForwardMode
 from vbnn.core.randomness import ModelGenerators
@@ -31,6 +30,9 @@ from vbnn.diagnostics.local_product import MeanFieldNetwork, sample_local_produc
 from vbnn.layers.mean_field import MeanField
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.likelihoods import CategoricalLikelihood
+from vbnn.training.loop import run
+from vbnn.training.objectives import elbo
 
 
 @dataclass(frozen=True)
@@ -71,18 +73,17 @@ def train_deep_linear(config: FashionProductConfig, data_dir: str | None) -> tup
         negative_slope=slope,
     )  # fmt: skip
     optimiser = torch.optim.Adam(model.parameters(), config.learning_rate)
-    prior, n = GaussianPrior(1.0), len(x)
+    prior, likelihood, n = GaussianPrior(1.0), CategoricalLikelihood(), len(x)
     shuffler = torch.Generator().manual_seed(config.seed)
     for _ in range(config.epochs):
-        for index in torch.randperm(n, generator=shuffler).split(config.batch_size):
-            logits = model(x[index].unsqueeze(0), ForwardMode.SAMPLE, generators)[0]
-            nll = functional.cross_entropy(logits, y[index], reduction="sum")
-            loss = (nll * n / len(index) + model.kl(prior).sum()) / n
-            if not torch.isfinite(loss):
-                raise FloatingPointError("fashion product: non-finite ELBO during training")
-            optimiser.zero_grad()
-            loss.backward()
-            optimiser.step()
+        batches = torch.randperm(n, generator=shuffler).split(config.batch_size)
+
+        def objective(step: int, batches=batches) -> dict[str, torch.Tensor]:
+            index = batches[step - 1]
+            inputs, labels = x[index].unsqueeze(0), y[index]
+            return elbo(model, likelihood, prior, inputs, labels, generators, dataset_size=n)
+
+        run(objective, optimiser, len(batches), 1.0 / n, description="fashion product")
     with torch.no_grad():
         logits = model(torch.from_numpy(test_images).unsqueeze(0), ForwardMode.MEAN)[0]
     accuracy = float((logits.argmax(-1) == torch.from_numpy(test_labels)).float().mean())

@@ -26,12 +26,13 @@ from torch.nn import functional
 
 from vbnn.core.contracts import Activation, ForwardMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.layers.modes import network_output
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.training.likelihoods import BernoulliLikelihood
 from vbnn.training.loop import run
-from vbnn.training.objectives import elbo, network_output
+from vbnn.training.objectives import elbo
 
 
 def parameter_count(sizes: list[int]) -> int:

@@ -39,7 +39,7 @@ class PolicyNoise(str, Enum):
 
 
 FAMILY_OF = {
-    PolicyNoise.DETERMINISTIC: ("deterministic", {}),
+    PolicyNoise.DETERMINISTIC: ("point", {}),
     PolicyNoise.PARAMETER_NOISE: ("mf", {"posterior_std": FORTUNATO_SIGMA}),
     PolicyNoise.VARIANCE: ("zero-mean", {}),
 }
@@ -89,7 +89,7 @@ class Policy(nn.Module):
         name, options = FAMILY_OF[self.noise]
         sizes = [(observations, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, actions)]
         self.layers = nn.ModuleList(
-            family(name if index == 1 else "deterministic").build(
+            family(name if index == 1 else "point").build(
                 i, o, generators, **(options if index == 1 else {})
             )
             for index, (i, o) in enumerate(sizes)

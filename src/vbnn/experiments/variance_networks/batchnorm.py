@@ -8,7 +8,7 @@ once log alpha is large it dwarfs the spread of the mean pre-activations M x. Me
 signal towards BatchNorm's bias. The diagnostic separates the two effects by predicting with the
 weight means three ways:
 
-* ``running``: BatchNorm with its running statistics (what ``InferenceMode.DETERMINISTIC`` does);
+* ``running``: BatchNorm with its running statistics (what the MEAN mode does);
 * ``own batch``: BatchNorm with the batch statistics of the mean pre-activations themselves (the
   test images as one batch, BatchNorm's learned scale and shift kept);
 * ``no norm``: BatchNorm left out.

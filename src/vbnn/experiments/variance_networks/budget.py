@@ -20,10 +20,10 @@ TABLE1 = {"zero-mean": "zero-mean", "layer": "vd-layer", "neuron": "vd-neuron",
 # E softplus(s eps) = log 2 + s^2 / 8 + ... hardly depends on s, and the network collapses to the
 # class prior (measured: 11.35 % after 5 epochs of full MNIST; reproductions/variance-networks/).
 TABLE1_ACTIVATION = {"zero-mean": "abs"}
-TANH = {"det-det-det-det": ("deterministic",) * 4,
-        "det-var-det-det": ("deterministic", VARIANCE, "deterministic", "deterministic"),
-        "det-det-var-det": ("deterministic", "deterministic", VARIANCE, "deterministic"),
-        "det-var-var-det": ("deterministic", VARIANCE, VARIANCE, "deterministic")}  # fmt: skip
+TANH = {"det-det-det-det": ("point",) * 4,
+        "det-var-det-det": ("point", VARIANCE, "point", "point"),
+        "det-det-var-det": ("point", "point", VARIANCE, "point"),
+        "det-var-var-det": ("point", VARIANCE, VARIANCE, "point")}  # fmt: skip
 
 
 class TrainingProtocol(str, Enum):

@@ -11,9 +11,8 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
-from torch.nn import functional
 
-from vbnn.classification.inference import accuracy, predict_probabilities
+from vbnn.classification.inference import PREDICTIONS, accuracy, predict
 from vbnn.classification.kappa import (
     clear_masks,
     count_above,
@@ -21,11 +20,14 @@ from vbnn.classification.kappa import (
     sparse_ensemble_masks,
 )
 from vbnn.classification.training import accuracies
-from vbnn.core.contracts import ForwardMode, InferenceMode
-from vbnn.core.randomness import ModelGenerators
-from vbnn.layers import BinaryDropout, ZeroMean
+from vbnn.core.contracts import ForwardMode
+from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers import Point, ZeroMean
 from vbnn.plots import pyplot, save_figure
 from vbnn.priors.dropout import LogUniformPrior
+from vbnn.training.likelihoods import CategoricalLikelihood
+from vbnn.training.loop import run
+from vbnn.training.objectives import elbo
 
 TOY_CENTRES = (
     (3.0, 3.0),
@@ -55,21 +57,36 @@ class ToyNetwork(nn.Module):
     def __init__(self, generators: ModelGenerators, width: int = 32) -> None:
         super().__init__()
         sizes = [(2, width), (width, width), (width, width), (width, width)]
-        self.layers = nn.ModuleList(BinaryDropout(i, o, generators, rate=0.0) for i, o in sizes)
+        self.layers = nn.ModuleList(Point(i, o, generators) for i, o in sizes)
         self.layers.append(ZeroMean(width, 2, generators))
-        self.layers.append(BinaryDropout(2, 4, generators, rate=0.0))
+        self.layers.append(Point(2, 4, generators))
 
-    def forward(self, x, mode=ForwardMode.SAMPLE, generators=None, bottleneck: bool = False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mode: ForwardMode | str | None = None,
+        noise: NoiseSource | None = None,
+        bottleneck: bool = False,
+    ) -> torch.Tensor:
         for index, layer in enumerate(self.layers):
-            x = layer(x, mode, generators)
+            x = layer(x, mode, noise)
             if index == 4 and bottleneck:
                 return x
             if index < 5:
                 x = torch.relu(x)
         return x
 
-    def kl(self, prior) -> torch.Tensor:
-        return sum(layer.kl(prior) for layer in self.layers)
+
+def train_toy(
+    network: ToyNetwork, x: torch.Tensor, y: torch.Tensor, noise: ModelGenerators, steps: int
+) -> None:
+    """``steps`` full-batch Adam steps (rate 3e-3) on the ELBO per example of (x, y) under the
+    log-uniform prior, every model of the stack on the same data."""
+    optimizer = torch.optim.Adam(network.parameters(), lr=3e-3)
+    batch = x.unsqueeze(0).expand(len(noise), -1, -1)
+    likelihood, prior = CategoricalLikelihood(), LogUniformPrior()
+    run(lambda step: elbo(network, likelihood, prior, batch, y, noise), optimizer, steps,
+        1.0 / len(y))  # fmt: skip
 
 
 def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd.DataFrame:
@@ -80,33 +97,19 @@ def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd
     x, test_x = (x - centre) / scale, (test_x - centre) / scale
     models = len(seeds)
     network = ToyNetwork(ModelGenerators.for_keys(seeds[0], range(models), "init"))
-    optimizer = torch.optim.Adam(network.parameters(), lr=3e-3)
     generators = ModelGenerators.for_keys(seeds[0], range(models), "train")
-    batch = x.unsqueeze(0).expand(models, -1, -1)
-    prior = LogUniformPrior()
-    for _ in range(steps):
-        logits = network(batch, ForwardMode.SAMPLE, generators)
-        data = -functional.cross_entropy(logits.flatten(0, 1), y.repeat(models), reduction="sum")
-        loss = -(data - network.kl(prior).sum()) / len(y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    train_toy(network, x, y, generators, steps)
     test_batch = test_x.unsqueeze(0).expand(models, -1, -1)
     rows = []
-    for mode in InferenceMode:
-        probabilities = predict_probabilities(
-            network,
-            test_batch,
-            mode,
-            ModelGenerators.for_keys(seeds[0], range(models), "eval"),
-            samples=20,
-        )
+    for label in PREDICTIONS:
+        noise = ModelGenerators.for_keys(seeds[0], range(models), "eval")
+        probabilities = predict(network, test_batch, label, noise, samples=20)
         for m, seed in enumerate(seeds):
             value = 100 * float(accuracy(probabilities, test_y)[m])
-            rows.append({"seed": seed, "mode": mode.value, "accuracy": value})
+            rows.append({"seed": seed, "mode": label, "accuracy": value})
     figure, axes = pyplot().subplots(1, models, figsize=(4.5 * models, 4), squeeze=False)
     with torch.no_grad():
-        samples = network(test_batch, ForwardMode.SAMPLE, generators, bottleneck=True)
+        samples = network(test_batch, ForwardMode.LOCAL, generators, bottleneck=True)
     for m, seed in enumerate(seeds):
         for label in range(4):
             points = samples[m][test_y == label].numpy()
@@ -191,7 +194,7 @@ def sparse_ensemble_study(model, layer_index, kappa, images, labels, samples, se
         row = {"log10_threshold": float(log_threshold)}
         for replace in ("mean", "zero"):
             fraction = sparse_ensemble_masks(layer, kappa, 10.0**log_threshold, replace)
-            value = accuracies(model, images, labels, samples, seed, (InferenceMode.ENSEMBLE,))
+            value = accuracies(model, images, labels, samples, seed, ("ensemble",))
             row[f"ensemble_acc_{replace}"] = value["ensemble"]
             row["fraction_replaced"] = fraction
         clear_masks(layer)
@@ -207,7 +210,7 @@ def variance_pruning_study(model, layer_index, images, labels, samples, seed):
     for share in (0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99):
         threshold = float(np.quantile(sigma, share)) if share > 0 else 0.0
         fraction = layer.prune_by_std(threshold)
-        value = accuracies(model, images, labels, samples, seed, (InferenceMode.ENSEMBLE,))
+        value = accuracies(model, images, labels, samples, seed, ("ensemble",))
         rows.append({"sigma_threshold": threshold, "sparsity": fraction, **value})
     clear_masks(layer)
     return pd.DataFrame(rows)

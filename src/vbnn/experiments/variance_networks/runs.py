@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from vbnn.classification.inference import PREDICTIONS
 from vbnn.classification.training import (
     ClassifierConfig,
     PhaseTransitionTracker,
@@ -39,7 +40,6 @@ from vbnn.classification.training import (
     plot_phase_transition,
     train_classifier,
 )
-from vbnn.core.contracts import InferenceMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments.variance_networks.budget import (
     PROTOCOLS,
@@ -61,41 +61,41 @@ from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import ExecutorSettings, Unit, run_sweep
 
 DENSE1 = 2  # index of the first dense layer in LeNet5.layers
-TABLE1_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.ENSEMBLE)
-TANH_MODES = (InferenceMode.DETERMINISTIC, InferenceMode.SAMPLE, InferenceMode.ENSEMBLE)
+TABLE1_PREDICTIONS = ("deterministic", "ensemble")
+TANH_PREDICTIONS = ("deterministic", "sample", "ensemble")
 KAPPA_PREFIX = "kappa_epoch_"  # arrays of the stored unit holding the histogram epochs' kappa
 
 
 @dataclass(frozen=True)
 class NetworkSpec:
     """One network of the reproduction: its LeNet-5, whether the tracker follows it every
-    ``eval_every`` epochs (with kappa of dense1 when ``kappa``), and the inference modes of its
+    ``eval_every`` epochs (with kappa of dense1 when ``kappa``), and the predictions of its
     final test accuracy (each costs passes over the test set)."""
 
     config: LeNetConfig
     track: bool = False
     kappa: bool = False
-    modes: tuple[InferenceMode, ...] = tuple(InferenceMode)
+    predictions: tuple[str, ...] = tuple(PREDICTIONS)
 
 
 def network_specs() -> dict[str, NetworkSpec]:
     """Every network of the reproduction by name (Table 1 rows, Table 2, appendix C, phase)."""
     specs = {}
     for label, family in TABLE1.items():
-        families = ("deterministic", "deterministic", family, "deterministic")
+        families = ("point", "point", family, "point")
         activation = TABLE1_ACTIVATION.get(label, "softplus")
         config = LeNetConfig(families=families, activation=activation)
         is_layer = label == "layer"
-        specs[f"table1-{label}"] = NetworkSpec(config, is_layer, is_layer, TABLE1_MODES)
-    dropout = ("deterministic", "deterministic", "dropout", "dropout")
+        specs[f"table1-{label}"] = NetworkSpec(config, is_layer, is_layer, TABLE1_PREDICTIONS)
+    dropout = ("point", "point", "dropout", "dropout")
     specs["table2-dropout"] = NetworkSpec(LeNetConfig(families=dropout), track=True)
     specs["table2-variance"] = NetworkSpec(LeNetConfig(families=("vd-layer",) * 4), track=True)
     for label, families in TANH.items():
         config = LeNetConfig(families=families, activation="tanh", bias=False)
-        specs[f"tanh-{label}"] = NetworkSpec(config, modes=TANH_MODES)
-    layer = ("deterministic", "deterministic", "vd-layer", "deterministic")
+        specs[f"tanh-{label}"] = NetworkSpec(config, predictions=TANH_PREDICTIONS)
+    layer = ("point", "point", "vd-layer", "point")
     config = LeNetConfig(families=layer, activation="softplus")
-    specs["phase-only-layer"] = NetworkSpec(config, True, True, TABLE1_MODES)
+    specs["phase-only-layer"] = NetworkSpec(config, True, True, TABLE1_PREDICTIONS)
     return specs
 
 
@@ -168,7 +168,7 @@ def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress:
                                checkpoint)  # fmt: skip
     model.eval()
     record = {
-        "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, spec.modes),
+        "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, spec.predictions),
         "elbo": evaluate_elbo(model, prior, train_x, train_y, seed),
         "epoch_seconds": seconds,
         "mean_log_alpha": model.mean_log_alpha(),
