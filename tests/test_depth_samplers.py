@@ -151,3 +151,41 @@ def test_ess_in_pieces_equals_ess_at_once() -> None:
     draws = np.random.default_rng(2).standard_normal((4, 200, 150)).cumsum(1)
     at_once = effective_sample_size(torch.as_tensor(draws), 0, 1).numpy()
     np.testing.assert_allclose(_ess(draws, coordinates=7), at_once, rtol=1e-12)
+
+
+def test_the_sampler_enters_the_unit_key_and_old_records_read_as_nuts(tmp_path) -> None:
+    from vbnn.experiments.depth.units import UnitSettings, stored_record
+    from vbnn.stores import unit_store
+    from vbnn.stores.unit_store import settings_key
+
+    nuts = UnitSettings(Activation.RELU, depth=1, repeat=0, points=100)
+    mams = dataclasses.replace(nuts, sampler=Sampler.MAMS)
+    assert "sampler" not in nuts.to_dict()  # the keys of units stored before the choice
+    assert mams.to_dict()["sampler"] == "mams"
+    assert settings_key(nuts.to_dict()) != settings_key(mams.to_dict())
+    unit_store.save(tmp_path / "units", nuts.to_dict(), None, {"depth": 1})  # an old record
+    assert stored_record(nuts, tmp_path) == {"depth": 1, "points": 100, "sampler": "nuts"}
+    assert stored_record(mams, tmp_path) is None
+
+
+@pytest.mark.slow
+def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path) -> None:
+    import argparse
+
+    import pandas as pd
+
+    from vbnn.experiments import depth
+
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    flags = [
+        "--quick", "--out", str(tmp_path), "--depths", "1", "--activations", "relu",
+        "--chains", "2", "--points", "100", "--warmup", "40", "--samples", "12", "--epochs", "1",
+        "--heatmap-samples", "200", "--no-fashion", "--sampler", "mclmc",
+    ]  # fmt: skip
+    depth.run(parser.parse_args(flags))
+    units = pd.read_csv(tmp_path / "depth_units.csv")
+    assert units[["points", "sampler", "trusted"]].to_dict("records") == [
+        {"points": 100, "sampler": "mclmc", "trusted": False}
+    ]
+    assert "blackjax" in units["software"][0]

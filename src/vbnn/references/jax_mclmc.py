@@ -218,6 +218,8 @@ def _run(name: str, chain: ChainFunction, initial: np.ndarray, config: ChainsCon
         accept_probability=float(np.mean([c["accept_probability"] for c in per_chain])),
         divergences=float(diverging.sum()),
         leapfrog_steps_mean=float(steps.mean()),
+        # the share of draws at the step cap, the counterpart of NUTS's tree-depth cap hits
+        max_tree_depth_hit_fraction=float((steps >= 2**config.max_tree_depth - 1).mean()),
         gradient_evaluations=sampling_gradients + tuning_gradients,
         sampling_gradient_evaluations=sampling_gradients,
         chain_seconds=seconds,
