@@ -46,7 +46,7 @@ import torch
 from vbnn.core.contracts import Activation
 from vbnn.experiments.depth.models import PretrainConfig
 from vbnn.experiments.depth.units import UnitSettings, compute_unit, two_moons
-from vbnn.references.chain_diagnostics import ConvergenceCriterion, tail_ess
+from vbnn.references.chain_diagnostics import ConvergenceCriterion, bulk_ess, tail_ess
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
     kl_closest_diagonal,
@@ -106,13 +106,23 @@ def equal_draw_gap(draws: np.ndarray, jitter: float, seed: int) -> dict[str, flo
     }
 
 
-def cell(settings: UnitSettings) -> dict[str, Any]:
-    """One cell's row: the unit's record, its ESS per second and where its time went."""
+def cell(settings: UnitSettings, moments: Path) -> dict[str, Any]:
+    """One cell's row: the unit's record, its ESS per second and where its time went. The
+    draws' per-parameter mean, variance and bulk ESS (and those of their squared deviations)
+    go to ``moments`` (.npz), so the samplers' moments can be compared afterwards."""
     began = time.perf_counter()
     outcome = compute_unit(settings, None)
     wall = time.perf_counter() - began
     record, draws = outcome.record, outcome.samples["samples"]
     tail = tail_ess(draws)
+    pooled = draws.reshape(-1, draws.shape[-1]).astype(np.float64)
+    buffer = io.BytesIO()
+    np.savez_compressed(
+        buffer, mean=pooled.mean(0), variance=pooled.var(0), bulk_ess=bulk_ess(draws),
+        square_ess=bulk_ess((draws - pooled.mean(0)) ** 2),
+        log_density=outcome.samples["log_density"],
+    )  # fmt: skip
+    write_atomic(moments, buffer.getvalue())
     chains = {k.removeprefix("nuts_"): v for k, v in record.items() if k.startswith("nuts_")}
     seconds = chains["seconds"]
     gradient = gradient_seconds(settings, record["parameters"])
@@ -139,6 +149,10 @@ def cell(settings: UnitSettings) -> dict[str, Any]:
         "trajectory_length_mean": float(np.mean(chains.get("chain_trajectory_length", np.nan))),
         "trusted": ConvergenceCriterion().passes(chains),
         "kl_diag_full": record["kl_diag_full"],
+        "log_density_mean": float(np.mean(outcome.samples["log_density"])),
+        "energy_error_variance_per_dimension": float(
+            np.mean(chains.get("chain_energy_error_variance_per_dimension", np.nan))
+        ),
         **equal_draw_gap(draws, settings.jitter, settings.seed),
         "mean_field_test_accuracy": record["mean_field_test_accuracy"],
         "software": record["software"],
@@ -148,15 +162,15 @@ def cell(settings: UnitSettings) -> dict[str, Any]:
     return row
 
 
-def _child(settings: UnitSettings, queue) -> None:
-    queue.put(cell(settings))
+def _child(settings: UnitSettings, moments: Path, queue) -> None:
+    queue.put(cell(settings, moments))
 
 
-def run_with_limit(settings: UnitSettings, limit: float) -> dict[str, Any]:
+def run_with_limit(settings: UnitSettings, moments: Path, limit: float) -> dict[str, Any]:
     """``cell`` in a fresh process; a row saying so if it takes longer than ``limit`` s."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_child, args=(settings, queue))
+    process = context.Process(target=_child, args=(settings, moments, queue))
     began = time.perf_counter()
     process.start()
     process.join(limit)
@@ -215,7 +229,9 @@ def main() -> None:
             pretrain=PretrainConfig(), chains=chains, sampler=sampler,
         )  # fmt: skip
         print(f"{key} ...", flush=True)
-        row = {**key, **run_with_limit(settings, args.cell_timeout)}
+        name = "_".join(str(value) for value in key.values()) + ".npz"
+        moments = out.parent / "depth_samplers_moments" / name
+        row = {**key, **run_with_limit(settings, moments, args.cell_timeout)}
         print({k: row.get(k) for k in ("status", "wall_seconds", "bulk_ess_min", "rhat_max",
                "trusted", "kl_diag_full")}, flush=True)  # fmt: skip
         done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
