@@ -185,6 +185,74 @@ def run_with_limit(settings: UnitSettings, moments: Path, limit: float) -> dict[
     return row
 
 
+def compare_moments(table: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """Per configuration, each sampler's per-parameter mean and variance against NUTS's, in
+    standard errors from both cells' ESS: the largest |z| over parameters (about 3.3 for ~1000
+    parameters when the two agree) and the median ratio of the variances."""
+    rows = []
+    finished = table[table["status"] == "finished"]
+    for (activation, depth, points), group in finished.groupby(["activation", "depth", "points"]):
+        cells = {
+            row.sampler: np.load(folder / ("_".join(str(row[k]) for k in KEY) + ".npz"))
+            for _, row in group.iterrows()
+        }
+        if "nuts" not in cells:
+            continue
+        nuts = cells["nuts"]
+        for sampler, other in cells.items():
+            if sampler == "nuts":
+                continue
+            mean_error = other["variance"] / other["bulk_ess"] + nuts["variance"] / nuts["bulk_ess"]
+            variance_error = (
+                2 * other["variance"] ** 2 / other["square_ess"]
+                + 2 * nuts["variance"] ** 2 / nuts["square_ess"]
+            )
+            mean_z = np.abs(other["mean"] - nuts["mean"]) / np.sqrt(mean_error)
+            variance_z = np.abs(other["variance"] - nuts["variance"]) / np.sqrt(variance_error)
+            rows.append(
+                {
+                    "activation": activation, "depth": depth, "points": points,
+                    "sampler": sampler, "mean_z_max": float(mean_z.max()),
+                    "variance_z_max": float(variance_z.max()),
+                    "variance_ratio_median": float(np.median(other["variance"] / nuts["variance"])),
+                    "log_density_difference": float(
+                        other["log_density"].mean() - nuts["log_density"].mean()
+                    ),
+                }
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """The README's table: one row per cell."""
+    lines = [
+        "| points | activation | depth | sampler | budget | wall s (sampler s) | gradients "
+        "(ms each) | bulk ESS min / median | tail ESS min / median | bulk ESS/s min / median "
+        "| tail ESS/s min / median | R-hat max | trusted | KL all draws | KL 1200 draws (floor) |",
+        "|" + "---|" * 15,
+    ]
+    for _, row in table.iterrows():
+        cell = (
+            f"| {row.points} | {row.activation} | {row.depth} | {row.sampler} | "
+            f"{row.warmup}+{row.samples} | "
+        )
+        if row.status != "finished":
+            lines.append(cell + f"{row.status} |" + " |" * 10)
+            continue
+        gradients = row.gradients if np.isfinite(row.gradients) else row.sampling_gradients
+        lines.append(
+            cell + f"{row.wall_seconds:.0f} ({row.sampler_seconds:.0f}) | "
+            f"{gradients / 1e6:.2f} M{'' if np.isfinite(row.gradients) else ' (sampling)'} "
+            f"({row.gradient_ms:.2f}) | {row.bulk_ess_min:.0f} / {row.bulk_ess_median:.0f} | "
+            f"{row.tail_ess_min:.0f} / {row.tail_ess_median:.0f} | "
+            f"{row.bulk_ess_min_per_second:.2f} / {row.bulk_ess_median_per_second:.2f} | "
+            f"{row.tail_ess_min_per_second:.2f} / {row.tail_ess_median_per_second:.2f} | "
+            f"{row.rhat_max:.3f} | {'yes' if row.trusted else 'no'} | {row.kl_diag_full:.0f} | "
+            f"{row.kl_diag_full_equal_draws:.0f} ({row.kl_floor_equal_draws:.0f}) |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samplers", default="mclmc,mams,nuts")
@@ -205,8 +273,17 @@ def main() -> None:
     parser.add_argument("--mclmc-large", type=pair, default=(10000, 500))
     parser.add_argument("--cell-timeout", type=float, default=3600.0, help="seconds a cell")
     parser.add_argument("--out", default="benchmarks/results/depth_samplers.csv")
+    parser.add_argument("--compare", action="store_true", help="print the moments vs NUTS")
+    parser.add_argument("--table", action="store_true", help="print the README's table")
     args = parser.parse_args()
     out = Path(args.out)
+    if args.table:
+        print(markdown_table(pd.read_csv(out)))
+        return
+    if args.compare:
+        table = compare_moments(pd.read_csv(out), out.parent / "depth_samplers_moments")
+        print(table.to_string(index=False, float_format=lambda value: f"{value:.3g}"))
+        return
     done = pd.read_csv(out) if out.is_file() else pd.DataFrame(columns=KEY)
     cells = [
         (Sampler(sampler), Activation(activation), int(depth), int(points))
@@ -230,7 +307,7 @@ def main() -> None:
         )  # fmt: skip
         print(f"{key} ...", flush=True)
         name = "_".join(str(value) for value in key.values()) + ".npz"
-        moments = out.parent / "depth_samplers_moments" / name
+        moments = out.parent / "depth_samplers_moments" / name  # compare_moments reads them
         row = {**key, **run_with_limit(settings, moments, args.cell_timeout)}
         print({k: row.get(k) for k in ("status", "wall_seconds", "bulk_ess_min", "rhat_max",
                "trusted", "kl_diag_full")}, flush=True)  # fmt: skip
