@@ -74,8 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sampler",
         choices=["nuts", "mams", "mclmc"],
-        default="nuts",
-        help="reference chains: NumPyro NUTS, BlackJAX adjusted (MAMS) or unadjusted MCLMC",
+        default="mams",
+        help="reference chains: BlackJAX adjusted MCLMC (MAMS, the fastest unbiased one on the "
+        "depth units: benchmarks/README.md), NumPyro NUTS, or unadjusted MCLMC (biased)",
     )
     parser.add_argument("--chains", type=int, default=4, help="chains per unit")
     parser.add_argument("--dense-mass", action="store_true", help="dense mass matrix")
