@@ -60,6 +60,7 @@ def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none) -> 
         "--quick", "--out", str(tmp_path), "--depths", "1,3", "--activations", "leaky_relu",
         "--slopes", "0.01,0.3", "--chains", "2", "--points", "200", "--warmup", "5",
         "--samples", "12", "--epochs", "1", "--max-tree-depth", "3", "--heatmap-samples", "500",
+        "--sampler", "nuts",
     ]  # fmt: skip
     if data_dir_or_none is None:
         flags.append("--no-fashion")

@@ -60,9 +60,16 @@ def _rhat(draws: np.ndarray) -> np.ndarray:
     return gelman_rubin(torch.as_tensor(draws, dtype=torch.float64), 0, 1).numpy()
 
 
-def _ess(draws: np.ndarray) -> np.ndarray:
+def _ess(draws: np.ndarray, coordinates: int = 64) -> np.ndarray:
+    """Pyro's ESS a few ``coordinates`` at a time: on all at once its FFTs hold ~100 copies of
+    the draws (20 GB for 8 chains x 3000 draws x 1000 coordinates)."""
+    flat = np.asarray(draws, dtype=np.float64).reshape(*draws.shape[:2], -1)
+    pieces = []
     with np.errstate(invalid="ignore", divide="ignore"):
-        ess = effective_sample_size(torch.as_tensor(draws, dtype=torch.float64), 0, 1).numpy()
+        for begin in range(0, flat.shape[-1], coordinates):
+            piece = torch.as_tensor(flat[..., begin : begin + coordinates])
+            pieces.append(effective_sample_size(piece, 0, 1).numpy())
+    ess = np.concatenate(pieces).reshape(draws.shape[2:])
     return np.where(np.isfinite(ess), ess, np.nan)
 
 

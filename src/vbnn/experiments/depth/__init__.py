@@ -33,12 +33,17 @@ def run_note(units: list, shared: dict, quick: bool) -> str:
     depths = sorted({unit.depth for unit in units})
     repeats = max(unit.repeat for unit in units) + 1
     mass = "dense" if chains.dense_mass else "diagonal"
+    sampler = {
+        "nuts": f"NumPyro NUTS (tree depth <= {chains.max_tree_depth}, {mass} mass matrix)",
+        "mams": f"BlackJAX MAMS (target acceptance {chains.target_accept})",
+        "mclmc": "BlackJAX unadjusted MCLMC (biased)",
+    }[shared["sampler"].value]
     sizes = (
         f"{shared['points']} two-moons points (paper 10000), "
         f"{shared['pretrain'].mean_epochs}+{shared['pretrain'].epochs} pre-training epochs "
-        f"(paper 10), NumPyro NUTS {chains.chains} chains x ({chains.warmup} warm-up + "
-        f"{chains.samples} samples) (paper 1 x (100 + 1000)), tree depth <= "
-        f"{chains.max_tree_depth}, {mass} mass matrix, depths {depths}, {repeats} repeat(s)"
+        f"(paper 10), {sampler} {chains.chains} chains x ({chains.warmup} warm-up + "
+        f"{chains.samples} samples) (paper NUTS, 1 x (100 + 1000)), depths {depths}, "
+        f"{repeats} repeat(s)"
     )
     if quick:
         return (
@@ -66,7 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="LeakyReLU slopes, comma list, one unit set each (default 0.01,0.2; quick 0.2)",
     )
-    parser.add_argument("--chains", type=int, default=4, help="NUTS chains per unit")
+    parser.add_argument(
+        "--sampler",
+        choices=["nuts", "mams", "mclmc"],
+        default="mams",
+        help="reference chains: BlackJAX adjusted MCLMC (MAMS, the fastest unbiased one on the "
+        "depth units: benchmarks/README.md), NumPyro NUTS, or unadjusted MCLMC (biased)",
+    )
+    parser.add_argument("--chains", type=int, default=4, help="chains per unit")
     parser.add_argument("--dense-mass", action="store_true", help="dense mass matrix")
     parser.add_argument("--max-rhat", type=float, default=1.05, help="trusted-unit criterion")
     parser.add_argument("--min-ess", type=float, default=100.0, help="bulk and tail ESS, ditto")
@@ -74,8 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-divergences", type=int, default=0, help="divergent transitions of a unit, ditto"
     )
     parser.add_argument("--points", type=int, default=None, help="two-moons training points")
-    parser.add_argument("--warmup", type=int, default=None, help="NUTS warm-up per chain")
-    parser.add_argument("--samples", type=int, default=None, help="NUTS kept samples per chain")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up (tuning) per chain")
+    parser.add_argument("--samples", type=int, default=None, help="kept samples per chain")
+    parser.add_argument(
+        "--target-accept", type=float, default=None, help="NUTS 0.8, MAMS 0.9 by default"
+    )
     parser.add_argument("--max-tree-depth", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=None, help="mean and ELBO epochs, each")
     parser.add_argument("--jitter", type=float, default=1e-4, help="added to the covariance")
@@ -112,6 +127,10 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
     _require_jax()
     from vbnn.experiments.depth.units import UnitSettings
     from vbnn.references.jax_nuts import ChainsConfig
+    from vbnn.references.samplers import Sampler, require_sampler
+
+    sampler = Sampler(args.sampler)
+    require_sampler(sampler)
 
     quick = args.quick
     depths = _parse_depths(args.depths or ("1-3" if quick else "1-5"))
@@ -129,6 +148,7 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
         samples=args.samples if args.samples is not None else (100 if quick else 1000),
         max_tree_depth=args.max_tree_depth or (6 if quick else 10),
         dense_mass=args.dense_mass,
+        target_accept=args.target_accept or (0.9 if sampler is Sampler.MAMS else 0.8),
     )
     # 5 repeats by default, a unit a time: see reproductions/depth/README.md for the budget
     repeats = args.repeats or (1 if quick else 5)
@@ -138,6 +158,7 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
         "seed": args.seed,
         "pretrain": PretrainConfig(epochs=epochs, mean_epochs=epochs),
         "chains": chains,
+        "sampler": sampler,
     }
     text = args.slopes or ("0.2" if quick else "0.01,0.2")
     try:
@@ -178,10 +199,10 @@ def run(args: argparse.Namespace) -> None:
     note = run_note(units, shared, args.quick)
     print(note)
     product = run_product_figure(out, args.heatmap_samples, args.seed)
-    records = run_units(units, out, settings_from(args))
     criterion = ConvergenceCriterion(
         args.max_rhat, args.min_ess, args.min_ess, args.max_divergences
     )
+    records = run_units(units, out, settings_from(args), criterion)
     table = aggregate(records, criterion)
     table.to_csv(out / "depth_gap.csv", index=False)
     plot_depth_gap(table, out / "depth_gap.png", args.quick)
@@ -200,7 +221,7 @@ def run(args: argparse.Namespace) -> None:
         "nuts_rhat_max_mean": "R-hat max",
         "trusted": "trusted",
         "nuts_divergences_mean": "diverg.",
-        "nuts_seconds_mean": "NUTS s",
+        "nuts_seconds_mean": "chains s",
         "mean_field_test_accuracy_mean": "MF test acc",
     }
     compact = table[list(shown)].rename(columns=shown)

@@ -104,16 +104,21 @@ def run_product_figure(out: Path, samples: int, seed: int) -> list[dict[str, Any
 
 
 def run_units(
-    units: list[UnitSettings], out: Path, executor: ExecutorSettings | None = None
+    units: list[UnitSettings],
+    out: Path,
+    executor: ExecutorSettings | None = None,
+    criterion: ConvergenceCriterion | None = None,
 ) -> list[dict[str, Any]]:
-    """Every unit (cached ones are read back), with a progress bar on stderr.
+    """Every unit (cached ones are read back), with a progress bar on stderr; writes
+    ``depth_units.csv``, one row per unit with its ``points``, ``sampler`` and whether its chains
+    pass ``criterion`` (``trusted``; default ``ConvergenceCriterion()``).
 
     In worker processes or on Ray (``executor``), the missing units run there and return their
     numbers, and this process stores them; otherwise they run and are stored here, in order."""
     records = []
     if executor is not None and executor.kind is not ExecutorKind.LOCAL:
         missing = [
-            Unit(f"{s.label()} depth {s.depth} repeat {s.repeat}", compute_unit,
+            Unit(f"{s.label()} depth {s.depth} repeat {s.repeat} {s.sampler.value}", compute_unit,
                  (s, load_samples(s, out)), executor.cpus_per_unit)
             for s in units
             if stored_record(s, out) is None
@@ -128,7 +133,7 @@ def run_units(
         records.append(run_unit(settings, out))
         bar.update()
     bar.close()
-    flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in records])
+    flat = trusted_units(records, criterion or ConvergenceCriterion())
     flat.to_csv(out / "depth_units.csv", index=False)
     return records
 

@@ -1,9 +1,10 @@
 """One unit of the depth experiment: (activation, depth, repeat) -> gap measures.
 
 Protocol (Farquhar et al. 2020, section 4 and appendix B): two moons (noise 0.1), the widest
-network of this depth under the parameter budget, MFVI pre-training, NumPyro NUTS chains from the
-pre-trained means with jittered starts (``vbnn.references.jax_nuts``; the potential is generated
-from the same ``MLPArchitecture`` as the torch network), the full-covariance Gaussian of the
+network of this depth under the parameter budget, MFVI pre-training, reference chains from the
+pre-trained means with jittered starts (NumPyro NUTS by default, or BlackJAX's MAMS or MCLMC:
+``vbnn.references.samplers``; the potential is generated from the same ``MLPArchitecture`` as the
+torch network), the full-covariance Gaussian of the
 pooled samples (empirical covariance + jitter), the closest diagonal Gaussian (eq. 6) and
 KL(q_diag || q_full), the 2-Wasserstein distance between the two Gaussians, and the blog's
 (Farquhar et al. 2020 blog) W2 of the samples themselves to each Gaussian
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +44,9 @@ from vbnn.experiments.depth.models import (
 )
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.references.gaussian_gap import diagonal_gap, empirical_covariance
-from vbnn.references.jax_nuts import ChainsConfig, jittered_starts, run_chains
+from vbnn.references.jax_nuts import ChainsConfig, jittered_starts
 from vbnn.references.jax_potential import jax_potential
+from vbnn.references.samplers import Sampler, run_sampler
 from vbnn.references.wasserstein import wasserstein_gaps
 from vbnn.stores import unit_store
 
@@ -66,6 +69,10 @@ class UnitSettings:
     dtype: str = "float32"
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     chains: ChainsConfig = field(default_factory=ChainsConfig)
+    sampler: Sampler = Sampler.NUTS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sampler", Sampler(self.sampler))
 
     def architecture(self) -> MLPArchitecture:
         sizes = depth_widths(self.depth, self.budget)
@@ -81,9 +88,16 @@ class UnitSettings:
         return activation.value
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings as stored and hashed into the unit's key. A NUTS unit leaves ``sampler``
+        out: units stored before there was a choice of sampler were NUTS units, and this keeps
+        their keys (:func:`stored_record` fills the field back in when reading a record)."""
         out = dataclasses.asdict(self)
         out["activation"] = Activation(self.activation).value
         out["chains"] = self.chains.to_dict()
+        if self.sampler is Sampler.NUTS:
+            del out["sampler"]
+        else:
+            out["sampler"] = self.sampler.value
         return out
 
 
@@ -97,21 +111,24 @@ def two_moons(points: int, noise: float, seed: int, dtype: torch.dtype) -> tuple
 
 @dataclass(frozen=True)
 class UnitOutcome:
-    """What :func:`compute_unit` returns: the unit's record and, when it ran NUTS, its samples."""
+    """What :func:`compute_unit` returns: the unit's record and, when it sampled, its samples."""
 
     record: dict[str, Any]
-    samples: dict[str, Any] | None  # None: the NUTS samples came from the store
+    samples: dict[str, Any] | None  # None: the samples came from the store
     diagnostics: dict[str, Any]
 
 
 def load_samples(settings: UnitSettings, out: Path) -> tuple[Any, dict[str, Any]] | None:
-    """(samples, diagnostics) of a unit whose NUTS chains are stored, else None."""
+    """(samples, diagnostics) of a unit whose chains are stored, else None."""
     cached = unit_store.load(out / "samples", settings.to_dict())
     return None if cached is None else (cached[0]["samples"], cached[1])
 
 
 def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | None) -> UnitOutcome:
-    """One unit's numbers, storing nothing (a worker's part; NUTS skipped when ``cached``)."""
+    """One unit's numbers, storing nothing (a worker's part; sampling skipped when ``cached``).
+
+    The chains' diagnostics go into the record with the prefix ``nuts_`` whatever the sampler
+    (the column names of every stored unit); ``sampler`` says which one made them."""
     dtype = getattr(torch, settings.dtype)
     seed = settings.seed * 1000 + settings.repeat
     x, y = two_moons(settings.points, settings.noise, seed, dtype)
@@ -126,7 +143,7 @@ def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | No
         chains = dataclasses.replace(settings.chains, seed=seed)
         potential = jax_potential(architecture, x.numpy(), y.numpy())
         start = torch.cat([p.detach().reshape(-1) for p in network.parameters()]).numpy()
-        result = run_chains(potential, jittered_starts(start, chains), chains)
+        result = run_sampler(settings.sampler, potential, jittered_starts(start, chains), chains)
         samples, diagnostics = result.samples, result.diagnostics
         arrays = {
             "samples": samples.astype(np.float32),
@@ -141,11 +158,13 @@ def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | No
         "activation": settings.label(),
         "depth": settings.depth,
         "repeat": settings.repeat,
+        "points": settings.points,
+        "sampler": settings.sampler.value,
         "width": architecture.sizes[1],
         "parameters": parameter_count(list(architecture.sizes)),
         "mean_field_test_accuracy": accuracy(network, test_x, test_y),
         "train_seconds": train_seconds,
-        "software": software_versions(),
+        "software": software_versions(settings.sampler),
         **{f"nuts_{name}": value for name, value in diagnostics.items()},
         **diagonal_gap(covariance),
         **wasserstein_gaps(
@@ -156,13 +175,16 @@ def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | No
     return UnitOutcome(record, arrays, diagnostics)
 
 
-def software_versions() -> str:
-    """The libraries that made a unit's numbers: a NUTS chain is reproducible only under them."""
-    return f"jax {jax.__version__}, numpyro {numpyro.__version__}, torch {torch.__version__}"
+def software_versions(sampler: Sampler = Sampler.NUTS) -> str:
+    """The libraries that made a unit's numbers: a chain is reproducible only under them."""
+    versions = f"jax {jax.__version__}, numpyro {numpyro.__version__}, torch {torch.__version__}"
+    if Sampler(sampler) is Sampler.NUTS:
+        return versions
+    return f"{versions}, blackjax {version('blackjax')}"
 
 
 def store_unit(settings: UnitSettings, out: Path, outcome: UnitOutcome) -> dict[str, Any]:
-    """Store a computed unit (its new NUTS samples first, the record last); returns the record."""
+    """Store a computed unit (its new samples first, the record last); returns the record."""
     if outcome.samples is not None:
         unit_store.save(out / "samples", settings.to_dict(), outcome.samples, outcome.diagnostics)
     unit_store.save(out / "units", settings.to_dict(), None, outcome.record)
@@ -170,9 +192,15 @@ def store_unit(settings: UnitSettings, out: Path, outcome: UnitOutcome) -> dict[
 
 
 def stored_record(settings: UnitSettings, out: Path) -> dict[str, Any] | None:
-    """The record of a finished unit, or None."""
+    """The record of a finished unit, or None. Records stored before units named their sampler
+    and size are NUTS units (see ``UnitSettings.to_dict``); both fields are filled in here."""
     stored = unit_store.load(out / "units", settings.to_dict())
-    return None if stored is None else stored[1]
+    if stored is None:
+        return None
+    record = stored[1]
+    record.setdefault("points", settings.points)
+    record.setdefault("sampler", settings.sampler.value)
+    return record
 
 
 def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:

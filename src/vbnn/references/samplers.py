@@ -1,0 +1,53 @@
+"""The reference samplers of a JAX potential, behind one call: ``run_sampler(sampler, ...)``.
+
+Each takes the potential U(theta), starts (C, D) and a ``ChainsConfig`` and returns a
+``ChainsResult`` of draws (C, N, D) with the same diagnostics (``chain_diagnostics``):
+
+* ``nuts``: NumPyro NUTS (Hoffman & Gelman 2014), ``vbnn.references.jax_nuts``;
+* ``mams``: BlackJAX's Metropolis-adjusted microcanonical sampler (Robnik, Cohn-Gordon &
+  Seljak 2025), ``vbnn.references.jax_mclmc``; unbiased;
+* ``mclmc``: BlackJAX's unadjusted microcanonical Langevin sampler (Robnik & Seljak 2024),
+  ``vbnn.references.jax_mclmc``; asymptotically biased (no Metropolis test).
+
+BlackJAX is imported only when one of its samplers is asked for, so NUTS runs without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from enum import Enum
+
+import numpy as np
+
+from vbnn.references.jax_nuts import ChainsConfig, ChainsResult, run_chains
+from vbnn.references.jax_potential import JaxPotential
+
+
+class Sampler(str, Enum):
+    """NUTS: NumPyro NUTS; MAMS: adjusted MCLMC; MCLMC: unadjusted MCLMC (biased)."""
+
+    NUTS = "nuts"
+    MAMS = "mams"
+    MCLMC = "mclmc"
+
+
+def require_sampler(sampler: Sampler) -> None:
+    """Raise a clear error when the library behind ``sampler`` is missing."""
+    if Sampler(sampler) is not Sampler.NUTS and importlib.util.find_spec("blackjax") is None:
+        raise ModuleNotFoundError(
+            f"the {Sampler(sampler).value} sampler is BlackJAX's: pip install 'vbnn[jax]'"
+        )
+
+
+def run_sampler(
+    sampler: Sampler, potential: JaxPotential, initial: np.ndarray, config: ChainsConfig
+) -> ChainsResult:
+    """``config.chains`` chains of exp(-U) from ``initial`` (C, D) with ``sampler``."""
+    sampler = Sampler(sampler)
+    if sampler is Sampler.NUTS:
+        return run_chains(potential, initial, config)
+    require_sampler(sampler)
+    from vbnn.references import jax_mclmc  # optional dependency: BlackJAX
+
+    run = jax_mclmc.run_mams_chains if sampler is Sampler.MAMS else jax_mclmc.run_mclmc_chains
+    return run(potential, initial, config)

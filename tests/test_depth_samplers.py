@@ -1,0 +1,191 @@
+"""The depth experiment's reference samplers agree on the moments they estimate.
+
+NumPyro NUTS, BlackJAX's MAMS (Robnik, Cohn-Gordon & Seljak 2025) and unadjusted MCLMC (Robnik
+& Seljak 2024) on (1) a correlated Gaussian with known mean and covariance and (2) a tiny
+two-moons ReLU network, against a long NUTS reference. Tolerances come from the effective sample
+sizes: a mean's standard error is sd / sqrt(ESS), a variance's sqrt(2) var / sqrt(ESS) (Gaussian
+fourth moment) with the ESS of the squared deviations; every coordinate must be within 5 of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("blackjax", reason="pip install 'vbnn[jax]'")
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+from pyro.ops.stats import effective_sample_size  # noqa: E402
+
+from vbnn.core.contracts import Activation  # noqa: E402
+from vbnn.experiments.depth.units import two_moons  # noqa: E402
+from vbnn.references.architecture import MLPArchitecture  # noqa: E402
+from vbnn.references.chain_diagnostics import (  # noqa: E402
+    ConvergenceCriterion,
+    _ess,
+    bulk_ess,
+)
+from vbnn.references.jax_nuts import ChainsConfig, jittered_starts  # noqa: E402
+from vbnn.references.jax_potential import jax_potential  # noqa: E402
+from vbnn.references.samplers import Sampler, run_sampler  # noqa: E402
+
+TOLERANCE = 5.0  # standard errors
+CONFIG = ChainsConfig(chains=4, warmup=400, samples=800, seed=3)
+
+
+def moment_z_scores(
+    draws: np.ndarray, mean: np.ndarray, variance: np.ndarray, extra_variance: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """|z| of the draws' (C, N, D) mean and variance per coordinate against ``mean`` and
+    ``variance``, whose own squared standard errors are ``extra_variance`` (2, D): the mean's and
+    the variance's (zero for exact values)."""
+    pooled = draws.reshape(-1, draws.shape[-1])
+    ess_mean = bulk_ess(draws)
+    ess_square = bulk_ess((draws - pooled.mean(0)) ** 2)
+    mean_error = variance / ess_mean + extra_variance[0]
+    variance_error = 2 * variance**2 / ess_square + extra_variance[1]
+    return (
+        np.abs(pooled.mean(0) - mean) / np.sqrt(mean_error),
+        np.abs(pooled.var(0) - variance) / np.sqrt(variance_error),
+    )
+
+
+def squared_errors(draws: np.ndarray) -> np.ndarray:
+    """(2, D): the squared standard errors of the draws' mean and variance, from their ESS."""
+    variance = draws.reshape(-1, draws.shape[-1]).var(0)
+    pooled = draws.reshape(-1, draws.shape[-1])
+    return np.stack(
+        [variance / bulk_ess(draws), 2 * variance**2 / bulk_ess((draws - pooled.mean(0)) ** 2)]
+    )
+
+
+@pytest.fixture(scope="module")
+def gaussian() -> tuple:
+    """A 6-D Gaussian with correlations up to ~0.9 and scales from 0.3 to 3."""
+    rng = np.random.default_rng(0)
+    factor = rng.standard_normal((6, 6))
+    correlation = factor @ factor.T + 0.5 * np.eye(6)
+    scales = np.geomspace(0.3, 3.0, 6)
+    inner = np.sqrt(np.diag(correlation))
+    covariance = correlation / np.outer(inner, inner) * np.outer(scales, scales)
+    mean = np.linspace(-2.0, 2.0, 6)
+    precision = jnp.asarray(np.linalg.inv(covariance), jnp.float32)
+    centre = jnp.asarray(mean, jnp.float32)
+
+    def potential(theta):
+        delta = theta - centre
+        return 0.5 * delta @ precision @ delta
+
+    starts = jittered_starts(np.zeros(6, np.float32), dataclasses.replace(CONFIG, start_jitter=1))
+    return potential, starts, mean, covariance
+
+
+def test_the_tolerance_catches_a_wrong_variance_or_mean(gaussian) -> None:
+    """The check can fail: exact draws pass it, draws 1.3x too wide or shifted by 0.3 sd do not."""
+    _, _, mean, covariance = gaussian
+    rng = np.random.default_rng(1)
+    exact = rng.multivariate_normal(mean, covariance, size=(4, 800))
+    sd = np.sqrt(np.diag(covariance))
+    zero = np.zeros((2, 6))
+    assert max(z.max() for z in moment_z_scores(exact, mean, sd**2, zero)) < TOLERANCE
+    wide = mean + 1.3 * (exact - mean)
+    assert moment_z_scores(wide, mean, sd**2, zero)[1].max() > TOLERANCE
+    assert moment_z_scores(exact + 0.3 * sd, mean, sd**2, zero)[0].max() > TOLERANCE
+
+
+@pytest.mark.parametrize("sampler", list(Sampler))
+def test_every_sampler_recovers_a_correlated_gaussian(gaussian, sampler: Sampler) -> None:
+    potential, starts, mean, covariance = gaussian
+    result = run_sampler(sampler, potential, starts, CONFIG)
+    assert result.samples.shape == (4, 800, 6)
+    assert ConvergenceCriterion().passes(result.diagnostics), result.diagnostics
+    mean_z, variance_z = moment_z_scores(
+        result.samples, mean, np.diag(covariance), np.zeros((2, 6))
+    )
+    assert mean_z.max() < TOLERANCE and variance_z.max() < TOLERANCE, (mean_z, variance_z)
+    correlation = np.corrcoef(result.samples.reshape(-1, 6).T)
+    exact = covariance / np.sqrt(np.outer(np.diag(covariance), np.diag(covariance)))
+    assert np.abs(correlation - exact).max() < 0.1  # sd of a correlation <= 1 / sqrt(ESS > 100)
+
+
+def test_the_same_seed_gives_the_same_chains(gaussian) -> None:
+    potential, starts, _, _ = gaussian
+    config = dataclasses.replace(CONFIG, warmup=50, samples=20)
+    first = run_sampler(Sampler.MCLMC, potential, starts, config).samples
+    again = run_sampler(Sampler.MCLMC, potential, starts, config).samples
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first[0], first[1])  # each chain has its own key
+
+
+@pytest.fixture(scope="module")
+def tiny_network() -> tuple:
+    """A 2-3-1 ReLU network (13 parameters) on 20 two-moons points, a long NUTS reference."""
+    x, y = two_moons(20, 0.1, 0, torch.float32)
+    architecture = MLPArchitecture((2, 3, 1), Activation.RELU)
+    potential = jax_potential(architecture, x.numpy(), y.numpy())
+    starts = jittered_starts(np.zeros(13, np.float32), dataclasses.replace(CONFIG, start_jitter=1))
+    long = dataclasses.replace(CONFIG, warmup=300, samples=3000, seed=11)
+    reference = run_sampler(Sampler.NUTS, potential, starts, long)
+    assert ConvergenceCriterion().passes(reference.diagnostics), reference.diagnostics
+    return potential, starts, reference.samples
+
+
+@pytest.mark.parametrize("sampler", [Sampler.MAMS, Sampler.MCLMC])
+def test_the_blackjax_samplers_match_nuts_on_a_tiny_network(tiny_network, sampler) -> None:
+    potential, starts, reference = tiny_network
+    result = run_sampler(sampler, potential, starts, CONFIG)
+    assert ConvergenceCriterion().passes(result.diagnostics), result.diagnostics
+    pooled = reference.reshape(-1, 13)
+    mean_z, variance_z = moment_z_scores(
+        result.samples, pooled.mean(0), pooled.var(0), squared_errors(reference)
+    )
+    assert mean_z.max() < TOLERANCE and variance_z.max() < TOLERANCE, (mean_z, variance_z)
+
+
+def test_ess_in_pieces_equals_ess_at_once() -> None:
+    """The diagnostics take Pyro's ESS a few coordinates at a time (memory); same numbers."""
+    draws = np.random.default_rng(2).standard_normal((4, 200, 150)).cumsum(1)
+    at_once = effective_sample_size(torch.as_tensor(draws), 0, 1).numpy()
+    np.testing.assert_allclose(_ess(draws, coordinates=7), at_once, rtol=1e-12)
+
+
+def test_the_sampler_enters_the_unit_key_and_old_records_read_as_nuts(tmp_path) -> None:
+    from vbnn.experiments.depth.units import UnitSettings, stored_record
+    from vbnn.stores import unit_store
+    from vbnn.stores.unit_store import settings_key
+
+    nuts = UnitSettings(Activation.RELU, depth=1, repeat=0, points=100)
+    mams = dataclasses.replace(nuts, sampler=Sampler.MAMS)
+    assert "sampler" not in nuts.to_dict()  # the keys of units stored before the choice
+    assert mams.to_dict()["sampler"] == "mams"
+    assert settings_key(nuts.to_dict()) != settings_key(mams.to_dict())
+    unit_store.save(tmp_path / "units", nuts.to_dict(), None, {"depth": 1})  # an old record
+    assert stored_record(nuts, tmp_path) == {"depth": 1, "points": 100, "sampler": "nuts"}
+    assert stored_record(mams, tmp_path) is None
+
+
+@pytest.mark.slow
+def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path) -> None:
+    import argparse
+
+    import pandas as pd
+
+    from vbnn.experiments import depth
+
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    flags = [
+        "--quick", "--out", str(tmp_path), "--depths", "1", "--activations", "relu",
+        "--chains", "2", "--points", "100", "--warmup", "40", "--samples", "12", "--epochs", "1",
+        "--heatmap-samples", "200", "--no-fashion", "--sampler", "mclmc",
+    ]  # fmt: skip
+    depth.run(parser.parse_args(flags))
+    units = pd.read_csv(tmp_path / "depth_units.csv")
+    assert units[["points", "sampler", "trusted"]].to_dict("records") == [
+        {"points": 100, "sampler": "mclmc", "trusted": False}
+    ]
+    assert "blackjax" in units["software"][0]
