@@ -22,7 +22,7 @@ from vbnn.training.likelihoods import (
     GaussianLikelihood,
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, run
-from vbnn.training.objectives import elbo, kl_divergence, log_joint, log_prior
+from vbnn.training.objectives import elbo, kl, log_joint, log_prior
 from vbnn.training.optimizer import learning_rate_groups
 
 
@@ -97,7 +97,7 @@ def test_elbo_runs_on_a_user_sequential_and_sums_every_layer_kl() -> None:
     net = nn.Sequential(vbnn.MeanField(2, 5), nn.Tanh(), vbnn.VariationalDropout(5, 1))
     prior = vbnn.GaussianPrior(1.0)
     expected_kl = (net[0].kl(prior) + net[2].kl(prior))[0]  # one network: a scalar
-    torch.testing.assert_close(kl_divergence(net, prior), expected_kl)
+    torch.testing.assert_close(kl(net, prior), expected_kl)
     x, y = torch.randn(6, 2), torch.randn(6)
     terms = elbo(net, GaussianLikelihood(), prior, x, y, kl_weight=0.5)
     torch.testing.assert_close(terms["objective"], terms["log-likelihood"] - 0.5 * expected_kl)
@@ -217,7 +217,7 @@ def _networks() -> dict[str, nn.Module]:
     torch.manual_seed(3)
     sequential = vbnn.convert(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)), "mf")
     mlp = vbnn.MLP("vd-neuron", (3, 4, 2), "tanh", ModelGenerators([1, 2]))
-    lenet = vbnn.LeNet5(vbnn.LeNetConfig(families=("point", "zero-mean", "mf", "vd-layer")))
+    lenet = LeNet5(LeNetConfig(families=("point", "zero-mean", "mf", "vd-layer")))
     return {"sequential": sequential, "mlp": mlp, "lenet": lenet}
 
 

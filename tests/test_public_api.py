@@ -9,8 +9,11 @@ import torch
 from torch import nn
 
 import vbnn
+import vbnn.regression
 from vbnn.core.gaussian import kl_diagonal_gaussian
 from vbnn.layers.shell import VariationalLayer
+from vbnn.networks import LeNet5, LeNetConfig
+from vbnn.regression import Method, TrainConfig
 
 WITH_MEANS = [name for name, spec in vbnn.FAMILIES.items() if spec.name not in
               ("zero-mean", "bernoulli-variance", "uniform-variance")]  # fmt: skip
@@ -144,4 +147,17 @@ def test_phase_transition_tracking_and_plot_work_for_a_converted_model(tmp_path)
 
 def test_unknown_method_lists_the_choices() -> None:
     with pytest.raises(ValueError, match="unknown method 'bbb'; choose from es, map, mf"):
-        vbnn.TrainConfig(method="bbb")
+        vbnn.regression.TrainConfig(method="bbb")
+
+
+def test_the_top_level_has_one_name_per_concept() -> None:
+    """The UCI engine's and the papers' names live in their subpackages; no concept has two
+    names at the top level."""
+    assert set(vbnn.__all__) <= set(dir(vbnn))
+    for moved in ("Method", "TrainConfig", "LeNet5", "LeNetConfig", "kl_divergence", "use_mode"):
+        assert not hasattr(vbnn, moved), moved
+    assert TrainConfig(method=Method.MF).method is Method.MF
+    assert isinstance(LeNet5(LeNetConfig()), nn.Module)
+    assert vbnn.kl is vbnn.training.objectives.kl
+    objects = [getattr(vbnn, name) for name in vbnn.__all__ if name != "__version__"]
+    assert len({id(value) for value in objects}) == len(objects)  # no object under two names

@@ -1,15 +1,26 @@
 """vbnn: variational Bayesian neural networks in PyTorch.
 
-The public surface: the families as layers (``FAMILIES`` and their classes), the mode switch,
-priors, networks, likelihoods, the ELBO, the training loop, and the randomness of model stacks.
-Experiments live in ``vbnn.experiments`` and are run with ``vbnn reproduce NAME``.
+The public surface, one name per concept:
+
+* the families as layers: ``FAMILIES``, ``family``, the layer classes, ``convert`` (any
+  ``nn.Module`` made Bayesian) and ``MLP``;
+* how a network runs: ``mode`` (``ForwardMode``), ``use_noise`` and ``ModelGenerators`` (where the
+  noise comes from), ``sample`` (K outputs drawn from q), ``variational_layers``;
+* the objectives over any module: ``kl``, ``log_prior``, ``elbo``, ``log_joint``,
+  ``log_likelihood``; priors and likelihoods; ``train_loop`` and ``LangevinDynamics``;
+* the estimators ``BayesianRegressor`` and ``BayesianClassifier``; ``diagnose``; the modules
+  ``metrics`` and ``plots``.
+
+The UCI engine's names live in ``vbnn.regression`` (``Method``, ``TrainConfig``, ``run_splits``),
+the papers' networks in ``vbnn.networks`` (``LeNet5``, ``VGGLike``), the experiments in
+``vbnn.experiments`` (run with ``vbnn reproduce NAME``).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
-from vbnn import metrics
+from vbnn import metrics, plots
 from vbnn.classification.estimator import BayesianClassifier
-from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.report import DiagnosisReport, diagnose
 from vbnn.layers import (
@@ -21,6 +32,7 @@ from vbnn.layers import (
     FixedVariance,
     FullCovariance,
     LayerDropout,
+    LowRankCovariance,
     MeanField,
     NeuronDropout,
     Point,
@@ -31,10 +43,10 @@ from vbnn.layers import (
     ZeroMean,
     family,
     mode,
+    use_noise,
     variational_layers,
 )
 from vbnn.networks.conversion import convert
-from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
@@ -48,8 +60,7 @@ from vbnn.training.likelihoods import (
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError
 from vbnn.training.loop import run as train_loop
-from vbnn.training.objectives import elbo, kl_divergence, log_joint, log_likelihood, log_prior
-from vbnn.training.objectives import kl_divergence as kl
+from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood, log_prior
 
 try:
     __version__ = version("vbnn")
@@ -76,18 +87,16 @@ __all__ = [
     "GaussianPrior",
     "LangevinDynamics",
     "LayerDropout",
-    "LeNet5",
-    "LeNetConfig",
     "Likelihood",
     "LogUniformPrior",
+    "LowRankCovariance",
     "MeanField",
-    "Method",
     "ModelGenerators",
     "NeuronDropout",
     "NonFiniteLossError",
     "Point",
+    "Prior",
     "StudentTPrior",
-    "TrainConfig",
     "UniformVariance",
     "VariationalDropout",
     "VariationalLayer",
@@ -99,13 +108,14 @@ __all__ = [
     "elbo",
     "family",
     "kl",
-    "kl_divergence",
     "log_joint",
     "log_likelihood",
     "log_prior",
     "metrics",
     "mode",
+    "plots",
     "sample",
     "train_loop",
+    "use_noise",
     "variational_layers",
 ]

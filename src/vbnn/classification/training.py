@@ -33,7 +33,7 @@ from vbnn.layers.shell import VariationalLayer
 from vbnn.plots import pyplot, save_figure
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.loop import run
-from vbnn.training.objectives import elbo, kl_divergence
+from vbnn.training.objectives import elbo, kl
 from vbnn.training.optimizer import learning_rate_groups
 
 EpochCallback = Callable[[int, nn.Module], None]
@@ -204,8 +204,8 @@ def evaluate_elbo(
         logits = network_output(model, inputs, ForwardMode.LOCAL, generators)
         values = likelihood.log_prob(logits, labels[first : first + 1000])
         data += float(values.reshape(-1, values.shape[-1])[0].sum())
-    kl = float(kl_divergence(model, prior).flatten()[0])
-    return {"ELBO": data - kl, "data_term": data, "KL": kl}
+    divergence = float(kl(model, prior).flatten()[0])
+    return {"ELBO": data - divergence, "data_term": data, "KL": divergence}
 
 
 def accuracies(

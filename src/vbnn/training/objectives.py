@@ -45,7 +45,7 @@ def _per_network(model: nn.Module, total: torch.Tensor) -> torch.Tensor:
     return total.squeeze(0) if stack_size(model) is None else total
 
 
-def kl_divergence(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
+def kl(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
     """KL(q || prior) = sum over the family layers of ``model`` of their KL: (M,) for a stack, a
     scalar for one network.
 
@@ -128,12 +128,12 @@ def elbo(
     dataset_size: int | None = None,
 ) -> Terms:
     """ELBO terms of a batch (module docstring); ``dataset_size`` None: the batch is the data;
-    ``prior`` None: each layer's family default (``kl_divergence``)."""
+    ``prior`` None: each layer's family default (``kl``)."""
     data = expected_log_likelihood(model, likelihood, x, y, noise, samples)
     if dataset_size is not None:
         data = data * (dataset_size / y.shape[-1])
-    kl = kl_divergence(model, prior)
-    return {"objective": data - kl_weight * kl, "log-likelihood": data, "KL": kl}
+    divergence = kl(model, prior)
+    return {"objective": data - kl_weight * divergence, "log-likelihood": data, "KL": divergence}
 
 
 def log_joint(
