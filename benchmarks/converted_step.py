@@ -57,6 +57,29 @@ class ResidualBlock(nn.Module):
         return torch.relu(x + self.second_norm(self.second(out)))
 
 
+class TwoProducts(nn.Module):
+    """A weight layer computed twice, ``layer(x) + twin(x)``: the two products (mean and variance)
+    a local-reparameterization step does per layer, with twice the parameters for Adam, and none
+    of its element-wise work. The floor of ``mf``, ``fc``-free families with the LRT."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+        self.twin = copy.deepcopy(layer)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x) + self.twin(x)
+
+
+def two_products(base: nn.Module) -> nn.Module:
+    model = copy.deepcopy(base)
+    for parent in list(model.modules()):
+        for child_name, child in parent.named_children():
+            if isinstance(child, nn.Linear | nn.Conv2d):
+                setattr(parent, child_name, TwoProducts(child))
+    return model
+
+
 def network(name: str) -> nn.Module:
     if name == "mlp":
         return nn.Sequential(
@@ -94,6 +117,7 @@ def variants(name: str) -> dict[str, tuple[nn.Module, Callable[[nn.Module], torc
     torch.manual_seed(0)
     base = network(name)
     out: dict[str, tuple[nn.Module, Callable]] = {"plain": (base, lambda model: 0.0)}
+    out["floor: two products"] = (two_products(base), lambda model: 0.0)
     for family in vbnn.FAMILIES:
         try:
             model = vbnn.convert(base, family)
@@ -128,25 +152,46 @@ def make_step(model: nn.Module, kl: Callable, x: torch.Tensor, y: torch.Tensor) 
     return step
 
 
-def time_steps(step: Callable[[], None], steps: int) -> float:
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(step: Callable[[], None], steps: int, device: torch.device) -> float:
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    synchronize(device)
     return (time.perf_counter() - start) / steps * 1e3
 
 
+def kernels_per_step(step: Callable[[], None]) -> int:
+    """CUDA kernels (and memory operations) one step launches, counted by the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        step()
+        torch.cuda.synchronize()
+    return sum(1 for event in profiler.events() if event.device_type.name == "CUDA")
+
+
 def benchmark(name: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    device = torch.device(args.device)
     generator = torch.Generator().manual_seed(1)
-    x = torch.randn(args.batch, 1, 28, 28, generator=generator)
-    y = torch.randint(0, CLASSES, (args.batch,), generator=generator)
-    steps = {label: make_step(model, kl, x, y) for label, (model, kl) in variants(name).items()}
+    x = torch.randn(args.batch, 1, 28, 28, generator=generator).to(device)
+    y = torch.randint(0, CLASSES, (args.batch,), generator=generator).to(device)
+    steps = {
+        label: make_step(model.to(device), kl, x, y)
+        for label, (model, kl) in variants(name).items()
+    }
     for step in steps.values():
-        time_steps(step, args.warmup)
+        time_steps(step, args.warmup, device)
     times: dict[str, list[float]] = {label: [] for label in steps}
     for _ in range(args.rounds):
         for label, step in steps.items():
-            times[label].append(time_steps(step, args.steps))
-    return {
+            times[label].append(time_steps(step, args.steps, device))
+    results = {
         label: {
             "ms_per_step": statistics.median(values),
             "ratio_to_plain": statistics.median(
@@ -155,6 +200,10 @@ def benchmark(name: str, args: argparse.Namespace) -> dict[str, dict[str, float]
         }
         for label, values in times.items()
     }
+    if device.type == "cuda":
+        for label, step in steps.items():
+            results[label]["kernels_per_step"] = kernels_per_step(step)
+    return results
 
 
 def main() -> None:
@@ -165,19 +214,22 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (timed with synchronize)")
     parser.add_argument("--out", type=Path, default=None, help="JSON of the results")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results = {}
     for name in args.networks:
         results[name] = benchmark(name, args)
-        print(f"\n{name}, batch {args.batch}, {args.threads} threads")
-        print("| model | ms a step | vs plain |\n|---|---:|---:|")
+        print(f"\n{name}, batch {args.batch}, {args.device}, {args.threads} threads")
+        print("| model | ms a step | vs plain | kernels a step |\n|---|---:|---:|---:|")
         for label, row in results[name].items():
-            print(f"| {label} | {row['ms_per_step']:.2f} | {row['ratio_to_plain']:.2f}x |")
+            kernels = row.get("kernels_per_step", "")
+            print(f"| {label} | {row['ms_per_step']:.2f} | {row['ratio_to_plain']:.2f}x | {kernels} |")
     if args.out is not None:
         settings = {**vars(args), "out": str(args.out), "torch": torch.__version__,
-                    "machine": platform.machine()}  # fmt: skip
+                    "machine": platform.machine(),
+                    "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None}  # fmt: skip
         args.out.write_text(json.dumps({"settings": settings, "results": results}, indent=1))
 
 
