@@ -225,11 +225,13 @@ def main() -> None:
         print("| model | ms a step | vs plain | kernels a step |\n|---|---:|---:|---:|")
         for label, row in results[name].items():
             kernels = row.get("kernels_per_step", "")
-            print(f"| {label} | {row['ms_per_step']:.2f} | {row['ratio_to_plain']:.2f}x | {kernels} |")
+            print(
+                f"| {label} | {row['ms_per_step']:.2f} | {row['ratio_to_plain']:.2f}x | {kernels} |"
+            )
     if args.out is not None:
+        gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
         settings = {**vars(args), "out": str(args.out), "torch": torch.__version__,
-                    "machine": platform.machine(),
-                    "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None}  # fmt: skip
+                    "machine": platform.machine(), "gpu": gpu}  # fmt: skip
         args.out.write_text(json.dumps({"settings": settings, "results": results}, indent=1))
 
 

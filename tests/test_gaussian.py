@@ -25,6 +25,21 @@ def test_diagonal_kl_matches_torch_distributions() -> None:
     torch.testing.assert_close(kl_diagonal_gaussian(mean, std, 1.7), expected)
 
 
+@pytest.mark.parametrize("prior_std", [1.7, torch.tensor([0.5, 1.0, 2.0]).reshape(3, 1, 1)])
+def test_diagonal_kl_gradients_are_those_of_the_closed_form(prior_std) -> None:
+    """The hand-written backward (one shared prior) and the composite (one prior per model) give
+    autograd's gradients of KL = sum log(s / sigma) + (sigma^2 + mu^2) / (2 s^2) - 1/2."""
+    mean = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
+    std = (torch.rand(3, 4, 5, dtype=torch.float64) + 0.1).requires_grad_()
+    prior = torch.as_tensor(prior_std, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda m, s: kl_diagonal_gaussian(m, s, prior), (mean, std))
+    weights = torch.tensor([0.3, -1.0, 2.0], dtype=torch.float64)
+    (kl_diagonal_gaussian(mean, std, prior) * weights).sum().backward()
+    scale = weights.reshape(3, 1, 1)
+    torch.testing.assert_close(mean.grad, scale * mean.detach() / prior**2)
+    torch.testing.assert_close(std.grad, scale * (std.detach() / prior**2 - 1 / std.detach()))
+
+
 def test_diagonal_kl_matches_monte_carlo() -> None:
     mean = torch.tensor([[0.3, -1.2]], dtype=torch.float64)
     std = torch.tensor([[0.5, 2.0]], dtype=torch.float64)
