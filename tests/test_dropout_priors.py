@@ -42,6 +42,32 @@ def test_molchanov_approximation_matches_integration_within_0_01(true_kl: np.nda
     assert np.abs(approx - true_kl).max() < 0.01
 
 
+def test_weight_wise_log_uniform_kl_has_the_derivative_of_the_approximation() -> None:
+    """One alpha per weight takes the fused sum: its value and gradient are those of the
+    elementwise approximation summed per model (gradcheck and autograd of the composite), and it
+    refuses a second derivative rather than return a wrong one."""
+    generator = torch.Generator().manual_seed(3)
+    mean = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
+    log_alpha = (
+        4.0 * torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
+    ).requires_grad_()
+    prior = LogUniformPrior()
+    assert torch.autograd.gradcheck(lambda value: prior.kl_dropout(mean, value), (log_alpha,))
+    weights = torch.tensor([0.5, -2.0], dtype=torch.float64)
+    (prior.kl_dropout(mean, log_alpha) * weights).sum().backward()
+    fused = log_alpha.grad.clone()
+    log_alpha.grad = None
+    composite = kl_log_uniform_approximation(log_alpha).reshape(2, -1).sum(1)
+    torch.testing.assert_close(prior.kl_dropout(mean, log_alpha), composite)
+    (composite * weights).sum().backward()
+    torch.testing.assert_close(fused, log_alpha.grad)
+    (first,) = torch.autograd.grad(
+        prior.kl_dropout(mean, log_alpha).sum(), log_alpha, create_graph=True
+    )
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(first.sum(), log_alpha)
+
+
 def test_one_sample_estimate_is_unbiased(true_kl: np.ndarray) -> None:
     generator = torch.Generator().manual_seed(0)
     log_alpha = torch.tensor(GRID[::4], dtype=torch.float64).unsqueeze(1)

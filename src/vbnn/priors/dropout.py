@@ -41,6 +41,7 @@ from enum import Enum
 from itertools import pairwise
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch.nn import functional
 
 from vbnn.core.contracts import DropoutPrior
@@ -69,6 +70,32 @@ def kl_log_uniform_approximation(log_alpha: torch.Tensor) -> torch.Tensor:
     """Elementwise Molchanov et al. approximation of KL(N(mu, alpha mu^2) || LogU) (Neklyudov et al.
     2018 eq. 10)."""
     return K1 - K1 * torch.sigmoid(K2 + K3 * log_alpha) + 0.5 * functional.softplus(-log_alpha)
+
+
+class _LogUniformApproximationSum(torch.autograd.Function):
+    """Per-model sum of ``kl_log_uniform_approximation`` with its derivative taken in the same
+    pass (s = sigmoid(k2 + k3 log alpha), t = sigmoid(-log alpha) = 1 / (1 + alpha)):
+
+        KL = k1 - k1 s + 1/2 log(1 + 1/alpha),       dKL/dlog alpha = -k1 k3 s (1 - s) - t / 2.
+
+    The backward is one product with the saved derivative, where autograd would replay the
+    sigmoid, the softplus and their products over every log alpha of a weight-wise layer."""
+
+    @staticmethod
+    def forward(ctx, log_alpha):  # type: ignore[no-untyped-def]
+        s = torch.sigmoid(log_alpha.mul(K3).add_(K2))
+        negative = torch.neg(log_alpha)
+        kl = functional.softplus(negative).mul_(0.5).sub_(s, alpha=K1).add_(K1)
+        t = negative.sigmoid_()
+        derivative = torch.sub(1.0, s).mul_(s).mul_(-K1 * K3).sub_(t, alpha=0.5)
+        ctx.save_for_backward(derivative)
+        return _sum_per_model(kl)
+
+    @staticmethod
+    @once_differentiable  # the saved derivative carries no graph: no second derivatives
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        (derivative,) = ctx.saved_tensors
+        return derivative * grad.reshape(-1, *[1] * (derivative.dim() - 1))
 
 
 def kl_log_uniform_one_sample(log_alpha: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
@@ -133,6 +160,8 @@ class LogUniformPrior:
 
     def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
         if self.estimator is KLEstimator.APPROXIMATION:
+            if log_alpha.shape == mean.shape:  # one alpha per weight
+                return _LogUniformApproximationSum.apply(log_alpha)
             return _sum_shared(kl_log_uniform_approximation(log_alpha), mean.shape)
         log_alpha = torch.broadcast_to(log_alpha, mean.shape)
         eps = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype).to(mean.device)
