@@ -11,6 +11,7 @@ from torch.distributions import MultivariateNormal, Normal, kl_divergence
 from vbnn.core.gaussian import (
     gaussian_log_prob,
     kl_diagonal_gaussian,
+    kl_diagonal_gaussian_log_std,
     kl_full_gaussian,
     local_reparameterization_moments,
     log_mean_exp,
@@ -38,6 +39,25 @@ def test_diagonal_kl_gradients_are_those_of_the_closed_form(prior_std) -> None:
     scale = weights.reshape(3, 1, 1)
     torch.testing.assert_close(mean.grad, scale * mean.detach() / prior**2)
     torch.testing.assert_close(std.grad, scale * (std.detach() / prior**2 - 1 / std.detach()))
+
+
+@pytest.mark.parametrize("prior_std", [0.8, torch.tensor([0.5, 1.0, 2.0]).reshape(3, 1, 1)])
+def test_log_space_diagonal_kl_equals_the_kl_of_exp_log_std(prior_std) -> None:
+    """The mean-field family's log-space KL: the value and gradients of
+    ``kl_diagonal_gaussian(mean, exp(log_std))``, with dKL/dlog_std = sigma^2 / s^2 - 1."""
+    mean = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
+    log_std = (torch.randn(3, 4, 5, dtype=torch.float64) - 1.0).requires_grad_()
+    prior = torch.as_tensor(prior_std, dtype=torch.float64)
+    check = torch.autograd.gradcheck
+    assert check(lambda m, s: kl_diagonal_gaussian_log_std(m, s, prior), (mean, log_std))
+    weights = torch.tensor([0.3, -1.0, 2.0], dtype=torch.float64)
+    (kl_diagonal_gaussian_log_std(mean, log_std, prior) * weights).sum().backward()
+    expected = kl_diagonal_gaussian(mean, log_std.exp(), prior)
+    torch.testing.assert_close(kl_diagonal_gaussian_log_std(mean, log_std, prior), expected)
+    scale = weights.reshape(3, 1, 1)
+    torch.testing.assert_close(mean.grad, scale * mean.detach() / prior**2)
+    sigma_squared = torch.exp(2 * log_std.detach())
+    torch.testing.assert_close(log_std.grad, scale * (sigma_squared / prior**2 - 1))
 
 
 def test_diagonal_kl_matches_monte_carlo() -> None:

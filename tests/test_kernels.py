@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vbnn.core.gaussian import local_reparameterization_moments
-from vbnn.core.kernels import local_reparameterization_sample, tanh
+from vbnn.core.kernels import gaussian_from_moments, local_reparameterization_sample, tanh
 
 SEED = 20261121
 
@@ -65,3 +65,29 @@ def test_tanh_matches_torch():
     x = torch.randn(3, 50, 20, generator=torch.Generator().manual_seed(SEED)) * 4
     x64 = x[:1, :4, :3].double().requires_grad_()
     assert torch.autograd.gradcheck(tanh, (x64,))
+
+
+def test_gaussian_from_moments_matches_composite_and_zeroes_the_floored_gradient():
+    """mean + sqrt(max(var, floor)) * noise: same values as the composite, autograd's gradients
+    of it (gradcheck away from the floor), and a zero variance gradient below the floor."""
+    generator = torch.Generator().manual_seed(SEED)
+    shape = (2, 3, 4, 5)
+    mean = torch.randn(shape, generator=generator, dtype=torch.float64, requires_grad=True)
+    var = (torch.rand(shape, generator=generator, dtype=torch.float64) + 0.1).requires_grad_()
+    noise = torch.randn(shape, generator=generator, dtype=torch.float64)
+    floor = 1e-16
+    assert torch.autograd.gradcheck(
+        lambda m, v: gaussian_from_moments(m, v, noise, floor), (mean, var)
+    )
+    weights = torch.randn(shape, generator=generator, dtype=torch.float64)
+    with torch.no_grad():
+        var[0, 0, 0, :2] = 0.0  # a receptive field of zeros
+    (gaussian_from_moments(mean, var, noise, floor) * weights).sum().backward()
+    fused = (mean.grad.clone(), var.grad.clone())
+    mean.grad, var.grad = None, None
+    composite = torch.addcmul(mean, var.clamp_min(floor).sqrt(), noise)
+    torch.testing.assert_close(gaussian_from_moments(mean, var, noise, floor), composite)
+    (composite * weights).sum().backward()
+    torch.testing.assert_close(fused[0], mean.grad)
+    torch.testing.assert_close(fused[1], var.grad)
+    assert bool((fused[1][0, 0, 0, :2] == 0).all())

@@ -40,7 +40,9 @@ def kl_diagonal_gaussian(
     if prior_var.dim() > 0 and prior_var.numel() > 1:  # one prior per model: the composite form
         terms = 0.5 * torch.log(prior_var) - torch.log(std) + (std**2 + mean**2) / (2 * prior_var)
         return _sum_per_model(terms) - 0.5 * mean[0].numel()
-    return _DiagonalGaussianKL.apply(mean, std, prior_var.reshape(()))
+    return _DiagonalGaussianKL.apply(
+        mean, torch.broadcast_to(std, mean.shape), prior_var.reshape(())
+    )
 
 
 class _DiagonalGaussianKL(torch.autograd.Function):
@@ -68,6 +70,58 @@ class _DiagonalGaussianKL(torch.autograd.Function):
             per_model = grad.reshape(-1, *[1] * (std.dim() - 1))
             grad_std = torch.reciprocal(std).mul_(-per_model).addcmul_(std, scale)
         return grad_mean, grad_std, None
+
+
+def kl_diagonal_gaussian_log_std(
+    mean: torch.Tensor, log_std: torch.Tensor, prior_std: float | torch.Tensor
+) -> torch.Tensor:
+    """``kl_diagonal_gaussian`` with sigma = exp(log_std), taken in log space:
+
+        KL = sum_i [ log s - log_std_i + (exp(2 log_std_i) + mu_i^2) / (2 s^2) - 1/2 ],
+        dKL/dmu_i = mu_i / s^2,        dKL/dlog_std_i = sigma_i^2 / s^2 - 1,
+
+    which needs no logarithm and no reciprocal of sigma (the mean-field family's log
+    parameterization). Shapes and ``prior_std`` as ``kl_diagonal_gaussian``.
+    """
+    prior_var = torch.as_tensor(prior_std, dtype=mean.dtype, device=mean.device) ** 2
+    log_std = torch.broadcast_to(log_std, mean.shape)
+    if prior_var.dim() > 0 and prior_var.numel() > 1:  # one prior per model: the composite form
+        terms = (
+            0.5 * torch.log(prior_var)
+            - log_std
+            + (torch.exp(2 * log_std) + mean**2) / (2 * prior_var)
+        )
+        return _sum_per_model(terms) - 0.5 * mean[0].numel()
+    return _DiagonalGaussianKLLogStd.apply(mean, log_std, prior_var.reshape(()))
+
+
+class _DiagonalGaussianKLLogStd(torch.autograd.Function):
+    """``kl_diagonal_gaussian_log_std`` for one prior std shared by the models."""
+
+    @staticmethod
+    def forward(ctx, mean, log_std, prior_var):  # type: ignore[no-untyped-def]
+        models = mean.shape[0]
+        flat_mean, flat_log_std = mean.reshape(models, -1), log_std.reshape(models, -1)
+        var = torch.exp(flat_log_std * 2.0)
+        squares = torch.linalg.vector_norm(flat_mean, dim=1) ** 2 + var.sum(1)
+        count = flat_mean.shape[1]
+        ctx.save_for_backward(mean, var, prior_var)
+        return (
+            squares / (2 * prior_var)
+            - flat_log_std.sum(1)
+            + count * (0.5 * torch.log(prior_var) - 0.5)
+        )
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        mean, var, prior_var = ctx.saved_tensors
+        scale = (grad / prior_var).reshape(-1, *[1] * (mean.dim() - 1))
+        grad_mean = mean * scale if ctx.needs_input_grad[0] else None
+        grad_log_std = None
+        if ctx.needs_input_grad[1]:
+            flat_scale, per_model = scale.reshape(-1, 1), grad.reshape(-1, 1)
+            grad_log_std = var.mul(flat_scale).sub_(per_model).reshape(mean.shape)
+        return grad_mean, grad_log_std, None
 
 
 def kl_to_isotropic_gaussian(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
 
 class _LocalReparameterizationSample(torch.autograd.Function):
@@ -116,6 +117,40 @@ def local_reparameterization_sample(
     return _LocalReparameterizationSample.apply(
         x, weight_mean, weight_log_std, bias_mean, bias_log_std, noise
     )
+
+
+class _GaussianFromMoments(torch.autograd.Function):
+    """out = mean + sqrt(max(var, floor)) * noise, with dL/dvar = g * noise / (2 sqrt(var)) saved
+    from the forward (0 where var < floor, as the clamp's derivative), so that the backward is
+    one product instead of autograd's replay of the square root, the clamp and the noise."""
+
+    @staticmethod
+    def forward(ctx, mean, var, noise, floor):  # type: ignore[no-untyped-def]
+        std = var.clamp_min(floor).sqrt_()
+        out = torch.addcmul(mean, std, noise)
+        half_noise_over_std = std.reciprocal_().mul_(noise).mul_(0.5)
+        half_noise_over_std.masked_fill_(var < floor, 0.0)
+        ctx.save_for_backward(half_noise_over_std)
+        return out
+
+    @staticmethod
+    @once_differentiable  # the saved factor carries no graph: no second derivatives
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        (half_noise_over_std,) = ctx.saved_tensors
+        return grad, grad * half_noise_over_std, None, None
+
+
+def gaussian_from_moments(
+    mean: torch.Tensor, var: torch.Tensor, noise: torch.Tensor, floor: float
+) -> torch.Tensor:
+    """One draw mean + sqrt(max(var, floor)) * noise of Gaussian pre-activations (the LRT's last
+    step, Kingma et al. 2015), element by element; ``noise`` standard normal, no gradient.
+
+    The variance is floored before the square root (whose derivative is infinite at 0); its
+    gradient is 0 below the floor. Same values as the composite expression; gradients agree to
+    float rounding (tests/test_kernels.py).
+    """
+    return _GaussianFromMoments.apply(mean, var, noise, floor)
 
 
 class _Tanh(torch.autograd.Function):

@@ -26,6 +26,7 @@ from vbnn.core.contracts import Prior
 from vbnn.core.kernels import local_reparameterization_sample
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
+from vbnn.priors.gaussian import GaussianPrior
 
 
 class StdParameterization(str, Enum):
@@ -145,6 +146,12 @@ class MeanField(VariationalLayer):
         return None if raw is None else self._std(raw)
 
     def kl(self, prior: Prior) -> torch.Tensor:
+        if self.parameterization is StdParameterization.LOG and isinstance(prior, GaussianPrior):
+            # log sigma is the parameter: the KL's log and sigma^2 need no exp/log round trip
+            total = prior.kl_diagonal_log_std(self.weight_mean, self.weight_log_std)
+            if self.bias_mean is not None:
+                total = total + prior.kl_diagonal_log_std(self.bias_mean, self.bias_log_std)
+            return total
         total = prior.kl_diagonal(self.weight_mean, self.weight_std())
         if self.bias_mean is not None:
             total = total + prior.kl_diagonal(self.bias_mean, self.bias_std())

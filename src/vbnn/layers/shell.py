@@ -60,6 +60,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ForwardMode, ParameterRole, Prior
+from vbnn.core.kernels import gaussian_from_moments
 from vbnn.core.randomness import ModelGenerators, NoiseSource, TorchNoise
 from vbnn.layers.operators import Operator
 from vbnn.priors.gaussian import GaussianPrior
@@ -298,7 +299,7 @@ class VariationalLayer(nn.Module):
         mean = self.operator.apply(x, mean_weight, mean_bias)
         var = self.operator.apply(x * x, var_weight, var_bias)
         eps = noise.randn(*mean.shape[1:], dtype=x.dtype, device=x.device)
-        return torch.addcmul(mean, var.clamp_min(VARIANCE_FLOOR).sqrt(), eps)
+        return gaussian_from_moments(mean, var, eps, VARIANCE_FLOOR)
 
     # --- summaries ----------------------------------------------------------------------------
     def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:

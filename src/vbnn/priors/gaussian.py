@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 import torch
 
-from vbnn.core.gaussian import gaussian_log_prob, kl_diagonal_gaussian, kl_to_isotropic_gaussian
+from vbnn.core.gaussian import (
+    gaussian_log_prob,
+    kl_diagonal_gaussian,
+    kl_diagonal_gaussian_log_std,
+    kl_to_isotropic_gaussian,
+)
 
 
 def per_model(value: float | torch.Tensor, like: torch.Tensor) -> float | torch.Tensor:
@@ -32,6 +37,10 @@ class GaussianPrior:
 
     def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         return kl_diagonal_gaussian(mean, std, per_model(self.std, mean))
+
+    def kl_diagonal_log_std(self, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+        """``kl_diagonal`` with std = exp(log_std), computed in log space (fewer passes)."""
+        return kl_diagonal_gaussian_log_std(mean, log_std, per_model(self.std, mean))
 
     def kl_correlated(
         self, mean: torch.Tensor, trace: torch.Tensor, log_det: torch.Tensor
