@@ -86,6 +86,19 @@ def test_missing_and_mismatched_files_raise_clear_errors(tmp_path: Path) -> None
         save_model(tmp_path / "x", model, likelihood, config, 3, [0, 1])
 
 
+def test_the_removed_direct_factor_is_refused_not_trained_under_its_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="covariance_factor='direct'"):
+        TrainConfig(method=Method.FC, covariance_factor="direct")
+    config = TrainConfig(method=Method.FC, hidden=(2,), iterations=5)
+    model, likelihood = build_stack(config, 3, [0])
+    folder = save_model(tmp_path / "fc", model, likelihood, config, 3, [0])
+    description = json.loads((folder / "model.json").read_text())
+    del description["config"]["covariance_factor"]  # a version 1 file: L = diag(s) + A
+    (folder / "model.json").write_text(json.dumps({**description, "format_version": 1}))
+    with pytest.raises(ModelFileError, match="no longer implements"):
+        load_model(folder)
+
+
 def test_atomic_writes_keep_the_old_version_when_writing_fails(tmp_path) -> None:
     target = write_atomic(tmp_path / "sub" / "table.csv", "a,b\n1,2\n")
     assert target.read_text() == "a,b\n1,2\n" and oct(target.stat().st_mode & 0o777) == "0o644"

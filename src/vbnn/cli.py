@@ -84,7 +84,6 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
         seed=args.seed,
         chunk_size=args.chunk_size,
         cholesky_learning_rate=args.cholesky_learning_rate,
-        covariance_factor=args.covariance_factor,
         compile=args.compile,
         device=args.device,
         burn_in=args.burn_in,
@@ -240,12 +239,6 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="FC: Adam rate of the off-diagonal Cholesky entries (default: the learning rate)",
-    )
-    parser.add_argument(
-        "--covariance-factor",
-        choices=("scaled-unit", "direct"),
-        default="scaled-unit",
-        help="FC: L = diag(s)(I + A) (default) or L = diag(s) + A (the first Table 1 run's)",
     )
     add_runtime_arguments(parser)
     parser.add_argument("--burn-in", type=int, default=None, help="SGLD (a fifth of the steps)")

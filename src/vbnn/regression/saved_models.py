@@ -30,7 +30,7 @@ from vbnn.training.likelihoods import GaussianLikelihood
 
 FORMAT = "vbnn-model"
 FORMAT_VERSION = 2
-# version 1 predates TrainConfig.covariance_factor: its FC models used L = diag(s) + A
+# version 1 predates TrainConfig.covariance_factor: readable but for FC (L = diag(s) + A there)
 READABLE_VERSIONS = (1, 2)
 CONFIG_FILE = "model.json"
 STATE_FILE = "state.pt"
@@ -57,7 +57,10 @@ def config_from_dict(values: dict[str, Any], version: int = FORMAT_VERSION) -> T
     """Inverse of ``TrainConfig.to_dict`` (lists back to tuples) for a file of ``version``."""
     values = dict(values)
     if version == 1 and values.get("method") == "fc":
-        values.setdefault("covariance_factor", "direct")
+        raise ValueError(
+            "an FC model of format version 1 has the Cholesky factor L = diag(s) + A, which vbnn "
+            "no longer implements (L = diag(s) (I + A) now); retrain it"
+        )
     for name in ("hidden", "betas"):
         if name in values:
             values[name] = tuple(values[name])
