@@ -60,7 +60,7 @@ class ParameterRole(str, Enum):
 
     Adam moves every coordinate by about its learning rate whatever its gradient, so parameters
     whose scale or gradient noise differs from the means' may need a rate of their own
-    (``training.optimizer.parameter_groups``).
+    (``training.optimizer.learning_rate_groups``).
 
     WEIGHTS: means, point weights, biases and standard deviations (every parameter not named).
     CORRELATION: entries of a covariance factor that hold correlations between weights (FC's
@@ -192,7 +192,7 @@ class TrainConfig:
         iterations: full-batch optimisation steps (None: 5000, ES 2000 as in the paper).
         learning_rate, betas: Adam settings.
         cholesky_learning_rate: FC only: Adam rate of the off-diagonal Cholesky entries (None:
-            ``learning_rate``, the paper's setting; see ``training.parameter_groups``).
+            ``learning_rate``, the paper's setting; see ``training.full_batch.parameter_groups``).
         covariance_factor: FC only: the parameterization of the Cholesky factor, stored with
             the run; "scaled-unit" (L = diag(s) (I + A)) is the one implemented (see
             ``vbnn.layers.full_covariance``).
