@@ -58,8 +58,7 @@ from vbnn.training.likelihoods import (
     GaussianLikelihood,
     Likelihood,
 )
-from vbnn.training.loop import LangevinDynamics, NonFiniteLossError
-from vbnn.training.loop import run as train_loop
+from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood, log_prior
 
 try:

@@ -12,7 +12,7 @@ Priors: the weights' N(0, s^2) (``TrainConfig.prior_std``) and N(0, 1) on the lo
 standardised target units (a weak prior: the noise std lies within a factor e of 1 with 68 %
 probability). Samples after ``burn_in`` steps, one every ``thinning`` steps, form the predictive.
 Every model of the stack draws its mini-batches and its Langevin noise from its own stream, so a
-model samples the same chain alone or in a batch. The chain is ``training.loop.run`` with the
+model samples the same chain alone or in a batch. The chain is ``vbnn.train_loop`` with the
 Langevin update ``LangevinDynamics`` as its optimizer and a callback that keeps the samples.
 """
 
@@ -27,7 +27,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import GaussianLikelihood
-from vbnn.training.loop import LangevinDynamics, run
+from vbnn.training.loop import LangevinDynamics, train_loop
 from vbnn.training.objectives import log_prior
 
 State = dict[str, torch.Tensor]
@@ -134,7 +134,7 @@ def sample(
             "(lower TrainConfig.step_size)"
         )
 
-    run(log_density, optimizer, iterations, 1.0, [keep], describe, progress, description)
+    train_loop(log_density, optimizer, iterations, 1.0, [keep], describe, progress, description)
     if not kept:
         raise ValueError(
             f"SGLD kept no samples: iterations={iterations}, burn_in={config.resolved_burn_in}, "

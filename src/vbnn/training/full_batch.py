@@ -1,7 +1,7 @@
 """Full-batch training of a model stack: one Adam over all models, independent in every element.
 
 The loss is sum_m ( -objective_m / N ): Adam's update is elementwise, so model m follows exactly
-the trajectory it would follow alone. The steps are ``loop.run``'s; this module adds the
+the trajectory it would follow alone. The steps are ``loop.train_loop``'s; this module adds the
 objective of each method (ES, MAP, VI; SGLD has its own optimizer in ``regression.sgld``), the
 compiled objective, and early stopping.
 """
@@ -20,7 +20,7 @@ from vbnn.core.runtime import one_core_for_noise
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import GaussianLikelihood
-from vbnn.training.loop import NonFiniteLossError, StepCallback, run
+from vbnn.training.loop import NonFiniteLossError, StepCallback, train_loop
 from vbnn.training.objectives import elbo, log_joint, log_likelihood
 from vbnn.training.optimizer import learning_rate_groups
 
@@ -204,7 +204,7 @@ def fit(
 
         callbacks.append(check)
     with generators.drawing_ahead(), one_core_for_noise():
-        terms = run(
+        terms = train_loop(
             lambda iteration: objective(),
             optimizer,
             iterations,
