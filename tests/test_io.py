@@ -10,8 +10,9 @@ import torch
 
 from vbnn.core.contracts import TABLE1_METHODS, ForwardMode, Method, TrainConfig
 from vbnn.data.splits import StackedSplits
-from vbnn.regression.engine import build_stack, train_stack
+from vbnn.regression.engine import train_stack
 from vbnn.regression.saved_models import ModelFileError, load_model, save_model
+from vbnn.regression.stack import build_stack
 from vbnn.stores.atomic import write_atomic, write_folder_atomic
 
 

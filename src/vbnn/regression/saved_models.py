@@ -5,7 +5,7 @@ Layout of a model folder:
     ids), the data set name and any caller metadata;
     ``state.pt`` - ``torch.save({"model": MLP.state_dict(), "likelihood": ...state_dict()})``.
 
-Loading rebuilds the stack with ``engine.build_stack`` (so the architecture comes from the
+Loading rebuilds the stack with ``stack.build_stack`` (so the architecture comes from the
 config, never from pickled code) and loads the tensors with ``torch.load(weights_only=True)``.
 The folder is written under a temporary name and renamed into place, so a reader sees either the
 old model or the new one, never half of one.
@@ -24,7 +24,7 @@ import torch
 
 from vbnn.core.contracts import TrainConfig
 from vbnn.networks.mlp import MLP
-from vbnn.regression.engine import build_stack
+from vbnn.regression.stack import build_stack
 from vbnn.stores.atomic import write_folder_atomic
 from vbnn.training.likelihoods import GaussianLikelihood
 
@@ -114,7 +114,7 @@ def save_model(
 
 
 def load_model(folder: str | Path) -> SavedModel:
-    """Rebuild a saved stack (``engine.build_stack``) and load its tensors.
+    """Rebuild a saved stack (``stack.build_stack``) and load its tensors.
 
     Raises:
         ModelFileError: folder or file missing, not a vbnn model, or tensors that do not fit the
