@@ -13,7 +13,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
-from vbnn.regression.engine import build_stack
+from vbnn.regression.stack import build_stack
 from vbnn.training.full_batch import fit
 
 

@@ -28,7 +28,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import FullCovariance, LowRankCovariance
 from vbnn.layers.low_rank_covariance import log_det_identity_plus_gram
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.regression.engine import build_stack
+from vbnn.regression.stack import build_stack
 from vbnn.training.full_batch import fit
 
 NOISE_STD, PRIOR_STD, ROWS, INPUTS = 0.5, 1.0, 455, 13

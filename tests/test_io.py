@@ -10,8 +10,9 @@ import torch
 
 from vbnn.core.contracts import TABLE1_METHODS, ForwardMode, Method, TrainConfig
 from vbnn.data.splits import StackedSplits
-from vbnn.regression.engine import build_stack, train_stack
+from vbnn.regression.engine import train_stack
 from vbnn.regression.saved_models import ModelFileError, load_model, save_model
+from vbnn.regression.stack import build_stack
 from vbnn.stores.atomic import write_atomic, write_folder_atomic
 
 
@@ -84,6 +85,19 @@ def test_missing_and_mismatched_files_raise_clear_errors(tmp_path: Path) -> None
         load_model(folder)
     with pytest.raises(ValueError, match="2 keys for a stack of 1"):
         save_model(tmp_path / "x", model, likelihood, config, 3, [0, 1])
+
+
+def test_the_removed_direct_factor_is_refused_not_trained_under_its_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="covariance_factor='direct'"):
+        TrainConfig(method=Method.FC, covariance_factor="direct")
+    config = TrainConfig(method=Method.FC, hidden=(2,), iterations=5)
+    model, likelihood = build_stack(config, 3, [0])
+    folder = save_model(tmp_path / "fc", model, likelihood, config, 3, [0])
+    description = json.loads((folder / "model.json").read_text())
+    del description["config"]["covariance_factor"]  # a version 1 file: L = diag(s) + A
+    (folder / "model.json").write_text(json.dumps({**description, "format_version": 1}))
+    with pytest.raises(ModelFileError, match="no longer implements"):
+        load_model(folder)
 
 
 def test_atomic_writes_keep_the_old_version_when_writing_fails(tmp_path) -> None:

@@ -21,7 +21,7 @@ from vbnn.training.likelihoods import (
     CategoricalLikelihood,
     GaussianLikelihood,
 )
-from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, run
+from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_prior
 from vbnn.training.optimizer import learning_rate_groups
 
@@ -118,7 +118,7 @@ def test_the_loop_names_the_iteration_of_a_non_finite_objective() -> None:
 
     calls = []
     with pytest.raises(NonFiniteLossError, match="iteration 3 in model 0"):
-        run(
+        train_loop(
             objective,
             torch.optim.SGD([weight], 0.1),
             5,

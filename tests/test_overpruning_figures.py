@@ -15,7 +15,7 @@ from vbnn.experiments.overpruning.prior_network import (
     sample_prior_network,
     simulate,
 )
-from vbnn.regression.engine import build_stack
+from vbnn.regression.stack import build_stack
 
 
 def _written(paths: list[Path]) -> None:

@@ -159,5 +159,8 @@ def test_the_top_level_has_one_name_per_concept() -> None:
     assert TrainConfig(method=Method.MF).method is Method.MF
     assert isinstance(LeNet5(LeNetConfig()), nn.Module)
     assert vbnn.kl is vbnn.training.objectives.kl
+    assert vbnn.train_loop is vbnn.training.loop.train_loop
+    assert not hasattr(vbnn.training.loop, "run")
+    assert vbnn.NoiseSource is vbnn.core.randomness.NoiseSource
     objects = [getattr(vbnn, name) for name in vbnn.__all__ if name != "__version__"]
     assert len({id(value) for value in objects}) == len(objects)  # no object under two names

@@ -15,7 +15,7 @@ import pytest
 
 from vbnn.core.contracts import Method, SplitResult, TrainConfig
 from vbnn.data import load_uci
-from vbnn.regression.resumable import run_splits_resumable
+from vbnn.regression.engine import run_splits
 from vbnn.stores.results_db import (
     ResultsDatabase,
     ResultsDatabaseError,
@@ -30,13 +30,13 @@ SWEEP = TrainConfig(method=Method.MF, iterations=300, test_samples=10, chunk_siz
 SCRIPT = """
 import sys
 from vbnn.data import load_uci
-from vbnn.regression.resumable import run_splits_resumable
+from vbnn.regression.engine import run_splits
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.core.contracts import Method, TrainConfig
 
 config = TrainConfig(method=Method.MF, iterations=300, test_samples=10, chunk_size=1, seed=3)
 with ResultsDatabase(sys.argv[1]) as database:
-    run_splits_resumable(database, load_uci("boston", sys.argv[2]), range(6), config)
+    run_splits(load_uci("boston", sys.argv[2]), range(6), config, database=database)
 """
 
 
@@ -112,7 +112,12 @@ def test_sigkilled_sweep_resumes_without_loss_or_duplicates(tmp_path: Path, data
         before = database.stored_splits("boston", SWEEP)
         assert 1 <= len(before) < len(SPLITS), before
         dataset = load_uci("boston", data_dir)
-        result, trained = run_splits_resumable(database, dataset, SPLITS, SWEEP)
+        trained: list[int] = []
+
+        def record(stack) -> None:
+            trained.extend(stack.data.split_ids)
+
+        result = run_splits(dataset, SPLITS, SWEEP, on_stack=record, database=database)
         assert sorted(trained) == sorted(set(SPLITS) - before)  # only the missing ones ran
         assert [s.split for s in result.splits] == SPLITS
         counts = database.connection.execute(
@@ -121,13 +126,14 @@ def test_sigkilled_sweep_resumes_without_loss_or_duplicates(tmp_path: Path, data
         assert sorted(counts) == [(k, 1) for k in SPLITS]
         assert database.integrity_check() == "ok"
         # Nothing left to do: a second resume trains nothing and changes nothing.
-        again, trained_again = run_splits_resumable(database, dataset, SPLITS, SWEEP)
-        assert trained_again == [] and again.splits == result.splits
+        trained.clear()
+        again = run_splits(dataset, SPLITS, SWEEP, on_stack=record, database=database)
+        assert trained == [] and again.splits == result.splits
         # A split trained by the killed process equals the same split trained afresh here:
         # every model draws from its own streams, so resumption does not change the numbers.
         first = min(before)
         with ResultsDatabase(tmp_path / "fresh.sqlite") as fresh_database:
-            (fresh,) = run_splits_resumable(fresh_database, dataset, [first], SWEEP)[0].splits
+            (fresh,) = run_splits(dataset, [first], SWEEP, database=fresh_database).splits
         assert fresh.test_log_likelihood == pytest.approx(result.splits[first].test_log_likelihood)
 
 

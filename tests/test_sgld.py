@@ -11,7 +11,7 @@ from test_training import conjugate_problem
 from vbnn.core.contracts import Activation, Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators
 from vbnn.regression import sgld
-from vbnn.regression.engine import build_stack
+from vbnn.regression.stack import build_stack
 from vbnn.training.full_batch import NonFiniteLossError
 
 

@@ -17,8 +17,9 @@ from vbnn.data.splits import stack_splits
 from vbnn.layers import FullCovariance
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.regression.engine import build_stack, run_splits
+from vbnn.regression.engine import run_splits
 from vbnn.regression.evaluation import predictive_log_likelihood
+from vbnn.regression.stack import build_stack
 from vbnn.training.full_batch import NonFiniteLossError, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.objectives import elbo, expected_log_likelihood

@@ -13,8 +13,9 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import StackedSplits
 from vbnn.diagnostics.trajectories import TrajectoryLogger, plot_trajectories, rebound
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.regression.engine import build_stack, train_stack
+from vbnn.regression.engine import train_stack
 from vbnn.regression.evaluation import evaluate
+from vbnn.regression.stack import build_stack
 
 CONFIG = TrainConfig(method=Method.MF, hidden=(5,), iterations=30, posterior_std=0.01)
 

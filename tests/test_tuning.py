@@ -161,7 +161,7 @@ def test_a_resumed_search_completes_the_killed_round(
     abandoned = [t for t in trials if t.user_attrs.get("abandoned")]
     assert len(abandoned) == 2 and all(t.state == optuna.trial.TrialState.FAIL for t in abandoned)
     assert used_budget(trials) == 4
-    assert scored(trials) == uninterrupted  # same candidates, bit-identical scores
+    assert scored(trials) == uninterrupted  # the same candidates, scored exactly alike
 
 
 def test_a_shared_study_leaves_running_trials_alone(data_dir: Path, tmp_path: Path) -> None:

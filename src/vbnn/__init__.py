@@ -4,8 +4,9 @@ The public surface, one name per concept:
 
 * the families as layers: ``FAMILIES``, ``family``, the layer classes, ``convert`` (any
   ``nn.Module`` made Bayesian) and ``MLP``;
-* how a network runs: ``mode`` (``ForwardMode``), ``use_noise`` and ``ModelGenerators`` (where the
-  noise comes from), ``sample`` (K outputs drawn from q), ``variational_layers``;
+* how a network runs: ``mode`` (``ForwardMode``), ``use_noise``, ``ModelGenerators`` and the
+  ``NoiseSource`` protocol it follows (where the noise comes from, the ``noise`` argument of a
+  forward pass), ``sample`` (K outputs drawn from q), ``variational_layers``;
 * the objectives over any module: ``kl``, ``log_prior``, ``elbo``, ``log_joint``,
   ``log_likelihood``; priors and likelihoods; ``train_loop`` and ``LangevinDynamics``;
 * the estimators ``BayesianRegressor`` and ``BayesianClassifier``; ``diagnose``; the modules
@@ -21,7 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 from vbnn import metrics, plots
 from vbnn.classification.estimator import BayesianClassifier
 from vbnn.core.contracts import ForwardMode, Prior
-from vbnn.core.randomness import ModelGenerators
+from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.diagnostics.report import DiagnosisReport, diagnose
 from vbnn.layers import (
     FAMILIES,
@@ -58,8 +59,7 @@ from vbnn.training.likelihoods import (
     GaussianLikelihood,
     Likelihood,
 )
-from vbnn.training.loop import LangevinDynamics, NonFiniteLossError
-from vbnn.training.loop import run as train_loop
+from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood, log_prior
 
 try:
@@ -93,6 +93,7 @@ __all__ = [
     "MeanField",
     "ModelGenerators",
     "NeuronDropout",
+    "NoiseSource",
     "NonFiniteLossError",
     "Point",
     "Prior",

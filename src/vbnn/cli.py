@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,7 +29,6 @@ from vbnn.regression.engine import add_runtime_arguments, run_splits
 from vbnn.regression.estimator import BayesianRegressor
 from vbnn.regression.presets import GD_POSTERIOR_STD, preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
-from vbnn.regression.resumable import run_splits_saving_models
 from vbnn.regression.saved_models import load_model
 from vbnn.sweeps import command as sweep_command
 from vbnn.sweeps.executors import SweepError
@@ -84,7 +84,6 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
         seed=args.seed,
         chunk_size=args.chunk_size,
         cholesky_learning_rate=args.cholesky_learning_rate,
-        covariance_factor=args.covariance_factor,
         compile=args.compile,
         device=args.device,
         burn_in=args.burn_in,
@@ -96,10 +95,21 @@ def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
 def run_methods(
     dataset: RegressionDataset, args: argparse.Namespace, methods: list[Method]
 ) -> list[RunResult]:
+    """Every method on ``args.splits``; with ``--save-model`` every trained stack is saved."""
+    save_models = getattr(args, "save_model", None)
     results = []
     for method in methods:
         config = _config_from(args, method)
-        results.append(run_splits(dataset, args.splits, config, progress=not args.no_progress))
+        folders: list[Path | None] = []
+        results.append(
+            run_splits(
+                dataset, args.splits, config, progress=not args.no_progress,
+                on_stack=lambda stack, folders=folders: folders.append(stack.saved_to),
+                save_models=save_models,
+            )
+        )  # fmt: skip
+        if save_models is not None:
+            print("saved: " + ", ".join(str(f) for f in folders), file=sys.stderr)
     return results
 
 
@@ -130,19 +140,7 @@ def command_uci(args: argparse.Namespace) -> None:
     if args.family is not None and Method.VI not in args.method:
         raise ValueError(f"--family {args.family} applies to --method vi only")
     dataset = load_dataset(args.dataset, args.data_dir)
-    if args.save_model is None:
-        _print_results(run_methods(dataset, args, args.method), args.json, None)
-        return
-
-    results = []
-    for method in args.method:
-        result, folders = run_splits_saving_models(
-            dataset, args.splits, _config_from(args, method), args.save_model,
-            progress=not args.no_progress,
-        )  # fmt: skip
-        results.append(result)
-        print("saved: " + ", ".join(str(f) for f in folders), file=sys.stderr)
-    _print_results(results, args.json, None)
+    _print_results(run_methods(dataset, args, args.method), args.json, None)
 
 
 def command_diagnose_pruning(args: argparse.Namespace) -> None:
@@ -240,12 +238,6 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="FC: Adam rate of the off-diagonal Cholesky entries (default: the learning rate)",
-    )
-    parser.add_argument(
-        "--covariance-factor",
-        choices=("scaled-unit", "direct"),
-        default="scaled-unit",
-        help="FC: L = diag(s)(I + A) (default) or L = diag(s) + A (the first Table 1 run's)",
     )
     add_runtime_arguments(parser)
     parser.add_argument("--burn-in", type=int, default=None, help="SGLD (a fifth of the steps)")

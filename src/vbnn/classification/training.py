@@ -5,7 +5,7 @@ Objective (Neklyudov et al. 2019 eq. 5), one LRT / noise sample per step:
     L = N / B sum_{n in batch} log p(t_n | x_n, W) - kl_weight * KL(q || p),
 
 ``training.objectives.elbo`` with a categorical likelihood, maximised with Adam by
-``training.loop.run``; the loss is -L / N. Images are (N, 1, 28, 28). The model is one network
+``vbnn.train_loop``; the loss is -L / N. Images are (N, 1, 28, 28). The model is one network
 (logits (N, C)) or a stack of M (logits (M, N, C), every model seeing the same batches); the
 tracker and the tables report model 0. Noise comes from one ``ModelGenerators`` stream per model,
 so one network and the M = 1 stack with the same weights train identically.
@@ -32,7 +32,7 @@ from vbnn.layers.modes import network_output, stack_size
 from vbnn.layers.shell import VariationalLayer
 from vbnn.plots import pyplot, save_figure
 from vbnn.training.likelihoods import CategoricalLikelihood
-from vbnn.training.loop import run
+from vbnn.training.loop import train_loop
 from vbnn.training.objectives import elbo, kl
 from vbnn.training.optimizer import learning_rate_groups
 
@@ -169,7 +169,7 @@ def train_classifier(
             group["lr"] = rate * factor
         start = time.perf_counter()
         order = torch.randperm(count, generator=shuffle)
-        run(
+        train_loop(
             objective,
             optimizer,
             steps,

@@ -60,7 +60,7 @@ class ParameterRole(str, Enum):
 
     Adam moves every coordinate by about its learning rate whatever its gradient, so parameters
     whose scale or gradient noise differs from the means' may need a rate of their own
-    (``training.optimizer.parameter_groups``).
+    (``training.optimizer.learning_rate_groups``).
 
     WEIGHTS: means, point weights, biases and standard deviations (every parameter not named).
     CORRELATION: entries of a covariance factor that hold correlations between weights (FC's
@@ -192,10 +192,10 @@ class TrainConfig:
         iterations: full-batch optimisation steps (None: 5000, ES 2000 as in the paper).
         learning_rate, betas: Adam settings.
         cholesky_learning_rate: FC only: Adam rate of the off-diagonal Cholesky entries (None:
-            ``learning_rate``, the paper's setting; see ``training.parameter_groups``).
-        covariance_factor: FC only: the parameterization of the Cholesky factor,
-            "scaled-unit" (L = diag(s) (I + A), the default) or "direct" (L = diag(s) + A, the
-            first Table 1 run's); see ``vbnn.layers.full_covariance``.
+            ``learning_rate``, the paper's setting; see ``training.full_batch.parameter_groups``).
+        covariance_factor: FC only: the parameterization of the Cholesky factor, stored with
+            the run; "scaled-unit" (L = diag(s) (I + A)) is the one implemented (see
+            ``vbnn.layers.full_covariance``).
         prior_std: std s of the factorised N(0, s^2) prior (MAP, MF, GD, FC).
         posterior_std: initial posterior std (MF, FC); the fixed std of GD.
         noise_std: None learns the Gaussian noise std as a point parameter; a number fixes it
@@ -261,6 +261,11 @@ class TrainConfig:
         object.__setattr__(self, "method", Method(self.method))
         object.__setattr__(self, "activation", Activation(self.activation))
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        if self.covariance_factor != "scaled-unit":
+            raise ValueError(
+                f"TrainConfig: invalid covariance_factor={self.covariance_factor!r}; FC's factor "
+                "is 'scaled-unit', L = diag(s) (I + A), the one implemented"
+            )
         checks = {
             "iterations": self.iterations is None or self.iterations > 0,
             "learning_rate": self.learning_rate > 0,
@@ -284,7 +289,6 @@ class TrainConfig:
             "chunk_size": self.chunk_size is None or self.chunk_size >= 1,
             "hidden": all(h >= 1 for h in self.hidden),
             "dtype": self.dtype in ("float32", "float64"),
-            "covariance_factor": self.covariance_factor in ("scaled-unit", "direct"),
         }
         for name, ok in checks.items():
             if not ok:

@@ -99,7 +99,7 @@ def diagnose_units(
     model: MLP,
     x: torch.Tensor,
     prior_std: float,
-    generators: ModelGenerators | None = None,
+    noise: ModelGenerators | None = None,
     samples: int = 25,
 ) -> UnitDiagnostics:
     """Per-unit statistics of a one-hidden-layer stack on inputs ``x`` (M, N, I).
@@ -108,7 +108,7 @@ def diagnose_units(
         model: an MLP with two dense layers (input -> hidden -> output).
         x: the data the activations are measured on (training inputs in the paper's Figure 2).
         prior_std: std of the factorised N(0, prior_std^2) prior the KLs are measured against.
-        generators: draws the ``samples`` weight samples for the activation histograms; None
+        noise: draws the ``samples`` weight samples for the activation histograms; None
             uses only the mean weights (``sampled_activations`` then holds one copy of them).
         samples: number of weight draws (the paper's Figure 2 uses 25).
     """
@@ -131,11 +131,11 @@ def diagnose_units(
     output_mean, _ = output.posterior_mean()
     output_std, _ = output.posterior_std()
     mean_activation = model.activation(hidden(x, ForwardMode.MEAN))
-    if generators is None:
+    if noise is None:
         sampled = mean_activation.unsqueeze(0)
     else:
         sampled = torch.stack(
-            [model.activation(hidden(x, ForwardMode.WEIGHTS, generators)) for _ in range(samples)]
+            [model.activation(hidden(x, ForwardMode.WEIGHTS, noise)) for _ in range(samples)]
         )
     return UnitDiagnostics(
         output_mean=output_mean.detach().clone(),

@@ -5,7 +5,8 @@ Same distribution as mean-field Gaussian, but its KL to the log-uniform / Studen
 taken through alpha = sigma^2 / mu^2 (log alpha clipped to ``LOG_ALPHA_RANGE``), as in sparse
 variational dropout (Molchanov et al. 2017). The additive and the weight-wise parameterizations
 describe the same set of posteriors; they differ only in the optimisation variables (mu, log sigma)
-vs (mu, log alpha). LRT as in appendix E of 003. Biases are point parameters (optional).
+vs (mu, log alpha). LRT as in Neklyudov et al. 2019 appendix E. Biases are point parameters
+(optional).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ step. Added to the diagonal (L = diag(s) + A) that walk would add an absolute ~l
 every weight, as wide as the prior within a few hundred steps on a layer of D ~ 700; here it
 changes each weight's variance by a *factor* (1 + sum_j A_dj^2) of the learned scale s_d^2, which
 the data term pins down. A is a ``ParameterRole.CORRELATION`` parameter, so it can get an Adam
-rate of its own (``training.optimizer.parameter_groups``).
+rate of its own (``training.optimizer.learning_rate_groups``).
 
 A gradient hook keeps A's upper part and diagonal at exactly zero (Adam never moves an entry whose
 gradient is always zero), so no triangular mask is applied on the hot path. A draw is

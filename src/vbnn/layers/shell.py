@@ -47,7 +47,7 @@ families with ``has_zero_mean_form = False`` (point weights, binary dropout) sam
 as the theorem does not concern them.
 
 Learning-rate groups: ``roles`` maps the names of a family's parameters to a ``ParameterRole``
-(parameters not named are WEIGHTS); ``training.optimizer.parameter_groups`` reads it.
+(parameters not named are WEIGHTS); ``training.optimizer.learning_rate_groups`` reads it.
 """
 
 from __future__ import annotations

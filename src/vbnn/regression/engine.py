@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,10 +26,12 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
 from vbnn.data.uci import RegressionDataset
-from vbnn.layers.registry import family as family_spec
 from vbnn.networks.mlp import MLP
 from vbnn.regression import sgld
 from vbnn.regression.evaluation import PredictiveMetrics, evaluate, metrics_from_predictions
+from vbnn.regression.saved_models import save_model
+from vbnn.regression.stack import build_stack
+from vbnn.stores.results_db import ResultsDatabase
 from vbnn.training.full_batch import StepCallback, Validation, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 
@@ -49,34 +53,6 @@ def choose_chunk_size(config: TrainConfig, train_rows: int, in_features: int, co
         largest = max((i + 1) * o for i, o in pairwise(sizes))
         chunk = min(chunk, CHUNK_COVARIANCE_ELEMENTS // largest**2)
     return max(1, min(count, chunk))
-
-
-def build_stack(
-    config: TrainConfig,
-    in_features: int,
-    keys: Sequence[int],
-    posterior_std: torch.Tensor | None = None,
-) -> tuple[MLP, GaussianLikelihood]:
-    """A model stack with one model per key (split id), initialised from its own stream.
-
-    ``posterior_std`` (M,) overrides ``config.posterior_std`` model by model (tuning candidates).
-    """
-    generators = ModelGenerators.for_keys(config.seed, keys, "init")
-    std = config.posterior_std if posterior_std is None else posterior_std
-    takes_std = "posterior_std" in family_spec(config.resolved_family).accepted_options()
-    options = {"posterior_std": std} if takes_std else {}
-    model = MLP(
-        config.resolved_family,
-        (in_features, *config.hidden, 1),
-        config.activation,
-        generators,
-        dtype=config.torch_dtype,
-        **options,
-    )
-    likelihood = GaussianLikelihood(
-        len(keys), config.noise_std, config.noise_std_init, config.torch_dtype
-    )
-    return model, likelihood
 
 
 def _carve_validation(
@@ -111,6 +87,7 @@ class TrainedStack:
     metrics: PredictiveMetrics
     stopped_iteration: torch.Tensor | None  # ES: (M,) iteration of the kept weights
     seconds_per_model: float
+    saved_to: Path | None = None  # run_splits(save_models=...): the folder it was saved to
 
     @property
     def results(self) -> list[SplitResult]:
@@ -129,6 +106,8 @@ class TrainedStack:
 
 
 MakeCallback = Callable[[MLP, GaussianLikelihood], StepCallback]
+# A trained chunk's further metrics to store: split id -> {name: value}.
+StackMetrics = Callable[[TrainedStack], Mapping[int, Mapping[str, Any]]]
 
 
 def train_stack(
@@ -141,6 +120,9 @@ def train_stack(
     step_size: torch.Tensor | None = None,
 ) -> TrainedStack:
     """Train a stack on ``data``'s training part and evaluate it on its test part.
+
+    The step below ``run_splits`` (the entry point over a data set's splits), for callers that
+    hold the stacked data themselves: the tuner's candidates, a trajectory logger's run.
 
     Model m draws from the streams of key ``data.split_ids[m]`` (the tuner repeats one split's id
     so that its candidates share initialisation and noise: common random numbers).
@@ -250,7 +232,7 @@ def shared_settings(values: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in values.items() if k not in PER_MODEL_SETTINGS}
 
 
-def run_stack(
+def _train_with_split_values(
     config: TrainConfig,
     data: StackedSplits,
     progress: bool = False,
@@ -266,13 +248,29 @@ def run_stack(
     values = [per_split[k] for k in data.split_ids]
     shared = shared_settings(values[0])
     if any(shared_settings(v) != shared for v in values):
-        raise ValueError(f"run_stack: splits {list(data.split_ids)} need different {shared}")
+        raise ValueError(f"run_splits: splits {list(data.split_ids)} need different {shared}")
     per_model = {
         name: torch.tensor([v[name] for v in values], dtype=config.torch_dtype)
         for name in PER_MODEL_SETTINGS
         if name in values[0]
     }
     return train_stack(dataclasses.replace(config, **shared), data, progress, **per_model)
+
+
+def _save(trained: TrainedStack, folder: Path, dataset: RegressionDataset) -> Path:
+    """Save a trained chunk to ``folder / f"{method}-splits-{first}-{last}"``."""
+    keys = list(trained.data.split_ids)
+    metrics = {str(r.split): r.test_log_likelihood for r in trained.results}
+    return save_model(
+        folder / f"{trained.config.method.value}-splits-{keys[0]}-{keys[-1]}",
+        trained.model,
+        trained.likelihood,
+        trained.config,
+        dataset.inputs.shape[1],
+        keys,
+        dataset=dataset.name,
+        metadata={"test_log_likelihood": metrics},
+    )
 
 
 def run_splits(
@@ -282,18 +280,42 @@ def run_splits(
     progress: bool = False,
     per_split: Overrides | None = None,
     on_stack: Callable[[TrainedStack], None] | None = None,
+    *,
+    database: ResultsDatabase | None = None,
+    extra: Mapping[str, Any] | None = None,
+    stack_metrics: StackMetrics | None = None,
+    save_models: str | Path | None = None,
 ) -> RunResult:
     """Run ``config.method`` on the given splits (all when None), chunked batches of models.
 
+    The one entry point for UCI training: the CLI, the sweeps and the reproductions call it.
+    Every trained chunk is handled as soon as it finishes (stored, saved, then ``on_stack``), so
+    a killed run loses at most the chunk in flight.
+
     Args:
         per_split: each split id's own hyper-parameter values (``--tune per-split``).
-        on_stack: called with every trained chunk as soon as it finishes (the results database
-            stores it, ``io`` saves the model), so a killed run loses at most one chunk.
+        on_stack: called with every trained chunk (after it is stored and saved).
+        database: resume from this results database: train only the splits it lacks, write
+            every chunk in one transaction, and return all requested splits as read back from
+            it (``stores.results_db``).
+        extra: with ``database``, stored with the runs and part of their key (e.g. the tuning
+            protocol and the values it chose).
+        stack_metrics: with ``database``, further metrics of a trained chunk (split id ->
+            {name: value}, e.g. pruned units per layer), stored in the same transaction and read
+            back by ``ResultsDatabase.read_metrics``.
+        save_models: save every trained chunk to ``save_models / f"{method}-splits-{first}-
+            {last}"`` (``saved_models.save_model``); the chunk's ``saved_to`` names the folder.
     """
+    if database is None and (extra is not None or stack_metrics is not None):
+        raise ValueError("run_splits: extra and stack_metrics are stored, so need a database")
     keep_freed_memory()
     split_ids = list(range(dataset.num_splits)) if split_ids is None else list(split_ids)
     for k in split_ids:
         dataset.split(k)  # a clear error for a split that does not exist, before any training
+    to_train = split_ids
+    if database is not None:
+        to_train = database.missing_splits(dataset.name, split_ids, config, extra)
+    for k in to_train:
         if per_split is not None and k not in per_split:
             raise ValueError(f"run_splits: no hyper-parameter values for split {k}")
     # splits that disagree on a setting one Adam cannot vary per model train one at a time
@@ -301,16 +323,23 @@ def run_splits(
         len({tuple(sorted(shared_settings(v).items())) for v in per_split.values()}) > 1
     )
     results: list[SplitResult] = []
-    for group in group_by_size(dataset, split_ids):
+    for group in group_by_size(dataset, to_train):
         train_rows = len(dataset.split(group[0])[0])
         chunk = choose_chunk_size(config, train_rows, dataset.inputs.shape[1], len(group))
         chunk = 1 if separate else chunk
         for begin in range(0, len(group), chunk):
             data = stack_splits(dataset, group[begin : begin + chunk], config.torch_dtype)
-            trained = run_stack(config, data, progress, per_split)
+            trained = _train_with_split_values(config, data, progress, per_split)
+            if database is not None:
+                metrics = stack_metrics(trained) if stack_metrics is not None else None
+                database.write_results(dataset.name, config, trained.results, extra, metrics)
+            if save_models is not None:
+                trained.saved_to = _save(trained, Path(save_models), dataset)
             if on_stack is not None:
                 on_stack(trained)
             results.extend(trained.results)
+    if database is not None:
+        results = database.read_results(dataset.name, config, split_ids, extra)
     results.sort(key=lambda r: r.split)
     notes = () if per_split is None else (f"per-split values: {dict(per_split)}",)
     return RunResult(dataset=dataset.name, config=config, splits=tuple(results), notes=notes)

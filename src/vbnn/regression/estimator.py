@@ -25,8 +25,9 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from vbnn.core.contracts import ForwardMode, Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators
 from vbnn.metrics import gaussian_mixture_log_likelihood
-from vbnn.regression.engine import build_stack, training_device
+from vbnn.regression.engine import training_device
 from vbnn.regression.saved_models import load_model, save_model
+from vbnn.regression.stack import build_stack
 from vbnn.training.full_batch import fit as fit_stack
 
 

@@ -49,7 +49,7 @@ def evaluate(
     x: torch.Tensor,
     y: torch.Tensor,
     target_scale: torch.Tensor,
-    generators: ModelGenerators | None,
+    noise: ModelGenerators | None,
     samples: int = 100,
     stochastic: bool = True,
 ) -> PredictiveMetrics:
@@ -61,7 +61,7 @@ def evaluate(
     """
     if stochastic:
         predictions = torch.stack(
-            [model(x, ForwardMode.LOCAL, generators).squeeze(-1) for _ in range(samples)]
+            [model(x, ForwardMode.LOCAL, noise).squeeze(-1) for _ in range(samples)]
         )
     else:
         predictions = model(x, ForwardMode.MEAN).squeeze(-1).unsqueeze(0)

@@ -5,7 +5,7 @@ Layout of a model folder:
     ids), the data set name and any caller metadata;
     ``state.pt`` - ``torch.save({"model": MLP.state_dict(), "likelihood": ...state_dict()})``.
 
-Loading rebuilds the stack with ``engine.build_stack`` (so the architecture comes from the
+Loading rebuilds the stack with ``stack.build_stack`` (so the architecture comes from the
 config, never from pickled code) and loads the tensors with ``torch.load(weights_only=True)``.
 The folder is written under a temporary name and renamed into place, so a reader sees either the
 old model or the new one, never half of one.
@@ -24,13 +24,13 @@ import torch
 
 from vbnn.core.contracts import TrainConfig
 from vbnn.networks.mlp import MLP
-from vbnn.regression.engine import build_stack
+from vbnn.regression.stack import build_stack
 from vbnn.stores.atomic import write_folder_atomic
 from vbnn.training.likelihoods import GaussianLikelihood
 
 FORMAT = "vbnn-model"
 FORMAT_VERSION = 2
-# version 1 predates TrainConfig.covariance_factor: its FC models used L = diag(s) + A
+# version 1 predates TrainConfig.covariance_factor: readable but for FC (L = diag(s) + A there)
 READABLE_VERSIONS = (1, 2)
 CONFIG_FILE = "model.json"
 STATE_FILE = "state.pt"
@@ -57,7 +57,10 @@ def config_from_dict(values: dict[str, Any], version: int = FORMAT_VERSION) -> T
     """Inverse of ``TrainConfig.to_dict`` (lists back to tuples) for a file of ``version``."""
     values = dict(values)
     if version == 1 and values.get("method") == "fc":
-        values.setdefault("covariance_factor", "direct")
+        raise ValueError(
+            "an FC model of format version 1 has the Cholesky factor L = diag(s) + A, which vbnn "
+            "no longer implements (L = diag(s) (I + A) now); retrain it"
+        )
     for name in ("hidden", "betas"):
         if name in values:
             values[name] = tuple(values[name])
@@ -111,7 +114,7 @@ def save_model(
 
 
 def load_model(folder: str | Path) -> SavedModel:
-    """Rebuild a saved stack (``engine.build_stack``) and load its tensors.
+    """Rebuild a saved stack (``stack.build_stack``) and load its tensors.
 
     Raises:
         ModelFileError: folder or file missing, not a vbnn model, or tensors that do not fit the

@@ -12,7 +12,7 @@ Priors: the weights' N(0, s^2) (``TrainConfig.prior_std``) and N(0, 1) on the lo
 standardised target units (a weak prior: the noise std lies within a factor e of 1 with 68 %
 probability). Samples after ``burn_in`` steps, one every ``thinning`` steps, form the predictive.
 Every model of the stack draws its mini-batches and its Langevin noise from its own stream, so a
-model samples the same chain alone or in a batch. The chain is ``training.loop.run`` with the
+model samples the same chain alone or in a batch. The chain is ``vbnn.train_loop`` with the
 Langevin update ``LangevinDynamics`` as its optimizer and a callback that keeps the samples.
 """
 
@@ -27,7 +27,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import GaussianLikelihood
-from vbnn.training.loop import LangevinDynamics, run
+from vbnn.training.loop import LangevinDynamics, train_loop
 from vbnn.training.objectives import log_prior
 
 State = dict[str, torch.Tensor]
@@ -64,13 +64,13 @@ def log_posterior(
 
 
 def _batch(
-    x: torch.Tensor, y: torch.Tensor, size: int | None, generators: ModelGenerators
+    x: torch.Tensor, y: torch.Tensor, size: int | None, noise: ModelGenerators
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows drawn with replacement, per model from its own stream (None: the full set)."""
     if size is None or size >= y.shape[1]:
         return x, y
     index = torch.stack(
-        [torch.randint(y.shape[1], (size,), generator=g) for g in generators.generators]
+        [torch.randint(y.shape[1], (size,), generator=g) for g in noise.generators]
     ).to(x.device)
     rows = torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
     return rows, torch.gather(y, 1, index)
@@ -82,7 +82,7 @@ def sample(
     likelihood: GaussianLikelihood,
     x: torch.Tensor,
     y: torch.Tensor,
-    generators: ModelGenerators,
+    noise: ModelGenerators,
     prior_std: float | torch.Tensor | None = None,
     progress: bool = False,
     description: str = "sgld",
@@ -93,7 +93,7 @@ def sample(
     Args:
         model, likelihood: a stack of point networks (``Point`` layers), the chains' start.
         x, y: (M, N, I) and (M, N) standardised training data.
-        generators: one stream per model for mini-batches and Langevin noise.
+        noise: one stream per model for mini-batches and Langevin noise.
         prior_std: overrides ``config.prior_std`` (a (M,) tensor: one prior per model).
         eta: overrides ``config.step_size`` (a (M,) tensor: one step size per model).
 
@@ -110,12 +110,12 @@ def sample(
     optimizer = LangevinDynamics(
         [p for p in modules.parameters() if p.requires_grad],
         lambda iteration: step_size(config, iteration, num_examples, eta),
-        generators,
+        noise,
     )
     kept: list[State] = []
 
     def log_density(iteration: int) -> dict[str, torch.Tensor]:
-        batch_x, batch_y = _batch(x, y, config.batch_size, generators)
+        batch_x, batch_y = _batch(x, y, config.batch_size, noise)
         return {
             "objective": log_posterior(model, likelihood, prior, batch_x, batch_y, num_examples)
         }
@@ -134,7 +134,7 @@ def sample(
             "(lower TrainConfig.step_size)"
         )
 
-    run(log_density, optimizer, iterations, 1.0, [keep], describe, progress, description)
+    train_loop(log_density, optimizer, iterations, 1.0, [keep], describe, progress, description)
     if not kept:
         raise ValueError(
             f"SGLD kept no samples: iterations={iterations}, burn_in={config.resolved_burn_in}, "

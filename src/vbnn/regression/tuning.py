@@ -82,15 +82,15 @@ def hidden_label(hidden: Sequence[int]) -> str:
 def study_name(dataset: str, split: int, config: TrainConfig, seed: int) -> str:
     """The Optuna study of one (data set, split, method, seed) search.
 
-    Searches that differ from those of the first full Table 1 run carry a suffix, so that the
-    committed results database's studies are resumed only by the searches that made them: FC
-    with a factor other than ``direct``, SGLD, whose step size is now searched too, and any
-    architecture other than one hidden layer of 50 units (e.g. ``/hidden50x50``).
+    A suffix names what a search depends on beyond these four, so that a stored study is
+    resumed only by the search that made it: any architecture other than one hidden layer of 50
+    units (e.g. ``/hidden50x50``), FC's factor parameterization (``/scaled-unit``) and SGLD's
+    step size, searched with the prior std (``/step-size``).
     """
     name = f"{dataset}/split{split}/{config.method.value}/seed{seed}"
     if config.hidden != (50,):
         name += "/hidden" + hidden_label(config.hidden)
-    if config.method is Method.FC and config.covariance_factor != "direct":
+    if config.method is Method.FC:
         name += f"/{config.covariance_factor}"
     if config.method is Method.SGLD:
         name += "/step-size"

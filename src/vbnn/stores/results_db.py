@@ -9,7 +9,7 @@ sorted JSON, leaving out ``seed`` (a key column of its own), ``chunk_size`` (eve
 from its own random streams, so chunking never changes a number), ``compile`` and ``device``
 (float rounding only). The UNIQUE key (dataset, split, method, config_hash, seed) makes a second
 write of the same run an error instead of a duplicate;
-``regression.resumable.run_splits_resumable`` asks :meth:`ResultsDatabase.missing_splits` first
+``regression.engine.run_splits(database=...)`` asks :meth:`ResultsDatabase.missing_splits` first
 and trains only those, writing every finished chunk in one transaction.
 """
 

@@ -155,9 +155,9 @@ def run(args: argparse.Namespace) -> None:
             file=sys.stderr,
         )
 
-        def store(unit: Unit, results: list[SplitResult]) -> None:
+        def store(unit: Unit, outcome: tuple[list[SplitResult], dict]) -> None:
             dataset, _, config, _ = unit.arguments
-            database.write_results(dataset.name, config, results, extras[unit.key])
+            database.write_results(dataset.name, config, outcome[0], extras[unit.key])
 
         settings = settings_from(args, {config.device for _, config in grid.runs()})
         run_sweep(settings, units, store, "sweep", not args.no_progress)

@@ -5,9 +5,9 @@ return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for T
 - :func:`split_units` cuts the splits a configuration still lacks into the stacks the engine
   would train together (``engine.choose_chunk_size``), so a unit is one chunk: a local run
   stores what it stored before, chunk by chunk.
-- :func:`train_unit` trains one chunk and returns its ``SplitResult`` rows;
-  :func:`train_unit_with_metrics` also returns further per-split metrics of the trained stack
-  (``stack_metrics``, e.g. pruned units per layer), stored with the rows.
+- :func:`train_unit` trains one chunk (``engine.run_splits``) and returns its ``SplitResult`` rows
+  and, given ``stack_metrics``, further per-split metrics of the trained stack (e.g. pruned
+  units per layer), stored with the rows.
 - :func:`add_study_arguments` gives the two UCI reproductions their shared command-line options
   and :func:`uci_jobs` the configurations they cover;
   :func:`print_progress` is their ``--status`` (:func:`progress_table`): how far a resumable
@@ -38,6 +38,7 @@ from vbnn.data import load_uci
 from vbnn.data.splits import group_by_size
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.engine import (
+    StackMetrics,
     TrainedStack,
     add_runtime_arguments,
     choose_chunk_size,
@@ -55,7 +56,6 @@ from vbnn.regression.tuning import TuningConfig, hidden_label, study_name, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.executors import Unit
 
-StackMetrics = Callable[[TrainedStack], Mapping[int, Mapping[str, Any]]]
 Job = tuple[RegressionDataset, TrainConfig, list[int]]  # a configuration and its splits
 Shapes = Callable[[str], Iterable[tuple[str, tuple[int, ...]]]]  # data set -> (method, hidden)
 
@@ -131,23 +131,16 @@ def train_unit(
     splits: list[int],
     config: TrainConfig,
     per_split: Mapping[int, Mapping[str, float]] | None = None,
-) -> list[SplitResult]:
-    """``config`` on ``splits`` (each split's own tuned values in ``per_split``)."""
-    return list(run_splits(dataset, splits, config, per_split=per_split).splits)
-
-
-def train_unit_with_metrics(
-    dataset: RegressionDataset,
-    splits: list[int],
-    config: TrainConfig,
-    per_split: Mapping[int, Mapping[str, float]] | None,
-    stack_metrics: StackMetrics,
+    stack_metrics: StackMetrics | None = None,
 ) -> tuple[list[SplitResult], dict[int, Mapping[str, Any]]]:
-    """Like :func:`train_unit`; also ``stack_metrics`` of every trained stack (split -> values)."""
+    """``config`` on ``splits`` through ``engine.run_splits`` (each split's own tuned values in
+    ``per_split``); returns the results and ``stack_metrics`` of every trained stack (split ->
+    values; empty without it)."""
     metrics: dict[int, Mapping[str, Any]] = {}
 
     def measure(stack: TrainedStack) -> None:
-        metrics.update(stack_metrics(stack))
+        if stack_metrics is not None:
+            metrics.update(stack_metrics(stack))
 
     result = run_splits(dataset, splits, config, per_split=per_split, on_stack=measure)
     return list(result.splits), metrics

@@ -1,7 +1,7 @@
 """Full-batch training of a model stack: one Adam over all models, independent in every element.
 
 The loss is sum_m ( -objective_m / N ): Adam's update is elementwise, so model m follows exactly
-the trajectory it would follow alone. The steps are ``loop.run``'s; this module adds the
+the trajectory it would follow alone. The steps are ``loop.train_loop``'s; this module adds the
 objective of each method (ES, MAP, VI; SGLD has its own optimizer in ``regression.sgld``), the
 compiled objective, and early stopping.
 """
@@ -20,7 +20,7 @@ from vbnn.core.runtime import one_core_for_noise
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import GaussianLikelihood
-from vbnn.training.loop import NonFiniteLossError, StepCallback, run
+from vbnn.training.loop import NonFiniteLossError, StepCallback, train_loop
 from vbnn.training.objectives import elbo, log_joint, log_likelihood
 from vbnn.training.optimizer import learning_rate_groups
 
@@ -50,7 +50,7 @@ def make_objective(
     likelihood: GaussianLikelihood,
     x: torch.Tensor,
     y: torch.Tensor,
-    generators: ModelGenerators,
+    noise: ModelGenerators,
     prior_std: torch.Tensor | None = None,
 ) -> Objective:
     """The closure computing this method's objective terms on (x, y).
@@ -58,7 +58,7 @@ def make_objective(
     ``prior_std`` (M,) overrides ``config.prior_std`` model by model (tuning candidates).
     """
     prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
-    return lambda: objective_terms(config, model, likelihood, prior, x, y, generators)
+    return lambda: objective_terms(config, model, likelihood, prior, x, y, noise)
 
 
 def objective_terms(
@@ -68,14 +68,14 @@ def objective_terms(
     prior: GaussianPrior,
     x: torch.Tensor,
     y: torch.Tensor,
-    generators: NoiseSource,
+    noise: NoiseSource,
 ) -> dict[str, torch.Tensor]:
     """This method's objective terms on (x, y): ES log-likelihood, MAP log joint, or ELBO."""
     if config.method is Method.ES:
         return log_likelihood(model, likelihood, x, y)
     if config.method in (Method.MAP, Method.SGLD):
         return log_joint(model, likelihood, prior, x, y)
-    return elbo(model, likelihood, prior, x, y, generators, config.kl_weight, config.train_samples)
+    return elbo(model, likelihood, prior, x, y, noise, config.kl_weight, config.train_samples)
 
 
 def compiled_objective(
@@ -84,18 +84,18 @@ def compiled_objective(
     likelihood: GaussianLikelihood,
     x: torch.Tensor,
     y: torch.Tensor,
-    generators: ModelGenerators,
+    noise: ModelGenerators,
     prior_std: torch.Tensor | None = None,
 ) -> Objective:
     """The objective with its tensor maths in one ``torch.compile`` graph (forward and backward).
 
     The first call runs eagerly and records the shapes of the noise blocks the step draws; later
-    calls draw the same blocks from ``generators`` (in the same order, so the same numbers) and
+    calls draw the same blocks from ``noise`` (in the same order, so the same numbers) and
     pass them into the compiled graph through a ``NoiseTape``. Compilation fuses the step's
     elementwise passes into a few loops (benchmarks/README.md); results agree with the eager
     objective to float rounding.
     """
-    recorder = NoiseTape(source=generators)
+    recorder = NoiseTape(source=noise)
     prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
 
     def with_noise(*blocks: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -113,7 +113,7 @@ def compiled_objective(
         if not recorded:  # the first step, eager, learns which blocks a step draws
             recorded = True
             return objective_terms(config, model, likelihood, prior, x, y, recorder)
-        blocks = (generators.randn(*shape, dtype=dtype, device=x.device)
+        blocks = (noise.randn(*shape, dtype=dtype, device=x.device)
                   for shape, dtype in recorder.calls)  # fmt: skip
         return graph(*blocks)
 
@@ -162,7 +162,7 @@ def fit(
     likelihood: GaussianLikelihood,
     x: torch.Tensor,
     y: torch.Tensor,
-    generators: ModelGenerators,
+    noise: ModelGenerators,
     validation: Validation | None = None,
     labels: list[str] | None = None,
     progress: bool = False,
@@ -191,7 +191,7 @@ def fit(
         parameter_groups(config, modules), lr=config.learning_rate, betas=config.betas, fused=True
     )
     make = compiled_objective if config.compile else make_objective
-    objective = make(config, model, likelihood, x, y, generators, prior_std)
+    objective = make(config, model, likelihood, x, y, noise, prior_std)
     iterations = config.resolved_iterations
     scale = 1.0 / x.shape[1]
     callbacks = [] if callback is None else [callback]
@@ -203,8 +203,8 @@ def fit(
                 best.update(iteration, model, likelihood)
 
         callbacks.append(check)
-    with generators.drawing_ahead(), one_core_for_noise():
-        terms = run(
+    with noise.drawing_ahead(), one_core_for_noise():
+        terms = train_loop(
             lambda iteration: objective(),
             optimizer,
             iterations,

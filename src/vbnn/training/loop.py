@@ -2,7 +2,7 @@
 
 Contract. ``objective(iteration)`` returns the terms of one step (``objectives.Terms``: a dict whose
 "objective" (M,) is to be maximised, summed over the step's examples); it draws its own batch and
-noise, so the loop owns no data. ``run`` then, for iteration = 1 .. iterations:
+noise, so the loop owns no data. ``train_loop`` then, for iteration = 1 .. iterations:
 
 1. checks that every term is finite (else ``NonFiniteLossError``, naming the iteration and what
    ``describe`` says about the model and parameters at fault, e.g. "in model 3: ..."),
@@ -37,7 +37,7 @@ class NonFiniteLossError(FloatingPointError):
     """Training produced NaN or inf; the message names the iteration, model and parameter group."""
 
 
-def run(
+def train_loop(
     objective: Objective,
     optimizer: torch.optim.Optimizer,
     iterations: int,
@@ -49,7 +49,7 @@ def run(
 ) -> Terms:
     """Run ``iterations`` steps (module docstring); returns the last step's detached terms."""
     if iterations < 1:
-        raise ValueError(f"run: iterations must be >= 1, got {iterations}")
+        raise ValueError(f"train_loop: iterations must be >= 1, got {iterations}")
     callbacks = list(callbacks)
     bar = tqdm(
         total=iterations,

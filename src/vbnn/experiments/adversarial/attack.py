@@ -59,14 +59,14 @@ def predictive(
     x: torch.Tensor,
     mode: ForwardMode,
     samples: int,
-    generators: ModelGenerators | None,
+    noise: ModelGenerators | None,
 ) -> torch.Tensor:
     """pbar (N, C) of images ``x`` (N, ...), averaged over the stack and ``samples`` passes
     (differentiable in ``x``)."""
     inputs = as_input(model, x)
     total = 0.0
     for _ in range(samples):
-        probabilities = torch.softmax(network_output(model, inputs, mode, generators), -1)
+        probabilities = torch.softmax(network_output(model, inputs, mode, noise), -1)
         total = total + (probabilities if stack_size(model) is None else probabilities.mean(0))
     return total / samples
 
@@ -90,11 +90,11 @@ def fast_gradient_sign_step(
     step: float,
     mode: ForwardMode,
     samples: int,
-    generators: ModelGenerators | None,
+    noise: ModelGenerators | None,
 ) -> torch.Tensor:
     """One targeted step: x - step * sign(grad_x -log pbar(target | x)), clipped to [0, 1]."""
     x = x.detach().requires_grad_(True)
-    probabilities = predictive(model, x, mode, samples, generators)
+    probabilities = predictive(model, x, mode, samples, noise)
     chosen = probabilities.gather(-1, targets[:, None]).clamp_min(torch.finfo(x.dtype).tiny)
     (gradient,) = torch.autograd.grad(-torch.log(chosen).sum(), x)
     return (x.detach() - step * gradient.sign()).clamp(0.0, 1.0)

@@ -31,7 +31,7 @@ from vbnn.layers.mean_field import MeanField
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import CategoricalLikelihood
-from vbnn.training.loop import run
+from vbnn.training.loop import train_loop
 from vbnn.training.objectives import elbo
 
 
@@ -83,7 +83,7 @@ def train_deep_linear(config: FashionProductConfig, data_dir: str | None) -> tup
             inputs, labels = x[index].unsqueeze(0), y[index]
             return elbo(model, likelihood, prior, inputs, labels, generators, dataset_size=n)
 
-        run(objective, optimiser, len(batches), 1.0 / n, description="fashion product")
+        train_loop(objective, optimiser, len(batches), 1.0 / n, description="fashion product")
     with torch.no_grad():
         logits = model(torch.from_numpy(test_images).unsqueeze(0), ForwardMode.MEAN)[0]
     accuracy = float((logits.argmax(-1) == torch.from_numpy(test_labels)).float().mean())

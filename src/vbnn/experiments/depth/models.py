@@ -5,7 +5,7 @@
   ``parameterization="softplus"`` and ``init="he"``: sigma = softplus(rho), He-initialised means,
   sigma initialised to 1e-6 ("initial variance parameters, rho, which are transformed into
   standard deviations using the softplus ... with 1e-6").
-* :func:`train_mean_field` - minibatch Adam through ``training.loop.run``: first the means with
+* :func:`train_mean_field` - minibatch Adam through ``vbnn.train_loop``: first the means with
   cross-entropy (Farquhar et al. 2020: "We pretrain the means using a cross-entropy loss to
   initialize the mean-field training"), then the full ELBO (``training.objectives.elbo`` with a
   Bernoulli likelihood; KL not re-weighted, unit Gaussian prior, LRT), ``epochs`` each.
@@ -31,7 +31,7 @@ from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.training.likelihoods import BernoulliLikelihood
-from vbnn.training.loop import run
+from vbnn.training.loop import train_loop
 from vbnn.training.objectives import elbo
 
 
@@ -130,7 +130,7 @@ def train_mean_field(
     ):
         if epochs:
             optimiser = torch.optim.Adam(parameters, config.learning_rate)
-            run(objective, optimiser, epochs * steps, scale)
+            train_loop(objective, optimiser, epochs * steps, scale)
     return model
 
 

@@ -34,6 +34,7 @@ import torch
 
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.experiments.exploration.policy import EpisodeNoise, Policy, PolicyNoise
+from vbnn.training.loop import train_loop
 
 
 class Environment(str, Enum):
@@ -195,8 +196,9 @@ def run_episodes(
 
 
 def update(policy, episode_noise, optimizer, trajectories, advantages: list[np.ndarray]) -> None:
-    """One Adam step on the summed REINFORCE losses of the models (padded to the longest), with
-    each model's A_t (T_m,)."""
+    """One Adam step (``vbnn.train_loop``, one iteration) on the summed REINFORCE objectives of
+    the models, sum_t A_t log pi(a_t | s_t) with each model's A_t (T_m,), padded to the longest
+    episode with zero weights."""
     longest = max(len(t[1]) for t in trajectories)
     models, dimension = len(trajectories), len(trajectories[0][0][0])
     states = torch.zeros(models, longest, dimension)
@@ -207,10 +209,10 @@ def update(policy, episode_noise, optimizer, trajectories, advantages: list[np.n
         states[m, :steps] = torch.as_tensor(np.stack(seen), dtype=torch.float32)
         actions[m, :steps] = torch.as_tensor(taken)
         weights[m, :steps] = torch.as_tensor(advantage)
-    logits = policy.logits(states, policy.weights(episode_noise))
-    log_probabilities = torch.log_softmax(logits, -1)
-    chosen = log_probabilities.gather(-1, actions[..., None])[..., 0]
-    loss = -(weights * chosen).sum()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+
+    def objective(iteration: int) -> dict[str, torch.Tensor]:
+        logits = policy.logits(states, policy.weights(episode_noise))
+        chosen = torch.log_softmax(logits, -1).gather(-1, actions[..., None])[..., 0]
+        return {"objective": (weights * chosen).sum(-1)}  # (M,)
+
+    train_loop(objective, optimizer, iterations=1)

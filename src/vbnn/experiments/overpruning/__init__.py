@@ -213,9 +213,9 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
                 units.append(Unit(key, train_unit, (dataset, chunk, config, per_split),
                                   args.cpus_per_unit))  # fmt: skip
 
-        def store(unit: Unit, results: list) -> None:
+        def store(unit: Unit, outcome: tuple) -> None:
             dataset, _, config, _ = unit.arguments
-            database.write_results(dataset.name, config, results, extra_of[unit.key])
+            database.write_results(dataset.name, config, outcome[0], extra_of[unit.key])
 
         run_sweep(settings, units, store, "table 1", progress)
         results = []

@@ -23,7 +23,7 @@ from vbnn.core.contracts import ForwardMode, Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.pruning import count_pruned, diagnose_units
 from vbnn.networks.mlp import MLP
-from vbnn.regression.engine import build_stack
+from vbnn.regression.stack import build_stack
 from vbnn.training.full_batch import fit
 from vbnn.training.likelihoods import GaussianLikelihood
 

@@ -50,7 +50,7 @@ from vbnn.sweeps.uci import (
     print_progress,
     split_units,
     study_units,
-    train_unit_with_metrics,
+    train_unit,
     trial_keeper,
     uci_jobs,
 )
@@ -194,7 +194,7 @@ def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
                 key = f"{dataset.name} {config.method.value} depth {len(config.hidden)} {chunk}"
                 extra_of[key] = extra
                 arguments = (dataset, chunk, config, {k: chosen for k in chunk}, metric)
-                units.append(Unit(key, train_unit_with_metrics, arguments, args.cpus_per_unit))
+                units.append(Unit(key, train_unit, arguments, args.cpus_per_unit))
 
         def store(unit: Unit, outcome: tuple) -> None:
             dataset, _, config, _, _ = unit.arguments

@@ -26,7 +26,7 @@ from vbnn.layers import Point, ZeroMean
 from vbnn.plots import pyplot, save_figure
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.training.likelihoods import CategoricalLikelihood
-from vbnn.training.loop import run
+from vbnn.training.loop import train_loop
 from vbnn.training.objectives import elbo
 
 TOY_CENTRES = (
@@ -85,8 +85,8 @@ def train_toy(
     optimizer = torch.optim.Adam(network.parameters(), lr=3e-3)
     batch = x.unsqueeze(0).expand(len(noise), -1, -1)
     likelihood, prior = CategoricalLikelihood(), LogUniformPrior()
-    run(lambda step: elbo(network, likelihood, prior, batch, y, noise), optimizer, steps,
-        1.0 / len(y))  # fmt: skip
+    train_loop(lambda step: elbo(network, likelihood, prior, batch, y, noise), optimizer,
+               steps, 1.0 / len(y))  # fmt: skip
 
 
 def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd.DataFrame:
