@@ -235,3 +235,21 @@ def test_a_dropout_classifier_reports_its_kappa_count() -> None:
     assert set(report.kappa_above) == {"0", "2"}
     assert all(0 <= count <= 24 for count in report.kappa_above.values())
     assert "log10 kappa > 1.5 for" in str(report)
+
+
+def test_a_fitted_regressor_of_several_inputs_is_sampled_per_example() -> None:
+    """The ensemble of a stack of one is K weight draws of the whole network on all N rows: its
+    RMSE is that of the mean of K forward passes drawn from the same seeded stream."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(30, 3))
+    y = x @ np.array([1.0, -0.5, 0.2])
+    model = vbnn.BayesianRegressor(hidden=(5,), iterations=30, seed=0).fit(x, y)
+    report = vbnn.diagnose(model, x, y, samples=6, seed=3)
+    inputs = torch.as_tensor((x - model.x_mean_) / model.x_scale_).unsqueeze(0)
+    noise = vbnn.ModelGenerators([3])
+    with torch.no_grad():
+        draws = torch.stack([model.model_(inputs, "weights", noise)[0, :, 0] for _ in range(6)])
+    target = torch.as_tensor((y - model.y_mean_) / model.y_scale_)
+    expected = float(((draws.mean(0) - target) ** 2).mean().sqrt())
+    assert report.predictive["RMSE"]["ensemble"] == pytest.approx(expected, rel=1e-12)
+    assert report.examples == 30
