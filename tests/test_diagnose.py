@@ -108,6 +108,31 @@ def test_a_trained_wide_mean_field_network_prunes_and_a_point_network_does_not()
     assert point[0].units_at_prior is None and point[0].snr_quantiles[1] == math.inf
 
 
+def test_a_trained_narrow_mean_field_network_that_needs_every_unit_is_not_flagged() -> None:
+    """Four tanh units on sin(x) with noise std 0.05: the likelihood of 200 points pins every
+    weight (SNR far above 1), no unit sits at the prior, and ``report.flags`` stays False."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.linspace(-3, 3, 200).unsqueeze(1)
+    y = torch.sin(x[:, 0]) + 0.05 * torch.randn(200, generator=generator)
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
+    net = vbnn.convert(base, "mf", posterior_std=1e-2)
+    likelihood = vbnn.GaussianLikelihood()
+    optimizer = torch.optim.Adam([*net.parameters(), *likelihood.parameters()], lr=0.02)
+    for _ in range(250):
+        terms = vbnn.elbo(net, likelihood, vbnn.GaussianPrior(1.0), x, y)
+        optimizer.zero_grad()
+        (-terms["objective"] / 200).backward()
+        optimizer.step()
+    report = diagnose(net, x, y, noise_std=float(likelihood.std().detach()))
+    assert report.predictive["RMSE"]["ensemble"] < 0.2 * report.predictive["RMSE"]["trivial"]
+    hidden = report.layers[0]
+    assert hidden.units == 4 and hidden.units_at_prior == 0 and hidden.pruned == 0
+    assert hidden.snr_quantiles[0] > 10.0  # every weight is far from the prior's SNR of 0
+    assert report.flags == {"over-pruning": False, "variance network": False}, str(report)
+    assert "* no over-pruning: no layer has 20% of its units pruned" in str(report)
+
+
 def variance_bottleneck(std: float) -> nn.Module:
     """Class 1 when |x| > 1: a zero-mean layer N(0, std^2) whose output magnitude grows with |x|,
     then |.| and a deterministic read-out. Mean propagation outputs the same for every x."""
