@@ -108,6 +108,31 @@ def test_a_trained_wide_mean_field_network_prunes_and_a_point_network_does_not()
     assert point[0].units_at_prior is None and point[0].snr_quantiles[1] == math.inf
 
 
+def test_a_trained_narrow_mean_field_network_that_needs_every_unit_is_not_flagged() -> None:
+    """Four tanh units on sin(x) with noise std 0.05: the likelihood of 200 points pins every
+    weight (SNR far above 1), no unit sits at the prior, and ``report.flags`` stays False."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.linspace(-3, 3, 200).unsqueeze(1)
+    y = torch.sin(x[:, 0]) + 0.05 * torch.randn(200, generator=generator)
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
+    net = vbnn.convert(base, "mf", posterior_std=1e-2)
+    likelihood = vbnn.GaussianLikelihood()
+    optimizer = torch.optim.Adam([*net.parameters(), *likelihood.parameters()], lr=0.02)
+    for _ in range(250):
+        terms = vbnn.elbo(net, likelihood, vbnn.GaussianPrior(1.0), x, y)
+        optimizer.zero_grad()
+        (-terms["objective"] / 200).backward()
+        optimizer.step()
+    report = diagnose(net, x, y, noise_std=float(likelihood.std().detach()))
+    assert report.predictive["RMSE"]["ensemble"] < 0.2 * report.predictive["RMSE"]["trivial"]
+    hidden = report.layers[0]
+    assert hidden.units == 4 and hidden.units_at_prior == 0 and hidden.pruned == 0
+    assert hidden.snr_quantiles[0] > 10.0  # every weight is far from the prior's SNR of 0
+    assert report.flags == {"over-pruning": False, "variance network": False}, str(report)
+    assert "* no over-pruning: no layer has 20% of its units pruned" in str(report)
+
+
 def variance_bottleneck(std: float) -> nn.Module:
     """Class 1 when |x| > 1: a zero-mean layer N(0, std^2) whose output magnitude grows with |x|,
     then |.| and a deterministic read-out. Mean propagation outputs the same for every x."""
@@ -235,3 +260,21 @@ def test_a_dropout_classifier_reports_its_kappa_count() -> None:
     assert set(report.kappa_above) == {"0", "2"}
     assert all(0 <= count <= 24 for count in report.kappa_above.values())
     assert "log10 kappa > 1.5 for" in str(report)
+
+
+def test_a_fitted_regressor_of_several_inputs_is_sampled_per_example() -> None:
+    """The ensemble of a stack of one is K weight draws of the whole network on all N rows: its
+    RMSE is that of the mean of K forward passes drawn from the same seeded stream."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(30, 3))
+    y = x @ np.array([1.0, -0.5, 0.2])
+    model = vbnn.BayesianRegressor(hidden=(5,), iterations=30, seed=0).fit(x, y)
+    report = vbnn.diagnose(model, x, y, samples=6, seed=3)
+    inputs = torch.as_tensor((x - model.x_mean_) / model.x_scale_).unsqueeze(0)
+    noise = vbnn.ModelGenerators([3])
+    with torch.no_grad():
+        draws = torch.stack([model.model_(inputs, "weights", noise)[0, :, 0] for _ in range(6)])
+    target = torch.as_tensor((y - model.y_mean_) / model.y_scale_)
+    expected = float(((draws.mean(0) - target) ** 2).mean().sqrt())
+    assert report.predictive["RMSE"]["ensemble"] == pytest.approx(expected, rel=1e-12)
+    assert report.examples == 30

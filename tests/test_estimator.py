@@ -66,3 +66,15 @@ def test_bad_input_is_named() -> None:
         estimator.predict(np.hstack([x, x]))
     with pytest.raises(ValueError, match="unknown family 'gauss'"):
         vbnn.BayesianRegressor(family="gauss").fit(x, y)
+    with pytest.raises(ValueError, match=r"y is constant \(all 20 values are 2.5\)"):
+        estimator.fit(x, np.full(20, 2.5))
+
+
+@pytest.mark.parametrize(
+    "estimator", [vbnn.BayesianRegressor(iterations=5), vbnn.BayesianClassifier(epochs=1)]
+)
+def test_both_estimators_refuse_to_fit_one_row(estimator) -> None:
+    with pytest.raises(ValueError, match=r"X has 1 row; fitting needs at least 2"):
+        estimator.fit(np.array([[0.5, 1.0]]), np.array([1]))
+    estimator.fit(np.array([[0.5, 1.0], [1.5, 0.0]]), np.array([1, 0]))  # two rows fit
+    assert estimator.predict(np.array([[0.5, 1.0]])).shape == (1,)  # one row predicts

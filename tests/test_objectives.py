@@ -41,8 +41,9 @@ def test_categorical_and_bernoulli_likelihoods_match_torch_distributions() -> No
     logits, labels = torch.randn(3, 5, 4), torch.randint(0, 4, (5,))
     expected = torch.distributions.Categorical(logits=logits).log_prob(labels.expand(3, 5))
     torch.testing.assert_close(CategoricalLikelihood().log_prob(logits, labels), expected)
-    with pytest.raises(ValueError, match="integer labels"):
-        CategoricalLikelihood().log_prob(logits, labels.float())
+    torch.testing.assert_close(CategoricalLikelihood().log_prob(logits, labels.float()), expected)
+    with pytest.raises(ValueError, match=r"label 0.5 at target\[0\] is not an integer"):
+        CategoricalLikelihood().log_prob(logits, torch.full((5,), 0.5))
     binary_logits, binary = torch.randn(3, 5, 1), torch.randint(0, 2, (5,)).float()
     expected = torch.distributions.Bernoulli(logits=binary_logits.squeeze(-1)).log_prob(binary)
     torch.testing.assert_close(BernoulliLikelihood().log_prob(binary_logits, binary), expected)

@@ -1,5 +1,5 @@
 """Command line: ``vbnn uci``, ``vbnn demo``, ``vbnn data download|check``, ``vbnn reproduce``,
-``vbnn sweep``, ``vbnn diagnose pruning``."""
+``vbnn sweep``, ``vbnn diagnose pruning|report``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,14 @@ from vbnn.data.embedded import load_diabetes_splits
 from vbnn.data.paths import resolve_data_dir
 from vbnn.data.splits import parse_splits
 from vbnn.data.table import read_table
-from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved, is_paper_setting
+from vbnn.diagnostics.saved import (
+    PAPER_PRUNED,
+    PAPER_UNITS,
+    diagnose_estimator,
+    diagnose_saved,
+    is_paper_setting,
+    write_report,
+)
 from vbnn.experiments import REPRODUCTIONS
 from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
@@ -173,6 +180,13 @@ def command_diagnose_pruning(args: argparse.Namespace) -> None:
     if is_paper_setting(saved):
         print(f"(paper, MF on boston: {PAPER_PRUNED} of {PAPER_UNITS})")
     for path in report.written:
+        print(f"wrote {path}")
+
+
+def command_diagnose_report(args: argparse.Namespace) -> None:
+    report = diagnose_estimator(args.model, args.data, args.target, samples=args.samples)
+    print(report.to_markdown() if args.markdown else report)
+    for path in write_report(report, args.json, args.figure):
         print(f"wrote {path}")
 
 
@@ -332,6 +346,17 @@ def build_parser() -> argparse.ArgumentParser:
     pruning.add_argument("--csv", default=None, metavar="FILE", help="training table (own data)")
     pruning.add_argument("--target", default=None, metavar="COLUMN", help="its target column")
     pruning.set_defaults(handler=command_diagnose_pruning)
+    report = diagnoses.add_parser(
+        "report", help="vbnn.diagnose of a saved BayesianRegressor or BayesianClassifier"
+    )
+    report.add_argument("--model", required=True, metavar="DIR", help="from the estimator's save")
+    report.add_argument("--data", required=True, metavar="CSV", help="table to diagnose on")
+    report.add_argument("--target", required=True, metavar="COLUMN", help="its target column")
+    report.add_argument("--samples", type=int, default=32, help="weight samples (ensemble)")
+    report.add_argument("--markdown", action="store_true", help="print the report as markdown")
+    report.add_argument("--json", default=None, metavar="FILE", help="write the report as JSON")
+    report.add_argument("--figure", default=None, metavar="FILE", help="write the report's plot")
+    report.set_defaults(handler=command_diagnose_report)
 
     reproduce = commands.add_parser("reproduce", help="regenerate a paper's tables and figures")
     papers = reproduce.add_subparsers(dest="reproduction", required=True)

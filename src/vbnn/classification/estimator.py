@@ -30,7 +30,7 @@ from vbnn.metrics import expected_entropy, mutual_information, predictive_entrop
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.regression.estimator import as_arrays
+from vbnn.regression.estimator import FIT_ROWS, as_arrays
 from vbnn.stores.atomic import write_folder_atomic
 
 STATE_FILE, PARAMS_FILE = "classifier.pt", "classifier.json"
@@ -97,7 +97,7 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
             ValueError: X not 2-D or holding NaN/inf, y not one label per row, fewer than two
                 classes or two rows, an unknown family or activation.
         """
-        x, _ = as_arrays(X)
+        x, _ = as_arrays(X, min_rows=FIT_ROWS)
         labels = np.asarray(y)
         if labels.ndim != 1 or len(labels) != len(x):
             raise ValueError(f"y must be 1-D with {len(x)} labels (one per row of X), got shape "
@@ -105,8 +105,6 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         self.classes_, encoded = np.unique(labels, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(f"y holds one class ({self.classes_[0]!r}); a classifier needs two")
-        if len(x) < 2:
-            raise ValueError(f"X has {len(x)} row; fitting needs at least two")
         self.n_features_in_ = x.shape[1]
         self.x_mean_, self.x_scale_ = x.mean(0), np.where(x.std(0) > 0, x.std(0), 1.0)
         self.model_ = self._build(x.shape[1], len(self.classes_))

@@ -245,6 +245,15 @@ class OneOfStack(nn.Module):
         return self.stack(x.unsqueeze(0)).squeeze(0)
 
 
+def _sample(model: nn.Module, x: torch.Tensor, samples: int, seed: int) -> torch.Tensor:
+    """K weight samples of the outputs, (K, N, ...); a ``OneOfStack`` is sampled as its stack
+    (``sample`` reads a stack's examples from dimension 1 of its inputs)."""
+    noise = ModelGenerators([seed])
+    if isinstance(model, OneOfStack):
+        return sample(model.stack, x.unsqueeze(0), samples, noise=noise)[:, 0]
+    return sample(model, x, samples, noise=noise)
+
+
 def _from_estimator(estimator, x, y) -> tuple[nn.Module, torch.Tensor, torch.Tensor, dict]:
     """The network, the inputs and targets as the network sees them, and the settings that follow
     (task, noise std) of a fitted ``BayesianRegressor`` or ``BayesianClassifier``."""
@@ -382,7 +391,7 @@ def diagnose(
     try:
         with mode(model, "mean"):
             mean_output = model(x)
-        sampled = sample(model, x, samples, noise=ModelGenerators([seed]))
+        sampled = _sample(model, x, samples, seed)
     finally:
         model.train(was_training)
     task = task or _infer_task(mean_output, y)

@@ -1,19 +1,29 @@
-"""Over-pruning diagnostics of a saved model folder (``vbnn diagnose pruning``)."""
+"""Diagnostics of saved model folders: over-pruning of a saved stack (``vbnn diagnose pruning``)
+and the full report of a saved estimator on a table (``vbnn diagnose report``)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from vbnn.classification.estimator import PARAMS_FILE as CLASSIFIER_FILE
+from vbnn.classification.estimator import BayesianClassifier
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import stack_splits
+from vbnn.data.table import read_table
 from vbnn.data.uci import RegressionDataset
 from vbnn.diagnostics.pruning import UnitDiagnostics, count_pruned, diagnose_units
 from vbnn.diagnostics.pruning_plots import plot_units, representative_units
-from vbnn.regression.saved_models import SavedModel
+from vbnn.diagnostics.report import DiagnosisReport, diagnose
+from vbnn.plots import save_figure
+from vbnn.regression.estimator import BayesianRegressor
+from vbnn.regression.saved_models import CONFIG_FILE as MODEL_FILE
+from vbnn.regression.saved_models import ModelFileError, SavedModel
+from vbnn.stores.atomic import write_atomic
 
 PAPER_PRUNED, PAPER_UNITS = 39, 50  # boston MF, Trippe & Turner 2017 section 3
 
@@ -115,3 +125,67 @@ def diagnose_saved(
             )
         )
     return PruningReport(counts=counts, units=tables, diagnostics=diagnostics, written=written)
+
+
+def load_estimator(folder: str | Path) -> BayesianRegressor | BayesianClassifier:
+    """The estimator saved in ``folder``: a ``BayesianClassifier`` where ``classifier.json`` is,
+    a ``BayesianRegressor`` where ``model.json`` holds an estimator's settings; on the CPU.
+
+    Raises:
+        ModelFileError: no such folder, a folder holding neither, or a model stack saved by
+            ``vbnn uci --save-model`` (diagnosed by ``vbnn diagnose pruning``).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelFileError(f"{folder}: no such folder (expected a saved estimator)")
+    if (folder / CLASSIFIER_FILE).is_file():
+        return BayesianClassifier.load(folder)
+    if not (folder / MODEL_FILE).is_file():
+        raise ModelFileError(
+            f"{folder}: not a saved estimator (neither {CLASSIFIER_FILE}, written by "
+            f"BayesianClassifier.save, nor {MODEL_FILE}, written by BayesianRegressor.save)"
+        )
+    try:
+        metadata = json.loads((folder / MODEL_FILE).read_text()).get("metadata", {})
+    except (json.JSONDecodeError, AttributeError) as error:
+        raise ModelFileError(f"{folder / MODEL_FILE}: not a saved model ({error})") from None
+    if "estimator" not in metadata:
+        raise ModelFileError(
+            f"{folder}: a model stack (vbnn uci --save-model), not a saved BayesianRegressor; "
+            "diagnose it with vbnn diagnose pruning"
+        )
+    return BayesianRegressor.load(folder, device="cpu")
+
+
+def diagnose_estimator(
+    folder: str | Path, table: str | Path, target: str, samples: int = 32, seed: int = 0
+) -> DiagnosisReport:
+    """``diagnose`` the estimator saved in ``folder`` (``load_estimator``) on the rows of a CSV
+    ``table`` (``data.table.read_table``) whose column ``target`` holds y.
+
+    Raises:
+        ModelFileError: ``folder`` is not a saved estimator.
+        DataError: the table cannot be read (file, line and column named).
+        ValueError: the table's input columns do not match the model's inputs in number.
+    """
+    estimator = load_estimator(folder)
+    x, y, columns = read_table(table, target)
+    if len(columns) != estimator.n_features_in_:
+        raise ValueError(
+            f"{table}: {len(columns)} input columns {columns} besides the target {target!r}; "
+            f"the model in {folder} was fit on {estimator.n_features_in_}"
+        )
+    return diagnose(estimator, x, y, samples=samples, seed=seed)
+
+
+def write_report(
+    report: DiagnosisReport, json_path: str | Path | None, figure_path: str | Path | None
+) -> list[Path]:
+    """Write ``report.to_dict()`` as JSON and ``report.plot()`` as a figure, each where a path
+    is given (atomically); returns the paths written."""
+    written = []
+    if json_path is not None:
+        written.append(write_atomic(json_path, json.dumps(report.to_dict(), indent=1) + "\n"))
+    if figure_path is not None:
+        written.append(save_figure(report.plot(), figure_path))
+    return written

@@ -30,19 +30,34 @@ from vbnn.regression.saved_models import load_model, save_model
 from vbnn.regression.stack import build_stack
 from vbnn.training.full_batch import fit as fit_stack
 
+FIT_ROWS = 2  # fitting standardises the inputs by their std, which one row does not have
 
-def as_arrays(x, y=None, name: str = "X") -> tuple[np.ndarray, np.ndarray | None]:
+
+def as_arrays(
+    x, y=None, name: str = "X", min_rows: int = 1
+) -> tuple[np.ndarray, np.ndarray | None]:
     """X as (N, I) float64 and y as (N,), with errors naming the argument, shape and row.
+
+    Args:
+        x, y: the inputs and, optionally, one target per row.
+        name: the inputs' name in the errors.
+        min_rows: the fewest rows accepted (``FIT_ROWS`` when fitting; 1 to predict).
 
     Raises:
         ValueError: X not 2-D (a 1-D X is one feature: pass X.reshape(-1, 1)), y not 1-D,
-            different lengths, no rows, or a NaN/inf (the first row holding one is named).
+            different lengths, no rows or fewer than ``min_rows``, or a NaN/inf (the first row
+            holding one is named).
     """
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] == 0:
         raise ValueError(
             f"{name} must be 2-D (n_samples, n_features) with at least one row, got shape "
             f"{x.shape}" + (" (one feature? use X.reshape(-1, 1))" if x.ndim == 1 else "")
+        )
+    if len(x) < min_rows:
+        raise ValueError(
+            f"{name} has {len(x)} row{'' if len(x) == 1 else 's'}; fitting needs at least "
+            f"{min_rows} (the inputs are standardised by their std over the rows)"
         )
     arrays = [(name, x)]
     if y is not None:
@@ -123,11 +138,20 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         )
 
     def fit(self, X, y) -> BayesianRegressor:
-        """Standardise, then train for ``iterations`` steps. Returns self."""
-        x, y = as_arrays(X, y)
+        """Standardise, then train for ``iterations`` steps. Returns self.
+
+        Raises:
+            ValueError: X not 2-D or holding NaN/inf, fewer than two rows, y not one value per
+                row or constant (nothing to learn, and the learned noise std would shrink
+                towards zero), an unknown family or activation.
+        """
+        x, y = as_arrays(X, y, min_rows=FIT_ROWS)
+        if y.min() == y.max():
+            raise ValueError(f"y is constant (all {len(y)} values are {y[0]:g}); a regressor "
+                             "needs at least two distinct values")  # fmt: skip
         config = self._config()
         self.x_mean_, self.x_scale_ = x.mean(0), np.where(x.std(0) > 0, x.std(0), 1.0)
-        self.y_mean_, self.y_scale_ = float(y.mean()), float(y.std() or 1.0)
+        self.y_mean_, self.y_scale_ = float(y.mean()), float(y.std())
         self.n_features_in_ = x.shape[1]
         device = training_device(config)
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0).to(device)

@@ -6,7 +6,8 @@ sums over the last dimension and scales to the data-set size.
 
 * ``GaussianLikelihood``: y ~ N(f(x), sigma^2), sigma learned (stored as log sigma) or fixed;
   prediction (..., N, 1), target (..., N). One sigma per model.
-* ``CategoricalLikelihood``: t ~ Cat(softmax(f(x))); logits (..., N, C), labels (..., N) or (N,).
+* ``CategoricalLikelihood``: t ~ Cat(softmax(f(x))); logits (..., N, C), labels (..., N) or (N,),
+  integers or floats holding whole numbers (as a table read from a file gives them).
 * ``BernoulliLikelihood``: t ~ Bernoulli(sigmoid(f(x))); logits (..., N) or (..., N, 1),
   labels in {0, 1} (..., N) or (N,).
 """
@@ -34,14 +35,15 @@ def checking() -> bool:
     return not torch.compiler.is_compiling()
 
 
-def check_finite(name: str, values: torch.Tensor) -> None:
-    """ValueError naming the first NaN or inf of ``values`` (one reduction when all are finite)."""
+def check_finite(name: str, values: torch.Tensor, what: str = "targets") -> None:
+    """ValueError naming the first NaN or inf of ``values`` (one reduction when all are finite),
+    as "``name``[i, j] is nan: ``what`` must be finite"."""
     if not checking() or not values.dtype.is_floating_point:
         return
     if not bool(torch.isfinite(values).all()):
         bad = ~torch.isfinite(values)
         raise ValueError(
-            f"{name}{first_position(bad)} is {values[bad][0].item()}: targets must be finite"
+            f"{name}{first_position(bad)} is {values[bad][0].item()}: {what} must be finite"
         )
 
 
@@ -97,12 +99,24 @@ class CategoricalLikelihood(nn.Module):
     """t ~ Cat(softmax(logits)): log p(t_n) = logits[t_n] - logsumexp(logits), per example."""
 
     def log_prob(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """logits (..., N, C), integer labels (..., N) or (N,) shared by a stack -> (..., N)."""
-        if target.dtype.is_floating_point or prediction.shape[-2] != target.shape[-1]:
+        """logits (..., N, C), labels (..., N) or (N,) shared by a stack -> (..., N).
+
+        Labels are integers, or floats holding whole numbers (converted); a label that is not a
+        whole number is named with its position.
+        """
+        if prediction.shape[-2] != target.shape[-1]:
             raise ValueError(
-                f"CategoricalLikelihood: need integer labels (..., N) for logits (..., N, C); "
-                f"got labels {tuple(target.shape)} {target.dtype}, logits {tuple(prediction.shape)}"
+                f"CategoricalLikelihood: need labels (..., N) for logits (..., N, C); "
+                f"got labels {tuple(target.shape)}, logits {tuple(prediction.shape)}"
             )
+        if target.dtype.is_floating_point:
+            fractional = ~torch.isfinite(target) | (target != target.floor())
+            if checking() and bool(fractional.any()):
+                raise ValueError(
+                    f"CategoricalLikelihood: label {target[fractional][0].item()} at target"
+                    f"{first_position(fractional)} is not an integer (labels are class indices)"
+                )
+            target = target.long()
         classes = prediction.shape[-1]
         outside = (target < 0) | (target >= classes)
         if checking() and bool(outside.any()):

@@ -17,6 +17,8 @@ Every function here works on any module: ``MLP``, ``LeNet5``, a family layer, or
 ``nn.Module`` holding family layers (``nn.Sequential``, a ``vbnn.convert``ed model). The KL and
 the log prior are sums over ``variational_layers(model)``; layers without a KL term (point
 weights, binary dropout) contribute 0, so a point or dropout model trains under the same ELBO.
+Each checks that the batch's inputs are finite (``likelihoods.checking``: not inside a compiled
+graph), naming the first NaN or inf ("x[5, 2] is nan"); the likelihoods check the targets.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.modes import network_output, stack_size, variational_layers
 from vbnn.layers.shell import VariationalLayer
-from vbnn.training.likelihoods import Likelihood
+from vbnn.training.likelihoods import Likelihood, check_finite
 
 Terms = dict[str, torch.Tensor]
 
@@ -91,6 +93,29 @@ def log_prior(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
     return _per_network(model, total)
 
 
+def _summed_log_likelihood(
+    model: nn.Module,
+    likelihood: Likelihood,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    forward_mode: ForwardMode,
+    noise: NoiseSource | None = None,
+    samples: int = 1,
+) -> torch.Tensor:
+    """The average over ``samples`` forward passes in ``forward_mode`` of sum_n log p(y_n | x_n, W),
+    after checking that the inputs ``x`` are finite (one reduction; off in a compiled graph).
+
+    Every objective reaches the data through here, so a NaN or inf in a batch's inputs is named
+    with its position ("x[5, 2] is nan") instead of surfacing later as a non-finite objective.
+    """
+    check_finite("x", x, "the network's inputs")
+    total = 0.0
+    for _ in range(samples):
+        prediction = network_output(model, x, forward_mode, noise)
+        total = total + likelihood.log_prob(prediction, y).sum(-1)
+    return total / samples
+
+
 def expected_log_likelihood(
     model: nn.Module,
     likelihood: Likelihood,
@@ -104,14 +129,13 @@ def expected_log_likelihood(
     Returns:
         Unbiased estimate for the examples of the batch: (M,) for a stack, a scalar for one
         network.
+
+    Raises:
+        ValueError: ``samples`` < 1, or a NaN or inf in ``x`` (its first position named).
     """
     if samples < 1:
         raise ValueError(f"expected_log_likelihood: samples must be >= 1, got {samples}")
-    total = 0.0
-    for _ in range(samples):
-        prediction = network_output(model, x, ForwardMode.LOCAL, noise)
-        total = total + likelihood.log_prob(prediction, y).sum(-1)
-    return total / samples
+    return _summed_log_likelihood(model, likelihood, x, y, ForwardMode.LOCAL, noise, samples)
 
 
 # an ELBO takes the model, its likelihood and prior, the batch and how it is drawn: the nine
@@ -140,7 +164,7 @@ def log_joint(
     model: nn.Module, likelihood: Likelihood, prior: Prior, x: torch.Tensor, y: torch.Tensor
 ) -> Terms:
     """MAP objective log p(Y | X, W) + log p(W) of the mean network (``log_prior``), per model."""
-    data = likelihood.log_prob(network_output(model, x, ForwardMode.MEAN), y).sum(-1)
+    data = _summed_log_likelihood(model, likelihood, x, y, ForwardMode.MEAN)
     prior_term = log_prior(model, prior)
     return {"objective": data + prior_term, "log-likelihood": data, "log-prior": prior_term}
 
@@ -149,5 +173,5 @@ def log_likelihood(
     model: nn.Module, likelihood: Likelihood, x: torch.Tensor, y: torch.Tensor
 ) -> Terms:
     """Maximum-likelihood objective log p(Y | X, W) of the mean network, per model."""
-    data = likelihood.log_prob(network_output(model, x, ForwardMode.MEAN), y).sum(-1)
+    data = _summed_log_likelihood(model, likelihood, x, y, ForwardMode.MEAN)
     return {"objective": data, "log-likelihood": data}
