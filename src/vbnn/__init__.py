@@ -3,7 +3,7 @@
 The public surface, one name per concept:
 
 * the families as layers: ``FAMILIES``, ``family``, the layer classes, ``convert`` (any
-  ``nn.Module`` made Bayesian) and ``MLP``;
+  ``nn.Module`` made Bayesian), ``summary`` (its layers, families and sizes) and ``MLP``;
 * how a network runs: ``mode`` (``ForwardMode``), ``use_noise`` and ``ModelGenerators`` (where the
   noise comes from), ``sample`` (K outputs drawn from q), ``variational_layers``;
 * the objectives over any module: ``kl``, ``log_prior``, ``elbo``, ``log_joint``,
@@ -49,6 +49,7 @@ from vbnn.layers import (
 from vbnn.networks.conversion import convert
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
+from vbnn.networks.summary import summary
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.estimator import BayesianRegressor
@@ -115,6 +116,7 @@ __all__ = [
     "mode",
     "plots",
     "sample",
+    "summary",
     "train_loop",
     "use_noise",
     "variational_layers",
