@@ -169,7 +169,8 @@ def convert(
     if readers:
         named = ", ".join(f"{path or '(root)'} ({type(child).__name__})" for path, child in readers)
         raise ValueError(
-            f"convert: {named} read their layers' weights directly (attention its projections, "
+            f"convert: {named} {'reads its' if len(readers) == 1 else 'read their'} layers' "
+            f"weights directly (attention its projections, "
             f"the encoder layer's fast path its feed-forward layers), which variational layers "
             f"do not have; keep them deterministic with keep={[path for path, _ in readers]}"
         )
