@@ -16,7 +16,7 @@ Operators (``layers.operators.Operator``): dense or a 1-, 2- or 3-D convolution 
 leading model dimension M inside the shell.
 
 Single models and stacks. A layer built without ``generators`` or ``num_models`` is one network
-and behaves like ``nn.Linear`` / ``nn.ConvNd``: (N, I) or (N, C, *S) in, no model dimension in
+and behaves like ``nn.Linear`` / ``nn.ConvNd``: (*, I) or (N, C, *S) in, no model dimension in
 or out (its parameters keep a leading dimension of size 1, so that it equals the M = 1 stack
 exactly). A stack (``generators`` a ``ModelGenerators`` of M streams, or ``num_models=M``) takes
 and returns the leading M.
