@@ -41,11 +41,14 @@ KL_SHAPES = [(name, conv) for name, conv in SHAPES if name in WITH_KL]
 KL_IDS = [f"{name}-{'conv' if conv else 'dense'}" for name, conv in KL_SHAPES]
 
 
-def make(name: str, std: float = 0.3, conv: bool = False, **options) -> VariationalLayer:
+def make(
+    name: str, std: float = 0.3, conv: bool = False, rank: int = 2, **options
+) -> VariationalLayer:
     """A float64 layer of family ``name`` whose weights start with std ``std`` (variational
-    dropout: sqrt(alpha) = ``std``, the std relative to |mu|)."""
+    dropout: sqrt(alpha) = ``std``, the std relative to |mu|); ``conv``: a convolution over
+    ``rank`` spatial dimensions (padding 1 unless ``options`` say otherwise)."""
     spec = FAMILIES[name]
-    shape = {"kernel_size": KERNEL, "padding": 1} if conv else {}
+    shape = {"kernel_size": (KERNEL,) * rank, "padding": options.pop("padding", 1)} if conv else {}
     if "posterior_std" in spec.accepted_options():
         options["posterior_std"] = std
     elif "log_alpha" in spec.accepted_options():
@@ -70,9 +73,11 @@ def make(name: str, std: float = 0.3, conv: bool = False, **options) -> Variatio
     return layer
 
 
-def inputs(conv: bool = False, models: int | None = MODELS, rows: int = ROWS) -> torch.Tensor:
+def inputs(
+    conv: bool = False, models: int | None = MODELS, rows: int = ROWS, rank: int = 2
+) -> torch.Tensor:
     lead = () if models is None else (models,)
-    shape = (rows, CHANNELS, IMAGE, IMAGE) if conv else (rows, INPUTS)
+    shape = (rows, CHANNELS, *(IMAGE,) * rank) if conv else (rows, INPUTS)
     return torch.randn(*lead, *shape, dtype=torch.float64)
 
 
@@ -343,8 +348,12 @@ def test_wrong_input_shape_is_named() -> None:
     with pytest.raises(ValueError, match=r"expected \(M=3, N, 4\)"):
         layer(torch.randn(3, 5, 7, dtype=torch.float64), ForwardMode.MEAN)
     single = make("mf", generators=None)
-    with pytest.raises(ValueError, match=r"expected \(N, 4\)"):
-        single(torch.randn(3, 5, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"expected \(\*, 4\)"):
+        single(torch.randn(3, 5, 7, dtype=torch.float64))
+    rows = torch.randn(3, 5, 4, dtype=torch.float64)  # (*, I) as nn.Linear: rows are examples
+    torch.testing.assert_close(
+        single(rows, "mean"), single(rows.reshape(15, 4), "mean").view(3, 5, 2)
+    )
     conv = make("vd-layer", conv=True, generators=None)
     with pytest.raises(ValueError, match=r"expected \(N, 2, H, W\)"):
         conv(torch.randn(5, 3, 6, 6, dtype=torch.float64))

@@ -3,7 +3,7 @@
 The public surface, one name per concept:
 
 * the families as layers: ``FAMILIES``, ``family``, the layer classes, ``convert`` (any
-  ``nn.Module`` made Bayesian) and ``MLP``;
+  ``nn.Module`` made Bayesian), ``summary`` (its layers, families and sizes) and ``MLP``;
 * how a network runs: ``mode`` (``ForwardMode``), ``use_noise``, ``ModelGenerators`` and the
   ``NoiseSource`` protocol it follows (where the noise comes from, the ``noise`` argument of a
   forward pass), ``sample`` (K outputs drawn from q), ``variational_layers``;
@@ -50,6 +50,7 @@ from vbnn.layers import (
 from vbnn.networks.conversion import convert
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
+from vbnn.networks.summary import summary
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.estimator import BayesianRegressor
@@ -116,6 +117,7 @@ __all__ = [
     "mode",
     "plots",
     "sample",
+    "summary",
     "train_loop",
     "use_noise",
     "variational_layers",

@@ -26,7 +26,7 @@ DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when pos
 
 
 class Additive(VariationalLayer):
-    """N(mu, sigma^2) weights; dense, or conv2d when ``kernel_size`` is set.
+    """N(mu, sigma^2) weights; dense, or a convolution when ``kernel_size`` is set.
 
     The other arguments are those of ``VariationalDropout``.
 

@@ -27,7 +27,7 @@ from vbnn.priors.dropout import LogUniformPrior
 
 
 class BernoulliVariance(VariationalLayer):
-    """theta (2 Bernoulli(1/2) - 1) weights; dense, or conv2d when ``kernel_size`` is set.
+    """theta (2 Bernoulli(1/2) - 1) weights; dense, or a convolution when ``kernel_size`` is set.
 
     The other arguments are those of ``VariationalDropout``.
 

@@ -23,7 +23,7 @@ from vbnn.layers.shell import Moments, VariationalLayer
 
 
 class BinaryDropout(VariationalLayer):
-    """Dense, or conv2d when ``kernel_size`` is set, with binary dropout of rate ``rate`` in
+    """Dense, or a convolution when ``kernel_size`` is set, with binary dropout of rate ``rate`` in
     (0, 1) on its input (a layer without dropout is ``Point``). Other arguments as the other
     families."""
 

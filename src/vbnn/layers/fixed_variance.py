@@ -18,7 +18,7 @@ from vbnn.layers.shell import Moments, VariationalLayer
 
 
 class FixedVariance(VariationalLayer):
-    """q(W, b) = prod N(mu, s^2), s fixed; LRT in LOCAL mode; dense, or conv2d.
+    """q(W, b) = prod N(mu, s^2), s fixed; LRT in LOCAL mode; dense, or a convolution.
 
     The other arguments are those of ``MeanField``.
 

@@ -47,7 +47,7 @@ def softplus_inverse(value: float | torch.Tensor) -> float | torch.Tensor:
 
 
 class MeanField(VariationalLayer):
-    """q(W, b) = prod N(mu, sigma^2); LRT in LOCAL mode; dense, or conv2d with ``kernel_size``.
+    """q(W, b) = prod N(mu, sigma^2); LRT in LOCAL mode; dense, or a convolution (``kernel_size``).
 
     Args:
         in_features: as ``VariationalLayer``.

@@ -16,7 +16,7 @@ from vbnn.layers.shell import Moments, VariationalLayer
 
 
 class Point(VariationalLayer):
-    """Dense or conv2d layer with point weights (LeCun-normal initial weights, zero biases)."""
+    """Dense or convolutional layer of point weights (LeCun-normal initial weights, zero biases)."""
 
     family_name = "point"
     has_zero_mean_form = False  # point weights: Neklyudov et al. 2019's Theorem 1 does not apply

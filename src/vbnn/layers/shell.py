@@ -11,11 +11,12 @@ family module states only
 and the shell below owns everything else: the forward modes, the operators, the local
 reparameterization trick (LRT), masks for sparse ensembles, single models and stacks.
 
-Operators (``layers.operators.Operator``): dense or 2-D convolution (stride, padding, dilation as
-``nn.Conv2d``), with a leading model dimension M inside the shell.
+Operators (``layers.operators.Operator``): dense or a 1-, 2- or 3-D convolution (the rank of
+``kernel_size``; stride, padding, dilation as ``nn.Conv1d`` / ``nn.Conv2d`` / ``nn.Conv3d``), with a
+leading model dimension M inside the shell.
 
 Single models and stacks. A layer built without ``generators`` or ``num_models`` is one network
-and behaves like ``nn.Linear`` / ``nn.Conv2d``: (N, I) or (N, C, H, W) in, no model dimension in
+and behaves like ``nn.Linear`` / ``nn.ConvNd``: (*, I) or (N, C, *S) in, no model dimension in
 or out (its parameters keep a leading dimension of size 1, so that it equals the M = 1 stack
 exactly). A stack (``generators`` a ``ModelGenerators`` of M streams, or ``num_models=M``) takes
 and returns the leading M.
@@ -81,10 +82,12 @@ class VariationalLayer(nn.Module):
         generators: a ``ModelGenerators`` of M streams: a stack of M models, initialised from
             those streams; a ``torch.Generator``: one model initialised from it; None: one model
             (or ``num_models``) initialised from torch's global RNG.
-        kernel_size: a 2-D convolution's kernel as ``nn.Conv2d`` (None: a dense layer).
-        stride: of the convolution, as ``nn.Conv2d``.
-        padding: of the convolution, as ``nn.Conv2d``.
-        dilation: of the convolution, as ``nn.Conv2d``.
+        kernel_size: None: a dense layer; an int: a 2-D convolution with a square kernel, as
+            ``nn.Conv2d``; a tuple of 1, 2 or 3 ints: a convolution of that many spatial
+            dimensions d (``(5,)`` is ``nn.Conv1d(..., 5)``).
+        stride: of the convolution, an int or d ints, as torch's convolutions.
+        padding: of the convolution, an int, d ints, "valid" or "same" (stride 1).
+        dilation: of the convolution, an int or d ints.
         bias: whether the layer has a bias.
         num_models: stack size when no ``generators`` are given (None: a single model).
     """
@@ -103,10 +106,10 @@ class VariationalLayer(nn.Module):
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
         *,
-        kernel_size: int | tuple[int, int] | None = None,
-        stride: int | tuple[int, int] = 1,
-        padding: int | tuple[int, int] = 0,
-        dilation: int | tuple[int, int] = 1,
+        kernel_size: int | tuple[int, ...] | None = None,
+        stride: int | tuple[int, ...] = 1,
+        padding: int | tuple[int, ...] | str = 0,
+        dilation: int | tuple[int, ...] = 1,
         bias: bool = True,
         num_models: int | None = None,
     ) -> None:
@@ -192,7 +195,7 @@ class VariationalLayer(nn.Module):
         """Set the posterior means from a deterministic layer's weights, for every model.
 
         Args:
-            weight: ``nn.Linear`` layout (O, I) or ``nn.Conv2d`` layout (O, C, kh, kw).
+            weight: ``nn.Linear`` layout (O, I) or ``nn.ConvNd`` layout (O, C, *k).
             bias: (O,) or None (the layer's bias is then left as it is).
 
         Families without a weight mean (zero-mean variance layers) keep their own weights and
@@ -269,19 +272,39 @@ class VariationalLayer(nn.Module):
         mode: ForwardMode | str | None = None,
         noise: NoiseSource | None = None,
     ) -> torch.Tensor:
-        """Output (M, N, O) / (M, N, O, H', W') for a stack; (N, O) / (N, O, H', W') for one model.
+        """Output (M, N, O) / (M, N, O, *S') for a stack; (*, O) / (N, O, *S') for one model.
 
         Args:
             x: input; see ``Operator`` for the shapes.
             mode: ``ForwardMode`` or its value; None: see the module docstring.
             noise: the noise source; None: see the module docstring.
+
+        Raises:
+            ValueError: ``x`` of the wrong shape (both shapes named).
+            TypeError: ``x`` not floating, or of a dtype other than the parameters' (the layer
+                and both dtypes named).
         """
         mode = self.resolve_mode(mode)
         self.operator.check(x, self.num_models if self.stacked else None)
-        if not self.stacked:
-            x = x.unsqueeze(0)
-        out = self.propagate(x, mode, self.resolve_noise(noise))
-        return out if self.stacked else out.squeeze(0)
+        self.check_dtype(x)
+        if self.stacked:
+            return self.propagate(x, mode, self.resolve_noise(noise))
+        lead = x.shape[:-1]  # a single dense layer takes (*, I), as nn.Linear: rows are examples
+        x = x.reshape(-1, x.shape[-1]) if self.kernel_size is None else x
+        out = self.propagate(x.unsqueeze(0), mode, self.resolve_noise(noise)).squeeze(0)
+        return out.reshape(*lead, out.shape[-1]) if self.kernel_size is None else out
+
+    def check_dtype(self, x: torch.Tensor) -> None:
+        """Raise a TypeError naming the layer and both dtypes unless ``x`` has the parameters'
+        floating dtype (under ``torch.autocast`` any floating dtype passes: autocast casts)."""
+        dtype = next((p.dtype for p in self._parameters.values() if p is not None), x.dtype)
+        if x.dtype == dtype or (x.is_floating_point() and torch.is_autocast_enabled(x.device.type)):
+            return
+        problem = "a floating input" if x.is_floating_point() else "a floating, not integer, input"
+        raise TypeError(
+            f"{type(self).__name__}({self.extra_repr()}) takes {problem} of its parameters' dtype "
+            f"{dtype}, got {x.dtype}: convert the input (x.to({dtype})) or the model"
+        )
 
     def propagate(self, x: torch.Tensor, mode: ForwardMode, noise: NoiseSource) -> torch.Tensor:
         """The output for ``x`` with the model dimension, in ``mode``."""
@@ -323,7 +346,7 @@ class VariationalLayer(nn.Module):
         return torch.zeros(self.num_models, self.out_features, dtype=mean.dtype, device=mean.device)
 
     def extra_repr(self) -> str:
-        kind = "conv2d" if self.operator.is_conv else "dense"
+        kind = self.operator.kind
         models = f", num_models={self.num_models}" if self.stacked else ""
         kernel = f", kernel_size={self.kernel_size}" if self.kernel_size else ""
         return (

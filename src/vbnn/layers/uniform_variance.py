@@ -23,7 +23,7 @@ from vbnn.priors.dropout import LogUniformPrior
 
 
 class UniformVariance(BernoulliVariance):
-    """theta U(-1, 1) weights; dense, or conv2d when ``kernel_size`` is set (arguments as the
+    """theta U(-1, 1) weights; dense, or a convolution when ``kernel_size`` is set (arguments as the
     Bernoulli layer; ``posterior_std`` is the initial std theta / sqrt 3)."""
 
     family_name = "uniform-variance"

@@ -9,10 +9,10 @@ appendix E eqs. 39 and 41 (local reparameterization, dense and convolutional):
 eps independent per example (and per output position). Parameters: mu and log alpha (clipped to
 ``LOG_ALPHA_RANGE``); biases are point parameters (optional). Shapes of log alpha:
 
-    sharing  dense (weight M, I, O)   conv (weight M, O, C, k, k)
-    layer    (M, 1, 1)                (M, 1, 1, 1, 1)
-    neuron   (M, 1, O)                (M, O, 1, 1, 1)
-    weight   (M, I, O)                (M, O, C, k, k)
+    sharing  dense (weight M, I, O)   conv over d spatial dims (weight M, O, C, *k)
+    layer    (M, 1, 1)                (M, 1, 1, *[1] * d)
+    neuron   (M, 1, O)                (M, O, 1, *[1] * d)
+    weight   (M, I, O)                (M, O, C, *k)
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ def log_alpha_shape(weight_shape: tuple[int, ...], sharing: AlphaSharing, conv: 
     if sharing is AlphaSharing.LAYER:
         return (models,) + (1,) * (len(weight_shape) - 1)
     if conv:
-        return (models, weight_shape[1], 1, 1, 1)
+        return (models, weight_shape[1]) + (1,) * (len(weight_shape) - 2)
     return (models, 1, weight_shape[2])
 
 
 class VariationalDropout(VariationalLayer):
-    """Gaussian dropout posterior N(mu, alpha mu^2); dense, or conv2d when ``kernel_size`` is set.
+    """Gaussian dropout posterior N(mu, alpha mu^2); dense, or a convolution with ``kernel_size``.
 
     Args:
         in_features: as ``VariationalLayer``.

@@ -24,7 +24,7 @@ from vbnn.priors.dropout import LogUniformPrior, zero_mean_kl
 
 
 class ZeroMean(VariationalLayer):
-    """N(0, sigma^2) weights; dense, or conv2d when ``kernel_size`` is set.
+    """N(0, sigma^2) weights; dense, or a convolution when ``kernel_size`` is set.
 
     The other arguments are those of ``VariationalDropout``.
 

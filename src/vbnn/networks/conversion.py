@@ -1,16 +1,31 @@
 """Any ``nn.Module`` made Bayesian: its dense and convolutional layers replaced by a family's.
 
-``convert(module, "mf")`` returns a deep copy of ``module`` in which every ``nn.Linear`` and
-``nn.Conv2d`` is the family's layer of the same shape (one network, no model dimension), its
-posterior means set from the original weights and biases (``VariationalLayer.load_means``), on
-the original device and dtype. The rest of the module (activations, pooling, normalisation, the
-``forward``) is untouched, so the converted model is called exactly as before: it samples in
-training mode and uses the posterior means in eval mode or under ``vbnn.mode``.
+``convert(module, "mf")`` returns a deep copy of ``module`` in which every ``nn.Linear``,
+``nn.Conv1d``, ``nn.Conv2d`` and ``nn.Conv3d`` is the family's layer of the same shape (one
+network, no model dimension), its posterior means set from the original weights and biases
+(``VariationalLayer.load_means``), on the original device and dtype. The rest of the module
+(activations, pooling, normalisation, the ``forward``) is untouched, so the converted model is
+called exactly as before: it samples in training mode and uses the posterior means in eval mode or
+under ``vbnn.mode``.
+
+No layer is left deterministic in silence:
+
+* normalisation layers (BatchNorm, InstanceNorm, LayerNorm, GroupNorm, RMSNorm) stay
+  deterministic by design, their scale and shift point estimates; ``vbnn.summary`` lists them;
+* ``nn.MultiheadAttention`` (inside every ``nn.Transformer*Layer``) reads its projections'
+  weights directly, and ``nn.TransformerEncoderLayer``'s fast path its feed-forward layers', so
+  their layers cannot be swapped: convert refuses them, naming their paths, unless they are kept
+  (``keep``); a block of your own around ``nn.MultiheadAttention`` converts once the attention
+  is kept;
+* any other module holding parameters that convert does not replace (``nn.Embedding``, recurrent
+  layers, transposed convolutions, a parameter of a custom module, ...) is named in one
+  ``UserWarning``, or a ValueError with ``strict=True``, unless it is kept.
 """
 
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,27 +34,36 @@ from torch import nn
 from vbnn.layers.registry import FamilySpec
 from vbnn.layers.registry import family as family_spec
 from vbnn.layers.shell import VariationalLayer
+from vbnn.networks.summary import NORMALISATION
+from vbnn.networks.summary import summary as summary_table
+
+CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+# modules whose forward reads their sublayers' ``weight`` tensors directly
+WEIGHT_READERS = (nn.MultiheadAttention, nn.TransformerEncoderLayer)
+CONVERTIBLE = (nn.Linear, *CONVOLUTIONS)
+
+
+def _convertible(module: nn.Module) -> bool:
+    """Whether convert replaces ``module``: a dense or 1-3-D convolutional torch layer (the
+    transposed convolutions are ``_ConvTransposeNd``, not ``ConvNd``, subclasses)."""
+    return isinstance(module, CONVERTIBLE) and not isinstance(module, VariationalLayer)
 
 
 def _family_layer(spec: FamilySpec, name: str, layer: nn.Module, options: dict[str, Any]):
     weight, bias = layer.weight, layer.bias
     shape: dict[str, Any] = {}
-    if isinstance(layer, nn.Conv2d):
+    if isinstance(layer, CONVOLUTIONS):
+        kind = type(layer).__name__
         if not spec.convolution:
-            raise ValueError(f"convert: {name} is an nn.Conv2d; family {spec.name!r} is dense only")
+            raise ValueError(f"convert: {name} is an nn.{kind}; family {spec.name!r} is dense only")
         if layer.groups != 1 or layer.padding_mode != "zeros":
             raise ValueError(
-                f"convert: {name} has groups={layer.groups}, padding_mode="
-                f"{layer.padding_mode!r}; only groups=1 with zero padding is supported"
+                f"convert: {name} ({kind}) has groups={layer.groups}, padding_mode="
+                f"{layer.padding_mode!r}; only groups=1 with zero padding is supported (keep it "
+                f"deterministic with keep=[{name!r}])"
             )
-        if isinstance(layer.padding, str):
-            if layer.padding != "valid":
-                raise ValueError(f"convert: {name} has padding={layer.padding!r}; give integers")
-            padding: Any = 0
-        else:
-            padding = layer.padding
         shape = {"kernel_size": layer.kernel_size, "stride": layer.stride,
-                 "padding": padding, "dilation": layer.dilation}  # fmt: skip
+                 "padding": layer.padding, "dilation": layer.dilation}  # fmt: skip
         sizes = (layer.in_channels, layer.out_channels)
     else:
         sizes = (layer.in_features, layer.out_features)
@@ -48,15 +72,58 @@ def _family_layer(spec: FamilySpec, name: str, layer: nn.Module, options: dict[s
     return new.to(weight.device)
 
 
+def _under(path: str, roots: Iterable[str]) -> bool:
+    """Whether ``path`` is one of ``roots`` or inside one of them; the root path "" covers the
+    root module alone (its own parameters), not the whole model."""
+    return any(path == root or (root and path.startswith(f"{root}.")) for root in roots)
+
+
+def _weight_readers(module: nn.Module, keep: set[str]) -> list[tuple[str, nn.Module]]:
+    """The outermost ``WEIGHT_READERS`` inside ``module`` (not ``module`` itself) outside
+    ``keep``."""
+    found: list[tuple[str, nn.Module]] = []
+    for path, child in list(module.named_modules())[1:]:
+        inside = _under(path, [outer for outer, _ in found])
+        if isinstance(child, WEIGHT_READERS) and not inside and not _under(path, keep):
+            found.append((path, child))
+    return found
+
+
+def _left_deterministic(module: nn.Module, keep: set[str]) -> list[tuple[str, nn.Module]]:
+    """Modules outside ``keep`` holding parameters of their own that convert does not replace,
+    that are not normalisation layers and not inside a variational layer."""
+    variational = [p for p, m in module.named_modules() if isinstance(m, VariationalLayer)]
+    left = []
+    for path, child in module.named_modules():
+        if _under(path, keep) or _under(path, variational) or _convertible(child):
+            continue
+        if isinstance(child, NORMALISATION) or next(child.parameters(False), None) is None:
+            continue
+        left.append((path, child))
+    return left
+
+
 def convert(
-    module: nn.Module, family: str = "mf", keep: Iterable[str] = (), **options: Any
+    module: nn.Module,
+    family: str = "mf",
+    keep: Iterable[str] = (),
+    *,
+    strict: bool = False,
+    summary: bool = False,
+    **options: Any,
 ) -> nn.Module:
-    """A copy of ``module`` whose ``nn.Linear`` / ``nn.Conv2d`` layers are ``family`` layers.
+    """A copy of ``module`` whose ``nn.Linear`` / ``nn.Conv1d`` / ``nn.Conv2d`` / ``nn.Conv3d``
+    layers are ``family`` layers (the module docstring says what else happens to each layer).
 
     Args:
         module: any ``nn.Module`` (left unchanged).
         family: a ``vbnn.FAMILIES`` name ("mf", "gd", "fc", "vd-layer", "zero-mean", ...).
-        keep: names (as in ``module.named_modules()``) of layers to leave deterministic.
+        keep: paths (as in ``module.named_modules()``) of modules to leave deterministic, with
+            everything inside them: a layer, an ``nn.MultiheadAttention``, a whole block; ""
+            names the root module's own parameters (a bare layer: the layer).
+        strict: raise instead of warning when a module holding parameters (other than a
+            normalisation layer) is left deterministic without being kept.
+        summary: print ``vbnn.summary`` of the converted copy (path, type, family, parameters).
         **options: passed to every new layer, e.g. ``posterior_std=1e-3`` (the initial marginal
             std of every weight; GD: its fixed std), ``log_alpha=-6.0`` for variational dropout,
             ``parameterization="softplus"`` for "mf".
@@ -67,31 +134,71 @@ def convert(
 
     Raises:
         ValueError: an unknown family (the choices are listed), an option the family does not
-            take (named, with the options it takes), a ``keep`` name that is not a
-            dense or convolutional layer of ``module``, a convolution the family or the shell
-            cannot express (grouped, non-zero padding mode, "same" padding).
+            take (named, with the options it takes), a ``keep`` path that is not a module of
+            ``module``, an ``nn.MultiheadAttention`` or ``nn.TransformerEncoderLayer`` not kept
+            (its path named), a convolution the
+            family or the shell cannot express (grouped, a padding mode other than zeros; its
+            path named), nothing to convert, or, with ``strict=True``, a module left
+            deterministic (every path named).
+
+    Warns:
+        UserWarning: naming the path and type of every module holding parameters that stays
+            deterministic without being kept (normalisation layers excepted).
     """
     spec = family_spec(family)
     keep = set(keep)
-    if isinstance(module, (nn.Linear, nn.Conv2d)) and "" not in keep:  # a bare layer
-        return _family_layer(spec, type(module).__name__, module, dict(options))
+    if _convertible(module) and "" not in keep:  # a bare layer
+        converted = _family_layer(spec, type(module).__name__, module, dict(options))
+        if summary:
+            print(summary_table(converted))
+        return converted
+    if isinstance(module, WEIGHT_READERS):
+        raise ValueError(
+            f"convert: {type(module).__name__} reads its layers' weights directly, which "
+            f"variational layers do not have; it cannot be converted"
+        )
+    paths = {name for name, _ in module.named_modules()}
+    unknown = sorted(keep - paths)
+    if unknown:
+        layers = sorted(name for name, child in module.named_modules() if _convertible(child))
+        raise ValueError(
+            f"convert: keep={unknown} are not modules of {type(module).__name__}; its "
+            f"convertible layers are {layers}"
+        )
+    readers = _weight_readers(module, keep)
+    if readers:
+        named = ", ".join(f"{path or '(root)'} ({type(child).__name__})" for path, child in readers)
+        raise ValueError(
+            f"convert: {named} {'reads its' if len(readers) == 1 else 'read their'} layers' "
+            f"weights directly (attention its projections, "
+            f"the encoder layer's fast path its feed-forward layers), which variational layers "
+            f"do not have; keep them deterministic with keep={[path for path, _ in readers]}"
+        )
     replaceable = {
         name
         for name, child in module.named_modules()
-        if isinstance(child, (nn.Linear, nn.Conv2d)) and not isinstance(child, VariationalLayer)
+        if _convertible(child) and not _under(name, keep)
     }
-    unknown = sorted(keep - replaceable)
-    if unknown:
+    if not replaceable:
         raise ValueError(
-            f"convert: keep={unknown} are not nn.Linear/nn.Conv2d layers of "
-            f"{type(module).__name__}; its layers are {sorted(replaceable)}"
+            f"convert: {type(module).__name__} has no nn.Linear/nn.Conv1d/2d/3d to convert"
         )
-    if not replaceable - keep:
-        raise ValueError(f"convert: {type(module).__name__} has no nn.Linear/nn.Conv2d to convert")
+    left = _left_deterministic(module, keep)
+    if left:
+        named = ", ".join(f"{path or '(root)'} ({type(child).__name__})" for path, child in left)
+        message = (
+            f"convert: these modules hold parameters and stay deterministic: {named}; "
+            f"pass keep={[path for path, _ in left]} to keep them so on purpose"
+        )
+        if strict:
+            raise ValueError(message)
+        warnings.warn(message, UserWarning, stacklevel=2)
     converted = copy.deepcopy(module)
     for parent_name, parent in list(converted.named_modules()):
         for child_name, child in list(parent.named_children()):
             name = f"{parent_name}.{child_name}" if parent_name else child_name
-            if name in replaceable and name not in keep:
+            if name in replaceable:
                 setattr(parent, child_name, _family_layer(spec, name, child, dict(options)))
+    if summary:
+        print(summary_table(converted))
     return converted

@@ -1,0 +1,189 @@
+"""``vbnn.convert`` leaves no layer in silence: Conv1d/Conv3d converted with their means,
+attention refused by path, other weights named in a warning (or refused with strict), the
+summary's counts, and inputs of another dtype named."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from test_family_contract import CONV
+from torch import nn
+
+import vbnn
+
+WITHOUT_MEANS = ("zero-mean", "bernoulli-variance", "uniform-variance")  # weights not loaded
+WITH_MEANS = [name for name in CONV if name not in WITHOUT_MEANS]
+
+
+def conv1d_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv1d(2, 4, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv1d(4, 3, 2, padding="same", dilation=2),
+        nn.Flatten(),
+        nn.Linear(3 * 4, 2),
+    ).double()
+
+
+def conv3d_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv3d(2, 4, (3, 3, 2), stride=(1, 2, 1), padding=(1, 0, 1)),
+        nn.BatchNorm3d(4),
+        nn.ReLU(),
+        nn.Conv3d(4, 2, 1, bias=False),
+        nn.Flatten(),
+        nn.Linear(2 * 4 * 2 * 6, 2),
+    ).double()
+
+
+@pytest.mark.parametrize("family", WITH_MEANS)
+@pytest.mark.parametrize(
+    ("net", "x_shape"), [(conv1d_net, (5, 2, 8)), (conv3d_net, (5, 2, 4, 5, 5))]
+)
+def test_converted_conv1d_and_conv3d_nets_keep_the_original_means(family, net, x_shape) -> None:
+    original = net().eval()  # BatchNorm with its running statistics
+    x = torch.randn(*x_shape, dtype=torch.float64)
+    converted = vbnn.convert(original, family)
+    layers = [m for m in converted.modules() if isinstance(m, vbnn.VariationalLayer)]
+    assert len(layers) == 3 and all(type(m) is vbnn.FAMILIES[family].layer for m in layers)
+    with vbnn.mode(converted, "mean"):
+        torch.testing.assert_close(converted(x), original(x))
+    assert converted.train()(x).shape == (5, 2)
+
+
+def test_convert_refuses_what_a_family_or_the_shell_cannot_express() -> None:
+    with pytest.raises(ValueError, match=r"convert: 0 is an nn\.Conv1d; family 'fc' is dense only"):
+        vbnn.convert(conv1d_net(), "fc")
+    grouped = nn.Sequential(
+        nn.Linear(2, 2), nn.Unflatten(1, (2, 1, 1, 1)), nn.Conv3d(2, 2, 1, groups=2)
+    )
+    with pytest.raises(ValueError, match=r"2 \(Conv3d\) has groups=2.*keep=\['2'\]"):
+        vbnn.convert(grouped, "mf")
+    circular = nn.Sequential(nn.Conv1d(2, 2, 3, padding=1, padding_mode="circular"))
+    with pytest.raises(ValueError, match=r"0 \(Conv1d\) has groups=1, padding_mode='circular'"):
+        vbnn.convert(circular, "mf")
+    with pytest.raises(ValueError, match=r"keep=\['9'\] are not modules of Sequential"):
+        vbnn.convert(conv1d_net(), "mf", keep=["9"])
+
+
+class Block(nn.Module):
+    """A transformer block of one's own: attention, then a feed-forward layer on (*, I) rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.norm = nn.LayerNorm(8)
+        self.feed_forward = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(x + self.attention(x, x, x, need_weights=False)[0])
+        return x + self.feed_forward(x)
+
+
+def test_attention_is_refused_by_path_and_kept_on_request() -> None:
+    torch.manual_seed(0)
+    original = nn.Sequential(Block(), Block()).double().eval()
+    with pytest.raises(ValueError, match=re.escape(
+        "0.attention (MultiheadAttention), 1.attention (MultiheadAttention) read their layers'"
+    )) as error:  # fmt: skip
+        vbnn.convert(original, "mf")
+    assert "keep=['0.attention', '1.attention']" in str(error.value)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(8, 2, 16), 2, enable_nested_tensor=False
+    )
+    with pytest.raises(ValueError, match=r"layers\.0 \(TransformerEncoderLayer\), layers\.1 "):
+        vbnn.convert(encoder, "mf")  # its fast path reads linear1.weight: the whole layer
+    with pytest.raises(ValueError, match=r"self_attn \(MultiheadAttention\), multihead_attn"):
+        vbnn.convert(nn.TransformerDecoderLayer(8, 2, 16), "mf")
+    with pytest.raises(ValueError, match=r"MultiheadAttention reads .* cannot be converted"):
+        vbnn.convert(nn.MultiheadAttention(8, 2), "mf")
+    kept = vbnn.convert(original, "mf", keep=["0.attention", "1.attention"])
+    assert isinstance(kept[0].feed_forward[0], vbnn.MeanField)
+    assert type(kept[0].attention.out_proj) is type(original[0].attention.out_proj)
+    x = torch.randn(3, 4, 8, dtype=torch.float64)  # (batch, sequence, features): (*, I) rows
+    with vbnn.mode(kept, "mean"):
+        torch.testing.assert_close(kept(x), original(x))
+    assert kept.train()(x).shape == x.shape
+
+
+class Tagger(nn.Module):
+    """Weights convert does not replace: an embedding, an LSTM, a bare parameter, a norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.rnn = nn.LSTM(4, 4, batch_first=True)
+        self.norm = nn.LayerNorm(4)
+        self.head = nn.Linear(4, 3)
+        self.temperature = nn.Parameter(torch.ones(()))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.rnn(self.embed(tokens))
+        return self.head(self.norm(hidden)) / self.temperature
+
+
+def test_weights_left_deterministic_are_named_in_a_warning_or_refused_with_strict() -> None:
+    expected = r"\(root\) \(Tagger\), embed \(Embedding\), rnn \(LSTM\); pass keep="
+    with pytest.warns(UserWarning, match=expected) as record:
+        converted = vbnn.convert(Tagger(), "mf")
+    assert len(record) == 1 and "norm" not in str(record[0].message)
+    assert isinstance(converted.head, vbnn.MeanField)
+    assert converted(torch.tensor([[1, 2, 3]])).shape == (1, 3, 3)  # (*, I) through the head
+    with pytest.raises(ValueError, match=expected):
+        vbnn.convert(Tagger(), "mf", strict=True)
+    quiet = vbnn.convert(Tagger(), "mf", keep=["", "embed", "rnn"], strict=True)  # on purpose
+    assert isinstance(quiet.head, vbnn.MeanField) and type(quiet.embed) is nn.Embedding
+
+
+def test_normalisation_layers_stay_deterministic_without_a_warning() -> None:
+    net = nn.Sequential(nn.Conv1d(2, 4, 3), nn.BatchNorm1d(4), nn.GroupNorm(2, 4), nn.Flatten(),
+                        nn.LayerNorm(24), nn.Linear(24, 1), nn.RMSNorm(1))  # fmt: skip
+    converted = vbnn.convert(net, "mf")  # warnings are errors in the tests
+    assert [type(m) for m in converted[1:3]] == [nn.BatchNorm1d, nn.GroupNorm]
+    converted.train()
+    x = torch.randn(4, 2, 8)
+    with vbnn.mode(converted, "mean"):
+        torch.testing.assert_close(converted(x), converted(x))  # BatchNorm draws nothing
+
+
+def test_summary_lists_every_layer_and_counts_each_parameter_once(capsys) -> None:
+    net = conv3d_net()
+    converted = vbnn.convert(net, "vd-neuron", summary=True)
+    printed = capsys.readouterr().out
+    assert printed == vbnn.summary(converted) + "\n"
+    lines = printed.splitlines()
+    assert lines[0].split() == ["layer", "type", "family", "parameters"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert rows["0"] == [
+        "NeuronDropout",
+        "vd-neuron",
+        str(sum(p.numel() for p in converted[0].parameters())),
+    ]
+    assert rows["1"] == ["BatchNorm3d", "deterministic", "8"]
+    assert rows["total"] == [str(sum(p.numel() for p in converted.parameters()))]
+    shared = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    shared[1].weight = shared[0].weight  # tied: counted once, as parameters() does
+    assert vbnn.summary(shared).splitlines()[-1].split() == ["total", "15"]
+
+
+# --- dtypes -----------------------------------------------------------------------------------
+def test_an_input_of_another_dtype_is_refused_naming_the_layer_and_both_dtypes() -> None:
+    dense = vbnn.convert(nn.Linear(3, 2), "mf")
+    with pytest.raises(TypeError, match=r"MeanField\(mf: dense, in=3, out=2, .*torch\.float32, got "
+                                        r"torch\.float64"):  # fmt: skip
+        dense(torch.randn(4, 3, dtype=torch.float64))
+    with pytest.raises(
+        TypeError, match=r"floating, not integer, input .*float32, got torch\.int64"
+    ):
+        dense(torch.ones(4, 3, dtype=torch.long))
+    conv = vbnn.convert(nn.Conv3d(2, 2, 1), "gd").double()
+    with pytest.raises(
+        TypeError, match=r"FixedVariance\(gd: conv3d, in=2, out=2.*got torch\.float32"
+    ):
+        conv(torch.randn(1, 2, 3, 3, 3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts: any floating input
+        assert dense(torch.randn(4, 3, dtype=torch.bfloat16)).dtype == torch.bfloat16
