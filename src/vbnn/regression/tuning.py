@@ -82,12 +82,15 @@ def hidden_label(hidden: Sequence[int]) -> str:
 def study_name(dataset: str, split: int, config: TrainConfig, seed: int) -> str:
     """The Optuna study of one (data set, split, method, seed) search.
 
-    Searches that differ from those of the first full Table 1 run carry a suffix, so that the
+    VI names the family it fits (``vi-vd-layer``). Searches that differ from those of the first
+    full Table 1 run carry a suffix, so that the
     committed results database's studies are resumed only by the searches that made them: FC
     with a factor other than ``direct``, SGLD, whose step size is now searched too, and any
     architecture other than one hidden layer of 50 units (e.g. ``/hidden50x50``).
     """
     name = f"{dataset}/split{split}/{config.method.value}/seed{seed}"
+    if config.method is Method.VI:  # one study per family VI fits
+        name = f"{dataset}/split{split}/vi-{config.family}/seed{seed}"
     if config.hidden != (50,):
         name += "/hidden" + hidden_label(config.hidden)
     if config.method is Method.FC and config.covariance_factor != "direct":
