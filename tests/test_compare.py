@@ -27,7 +27,7 @@ def regression_data(rows: int = 60) -> tuple[np.ndarray, np.ndarray]:
 
 def fold_frame(values: dict[str, list[float]]) -> pd.DataFrame:
     rows = [
-        {"family": family, "fold": k, "log_likelihood": v, "seconds": 1.0}
+        {"family": family, "fold": k, "log_likelihood": v, "seconds": 1.0, "tuning_seconds": 0}
         for family, lls in values.items()
         for k, v in enumerate(lls)
     ]
@@ -147,6 +147,7 @@ def test_tuned_regression_stores_each_folds_values(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "r.sqlite") as connection:
         (stored,) = connection.execute("SELECT DISTINCT hyperparameters FROM runs").fetchone()
     assert '"compare": "tuned per fold"' in stored and '"prior_std"' in stored
+    assert (result.folds["tuning_seconds"] > 0).all()
     assert result.verdict == "map is the only family compared"
 
 

@@ -23,6 +23,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.metrics import interval_coverage
 from vbnn.regression.engine import TrainedStack
 from vbnn.regression.presets import preset
+from vbnn.sweeps.uci import stored_trials
 
 COVERAGE = "coverage"
 
@@ -54,6 +55,23 @@ def provenance(config: CompareConfig, values: Mapping[int, Mapping[str, float]])
         "validation_fraction": config.validation_fraction,
         "values": {str(k): dict(v) for k, v in values.items()},
     }
+
+
+def search_seconds(storage: Any, name: str) -> float:
+    """Wall seconds of study ``name``: the length of the union of its trials' [start, complete]
+    intervals (the candidates of one round train together, so their intervals overlap)."""
+    spans = sorted(
+        (t.datetime_start, t.datetime_complete)
+        for t in stored_trials(storage, name)
+        if t.datetime_start is not None and t.datetime_complete is not None
+    )
+    total, reached = 0.0, None
+    for start, end in spans:
+        begin = start if reached is None or start > reached else reached
+        if end > begin:
+            total += (end - begin).total_seconds()
+            reached = end
+    return total
 
 
 @torch.no_grad()

@@ -36,12 +36,12 @@ def summary_frame(folds: pd.DataFrame, task: Task) -> pd.DataFrame:
     """Per family: mean and standard error over folds of every metric, and the summed seconds.
 
     Args:
-        folds: one row per (family, fold) with columns ``family``, ``fold``, ``seconds`` and the
-            task's metric columns (``METRICS``).
+        folds: one row per (family, fold) with columns ``family``, ``fold``, ``seconds``,
+            ``tuning_seconds`` and the task's metric columns (``METRICS``).
 
     Returns:
         Indexed by family, best mean test LL first; columns ``<metric>`` and ``<metric> sem``,
-        ``folds`` and ``seconds``.
+        ``folds``, ``seconds`` (training) and ``tuning seconds``, summed over folds.
     """
     rows = []
     for family, part in folds.groupby("family", sort=False):
@@ -51,6 +51,7 @@ def summary_frame(folds: pd.DataFrame, task: Task) -> pd.DataFrame:
             mean, sem = mean_and_standard_error(values) if values else (float("nan"),) * 2
             row[column], row[f"{column} sem"] = mean, sem
         row["folds"], row["seconds"] = len(part), float(part["seconds"].sum())
+        row["tuning seconds"] = float(part["tuning_seconds"].sum())
         rows.append(row)
     frame = pd.DataFrame(rows).set_index("family")
     return frame.sort_values("log_likelihood", ascending=False, kind="stable")
@@ -101,7 +102,8 @@ def verdict(gaps: pd.DataFrame) -> str:
 def display_table(
     summary: pd.DataFrame, gaps: pd.DataFrame, task: Task, level: float
 ) -> pd.DataFrame:
-    """The printed table: every metric as "mean +- sem", the paired gap, the seconds."""
+    """The printed table: every metric as "mean +- sem", the paired gap and whether it is a tie,
+    the training and tuning seconds summed over folds."""
     headings = dict(METRICS[task])
     if "coverage" in headings:
         headings["coverage"] = f"{level:.0%} coverage"
@@ -112,8 +114,12 @@ def display_table(
             mean, sem = row[column], row[f"{column} sem"]
             cells[heading] = "n/a" if pd.isna(mean) else f"{mean:.3f} +- {sem:.3f}"
         gap, sem = gaps.loc[family, "gap"], gaps.loc[family, "sem"]
-        cells["LL gap to best"] = "best" if family == gaps.index[0] else f"{gap:+.3f} +- {sem:.3f}"
-        cells["folds"], cells["train s"] = int(row["folds"]), round(float(row["seconds"]), 1)
+        best = family == gaps.index[0]
+        cells["LL gap to best"] = "best" if best else f"{gap:+.3f} +- {sem:.3f}"
+        cells["vs best"] = "best" if best else ("tie" if gaps.loc[family, "tie"] else "worse")
+        cells["folds"] = int(row["folds"])
+        cells["train s"] = round(float(row["seconds"]), 1)
+        cells["tune s"] = round(float(row["tuning seconds"]), 1)
         rows.append(cells)
     return pd.DataFrame(rows).set_index("family")
 

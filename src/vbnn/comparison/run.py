@@ -24,7 +24,13 @@ from vbnn.comparison import folds as folding
 from vbnn.comparison.classification import classification_fold, classifier_run
 from vbnn.comparison.config import DEFAULT_FAMILIES, CompareConfig, check_families
 from vbnn.comparison.folds import Split, Task
-from vbnn.comparison.regression import COVERAGE, interval_coverages, provenance, train_config
+from vbnn.comparison.regression import (
+    COVERAGE,
+    interval_coverages,
+    provenance,
+    search_seconds,
+    train_config,
+)
 from vbnn.comparison.report import (
     display_table,
     paired_gaps,
@@ -35,7 +41,7 @@ from vbnn.comparison.report import (
 from vbnn.data.table import read_table
 from vbnn.data.uci import DATASETS, RegressionDataset, load_uci
 from vbnn.regression.estimator import as_arrays
-from vbnn.regression.tuning import TuningConfig, tune
+from vbnn.regression.tuning import TuningConfig, study_name, tune
 from vbnn.stores.markdown import markdown_table
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
@@ -51,7 +57,7 @@ class ComparisonResult:
         name: the name the runs are stored under (label and a hash of the data and folds).
         folds: one row per (family, fold): test ``log_likelihood`` (nats per row), ``rmse`` and
             ``coverage`` (regression) or ``accuracy``, ``ece``, ``brier`` (classification),
-            ``seconds`` (training).
+            ``seconds`` (training) and ``tuning_seconds`` (the fold's search).
         summary: per family, mean and standard error over folds of every metric.
         gaps: per family, the paired test-LL gap to the best family and its SEM, and ``tie``.
         table: the printed table (strings "mean +- sem").
@@ -269,6 +275,11 @@ def _regression_folds(
                     "rmse": r.test_rmse,
                     "coverage": metrics[r.split].get(COVERAGE),
                     "seconds": r.train_seconds,
+                    "tuning_seconds": search_seconds(
+                        storage, study_name(dataset.name, r.split, train, tuning.seed)
+                    )
+                    if config.tune
+                    else 0.0,
                 }
                 for r in stored
             )
@@ -321,6 +332,7 @@ def _classification_folds(
                     "ece": m["ece"],
                     "brier": m["brier"],
                     "seconds": seconds[k],
+                    "tuning_seconds": m["tuning_seconds"],
                 }
                 for k, m in stored.items()
             )
