@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import optuna
 import pandas as pd
 
 from vbnn.comparison import folds as folding
@@ -221,6 +222,7 @@ def _regression_folds(
 ) -> pd.DataFrame:
     """Tune (every fold's study), then train the folds each family lacks; one row per
     (family, fold) read back from the database."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna_storage(path)
     remote = settings.kind is not ExecutorKind.LOCAL
     fold_ids = list(range(dataset.num_splits))
