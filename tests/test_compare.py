@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import vbnn
 from vbnn.cli import main
@@ -196,3 +197,69 @@ def test_cli_fold_column_gives_the_splits(tmp_path: Path, capsys) -> None:
                  "--out", str(tmp_path), "--no-progress"]  # fmt: skip
     assert main(arguments) == 0
     assert "3 folds" in capsys.readouterr().out
+
+
+def test_map_coverage_is_the_share_inside_its_gaussian_interval() -> None:
+    from vbnn.comparison.regression import interval_coverages
+    from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+    from vbnn.data.splits import stack_splits
+    from vbnn.data.uci import RegressionDataset
+    from vbnn.regression.engine import train_stack
+
+    x, y = regression_data()
+    dataset = RegressionDataset("toy", x, y, k_folds(y, 3, Task.REGRESSION, 0), "test")
+    config = TrainConfig(method=Method.MAP, iterations=40, hidden=(4,), test_samples=4)
+    stack = train_stack(config, stack_splits(dataset, [0, 1, 2]))
+    coverages = interval_coverages(stack, level=0.8)
+    with torch.no_grad():
+        mean = stack.model(stack.data.x_test, ForwardMode.MEAN).squeeze(-1)
+    half_width = 1.2815515655446004 * stack.likelihood.std().detach()  # Phi^-1(0.9)
+    inside = ((stack.data.y_test - mean).abs() <= half_width[:, None]).double().mean(1)
+    assert [coverages[k]["coverage"] for k in range(3)] == pytest.approx(inside.tolist())
+
+
+def test_search_seconds_is_the_length_of_the_union_of_trial_intervals() -> None:
+    from datetime import datetime, timedelta
+
+    import optuna
+
+    from vbnn.comparison.regression import search_seconds
+
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(study_name="s", storage=storage)
+    origin = datetime(2020, 1, 1)
+    for begin, end in [(0, 10), (0, 8), (12, 15), (14, 20)]:  # union: [0, 10] + [12, 20]
+        trial = optuna.trial.create_trial(value=1.0)
+        study.add_trial(
+            optuna.trial.FrozenTrial(
+                number=0, state=trial.state, value=1.0, values=None,
+                datetime_start=origin + timedelta(seconds=begin),
+                datetime_complete=origin + timedelta(seconds=end), params={},
+                distributions={}, user_attrs={}, system_attrs={}, intermediate_values={},
+                trial_id=0,
+            )
+        )  # fmt: skip
+    assert search_seconds(storage, "s") == pytest.approx(18.0)
+
+
+def test_classification_resumes_only_the_missing_unit(tmp_path: Path, monkeypatch) -> None:
+    generator = np.random.default_rng(2)
+    x = generator.normal(size=(30, 2))
+    labels = (x[:, 0] > 0).astype(int)
+    settings = {"families": ["mf"], "folds": 3, "tune": False, "epochs": 2, "hidden": (4,),
+                "test_samples": 4, "database": tmp_path / "c.sqlite"}  # fmt: skip
+    first = vbnn.compare(x, labels, **settings)
+    with sqlite3.connect(tmp_path / "c.sqlite") as connection:
+        connection.execute("DELETE FROM runs WHERE split = 2")
+    trained = []
+    real = run_module.classification_fold
+
+    def spy(*arguments):
+        trained.append(arguments[-1])
+        return real(*arguments)
+
+    monkeypatch.setattr(run_module, "classification_fold", spy)
+    second = vbnn.compare(x, labels, **settings)
+    assert trained == [2]
+    columns = ["fold", "log_likelihood", "accuracy", "ece", "brier"]
+    pd.testing.assert_frame_equal(first.folds[columns], second.folds[columns])
