@@ -100,6 +100,8 @@ def no_training(*args, **kwargs):
          r"splits\[0\]: row 2 is both a training and a test row"),
         (lambda x, y: vbnn.compare(x, y, trails=3), "unknown setting 'trails'"),
         (lambda x, y: vbnn.compare(x, y, folds=1), "folds=1: K folds need an integer K >= 2"),
+        (lambda x, y: vbnn.compare(x, np.where(y > 0, "a", "b"), task="regression"),
+         "y holds class names, not numbers"),
     ],
 )  # fmt: skip
 def test_bad_input_is_an_error_before_any_training(call, message, monkeypatch) -> None:
@@ -156,10 +158,12 @@ def test_classification_end_to_end(tmp_path: Path) -> None:
     generator = np.random.default_rng(1)
     x = generator.normal(size=(48, 2))
     labels = np.where(x[:, 0] + x[:, 1] > 0, "yes", "no")
-    result = vbnn.compare(x, labels == "yes", families=["mf", "point"], folds=3,
-                          task="classification", trials=2, epochs=3, hidden=(8,),
-                          test_samples=8)  # fmt: skip
-    assert result.task is Task.CLASSIFICATION
+    result = vbnn.compare(x, labels, families=["mf", "point"], folds=3, trials=2, epochs=3,
+                          hidden=(8,), test_samples=8)  # fmt: skip
+    assert (result.task, result.task_reason) == (
+        Task.CLASSIFICATION,
+        "inferred: y holds class names",
+    )
     assert list(result.table.columns[:4]) == ["test LL", "accuracy", "ECE", "Brier"]
     assert result.folds["accuracy"].between(0, 1).all()
     assert (result.folds["log_likelihood"] < 0).all()

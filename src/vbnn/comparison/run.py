@@ -24,6 +24,7 @@ import pandas as pd
 from vbnn.comparison import folds as folding
 from vbnn.comparison.classification import classification_fold, classifier_run
 from vbnn.comparison.config import DEFAULT_FAMILIES, CompareConfig, check_families
+from vbnn.comparison.data import load_data
 from vbnn.comparison.folds import Split, Task
 from vbnn.comparison.regression import (
     COVERAGE,
@@ -39,9 +40,7 @@ from vbnn.comparison.report import (
     summary_frame,
     verdict,
 )
-from vbnn.data.table import read_table
-from vbnn.data.uci import DATASETS, RegressionDataset, load_uci
-from vbnn.regression.estimator import as_arrays
+from vbnn.data.uci import RegressionDataset
 from vbnn.regression.tuning import TuningConfig, study_name, tune
 from vbnn.stores.markdown import markdown_table
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
@@ -87,30 +86,6 @@ class ComparisonResult:
             f"{self.task.value} on {self.name}, mean +- standard error over {folds} folds\n\n"
             f"{markdown_table(self.table, index=True)}\n\n{self.verdict}\n"
         )
-
-
-def load_data(
-    data: Any, y: Any, target: str | None, data_dir: str | None = None
-) -> tuple[np.ndarray, np.ndarray, str, str]:
-    """(inputs, target, label, preset name) of a CSV path with ``target``, a UCI name, or
-    arrays X, y. The preset name is the UCI set's (its tuned presets) or "" (stated defaults)."""
-    if isinstance(data, str | Path):
-        if y is not None:
-            raise ValueError("y: give y with arrays only; with a CSV file give target=COLUMN")
-        path = Path(data)
-        if not path.exists() and str(data) in DATASETS:
-            dataset = load_uci(str(data), data_dir)
-            return dataset.inputs, dataset.target, str(data), str(data)
-        if target is None:
-            raise ValueError(f"target: {path} is a table; name its target column (target=...)")
-        x, values, _ = read_table(path, target)
-        return x, values, path.stem, ""
-    if target is not None:
-        raise ValueError("target: names a CSV column; with arrays pass y")
-    if y is None:
-        raise ValueError("y: arrays X need their targets y")
-    x, values = as_arrays(data, y)
-    return x, values, "arrays", ""
 
 
 def executor_settings(executor: str | ExecutorSettings) -> ExecutorSettings:
@@ -166,14 +141,19 @@ def compare(
     if unknown:
         raise ValueError(f"compare: unknown setting {unknown[0]!r}; settings are {sorted(known)}")
     config = CompareConfig(**settings)
-    x, values, label, preset_name = load_data(data, y, target, data_dir)
-    if task is None:
+    table = load_data(data, y, target, data_dir)
+    x, values = table.inputs, table.target
+    if task is None and table.named_classes:
+        task, reason = Task.CLASSIFICATION, "inferred: y holds class names"
+    elif task is None:
         task, reason = folding.infer_task(values)
         reason = f"inferred: {reason}"
     else:
         if str(getattr(task, "value", task)) not in [t.value for t in Task]:
             raise ValueError(f"task={task!r}: choose 'regression' or 'classification'")
         task, reason = Task(task), "given"
+        if task is Task.REGRESSION and table.named_classes:
+            raise ValueError("task='regression': y holds class names, not numbers")
     names = check_families(tuple(families or DEFAULT_FAMILIES[task]), task)
     if task is Task.CLASSIFICATION:
         folding.check_labels(values, folds if splits is None else None)
@@ -183,14 +163,14 @@ def compare(
         chosen = folding.check_splits(splits, len(values))
     if task is Task.CLASSIFICATION:
         folding.check_classes_in_training(values, chosen)
-    name = folding.data_key(label, x, values, chosen)
+    name = folding.data_key(table.label, x, values, chosen)
     run_settings = executor_settings(executor)
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(database) if database is not None else Path(scratch) / "compare.sqlite"
         if task is Task.REGRESSION:
-            dataset = RegressionDataset(name, x, values, chosen, label)
+            dataset = RegressionDataset(name, x, values, chosen, table.label)
             frame = _regression_folds(
-                dataset, names, config, path, run_settings, progress, preset_name
+                dataset, names, config, path, run_settings, progress, table.preset
             )
         else:
             frame = _classification_folds(
