@@ -267,3 +267,10 @@ def test_classification_resumes_only_the_missing_unit(tmp_path: Path, monkeypatc
     assert trained == [2]
     columns = ["fold", "log_likelihood", "accuracy", "ece", "brier"]
     pd.testing.assert_frame_equal(first.folds[columns], second.folds[columns])
+
+
+def test_a_uci_name_uses_its_rows_and_presets(data_dir: Path) -> None:
+    result = vbnn.compare("yacht", families=["gd", "map"], folds=2, tune=False, iterations=20,
+                          hidden=(4,), test_samples=4, data_dir=str(data_dir))  # fmt: skip
+    assert result.name.startswith("yacht-") and result.task is Task.REGRESSION
+    assert result.folds.groupby("family").size().to_dict() == {"gd": 2, "map": 2}

@@ -4,7 +4,8 @@ For each family the driver (``compare.run``) first completes one Optuna study pe
 on validation rows carved from that fold's training rows, ``regression.tuning.tune``; the studies
 live in the results database's file), reads back each fold's best values, then trains the folds
 the database lacks as the engine's chunks: folds of equal size form one batched stack
-(``engine.run_splits`` with each fold's own values). Every finished chunk is stored in one
+(``engine.run_splits`` with each fold's own values; ES tuned per fold trains one fold at a time,
+as one Adam cannot vary its learning rate per model). Every finished chunk is stored in one
 transaction with its interval coverage (:func:`interval_coverages`), so a killed comparison
 resumes where it stopped.
 """
