@@ -278,3 +278,15 @@ def test_the_budget_counts_candidates_not_abandoned_or_repeated_trials() -> None
     abandoned = trial(0.4, fail, abandoned=True)
     trials = [trial(0.1), trial(0.2), trial(0.1), trial(0.3, fail), abandoned]
     assert used_budget(trials) == 3  # 0.1 and 0.2 scored, 0.3 diverged
+
+
+def test_study_names_tell_the_families_of_vi_apart() -> None:
+    from vbnn.core.contracts import Method, TrainConfig
+    from vbnn.regression.tuning import study_name
+
+    names = {
+        study_name("data", 0, TrainConfig(method=Method.VI, family=family), 0)
+        for family in ("vd-layer", "additive")
+    }
+    assert names == {"data/split0/vi-vd-layer/seed0", "data/split0/vi-additive/seed0"}
+    assert study_name("data", 0, TrainConfig(method=Method.MF), 0) == "data/split0/mf/seed0"

@@ -9,7 +9,8 @@ The public surface, one name per concept:
   forward pass), ``sample`` (K outputs drawn from q), ``variational_layers``;
 * the objectives over any module: ``kl``, ``log_prior``, ``elbo``, ``log_joint``,
   ``log_likelihood``; priors and likelihoods; ``train_loop`` and ``LangevinDynamics``;
-* the estimators ``BayesianRegressor`` and ``BayesianClassifier``; ``diagnose``; the modules
+* the estimators ``BayesianRegressor`` and ``BayesianClassifier``; ``compare`` (which family
+  for my data: families over the same folds, ``vbnn.comparison``); ``diagnose``; the modules
   ``metrics`` and ``plots``.
 
 The UCI engine's names live in ``vbnn.regression`` (``Method``, ``TrainConfig``, ``run_splits``),
@@ -21,6 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from vbnn import metrics, plots
 from vbnn.classification.estimator import BayesianClassifier
+from vbnn.comparison import compare
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.diagnostics.report import DiagnosisReport, diagnose
@@ -105,6 +107,7 @@ __all__ = [
     "WeightDropout",
     "ZeroMean",
     "__version__",
+    "compare",
     "convert",
     "diagnose",
     "elbo",

@@ -1,5 +1,5 @@
-"""Command line: ``vbnn uci``, ``vbnn demo``, ``vbnn data download|check``, ``vbnn reproduce``,
-``vbnn sweep``, ``vbnn diagnose pruning|report``."""
+"""Command line: ``vbnn uci``, ``vbnn compare``, ``vbnn demo``, ``vbnn data download|check``,
+``vbnn reproduce``, ``vbnn sweep``, ``vbnn diagnose pruning|report``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from vbnn.comparison import command as compare_command
 from vbnn.core.contracts import TABLE1_METHODS, Activation, Method, RunResult, TrainConfig
 from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
 from vbnn.data.cifar import CifarDataset, download_cifar
@@ -318,6 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--save", default=None, metavar="DIR", help="save the fitted estimator")
     fit.set_defaults(handler=command_fit)
+
+    compare = commands.add_parser("compare", help="which family for my data? families x folds",
+                                  description=compare_command.DESCRIPTION)  # fmt: skip
+    compare_command.add_arguments(compare)
+    compare.set_defaults(handler=compare_command.run)
 
     demo = commands.add_parser("demo", help="all six methods on boston's 20 splits")
     _add_training_flags(demo)

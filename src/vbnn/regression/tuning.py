@@ -82,12 +82,15 @@ def hidden_label(hidden: Sequence[int]) -> str:
 def study_name(dataset: str, split: int, config: TrainConfig, seed: int) -> str:
     """The Optuna study of one (data set, split, method, seed) search.
 
-    A suffix names what a search depends on beyond these four, so that a stored study is
-    resumed only by the search that made it: any architecture other than one hidden layer of 50
-    units (e.g. ``/hidden50x50``), FC's factor parameterization (``/scaled-unit``) and SGLD's
-    step size, searched with the prior std (``/step-size``).
+    VI names the family it fits (``vi-vd-layer``). A suffix names what a search depends on
+    beyond these four, so that a stored study is resumed only by the search that made it: any
+    architecture other than one hidden layer of 50 units (e.g. ``/hidden50x50``), FC's factor
+    parameterization (``/scaled-unit``) and SGLD's step size, searched with the prior std
+    (``/step-size``).
     """
     name = f"{dataset}/split{split}/{config.method.value}/seed{seed}"
+    if config.method is Method.VI:  # one study per family VI fits
+        name = f"{dataset}/split{split}/vi-{config.family}/seed{seed}"
     if config.hidden != (50,):
         name += "/hidden" + hidden_label(config.hidden)
     if config.method is Method.FC:

@@ -1,0 +1,109 @@
+"""The settings of a comparison and the families it can compare on each task.
+
+Regression runs on the UCI engine (``vbnn.regression.engine.run_splits``): the Table 1 methods
+``es``, ``map``, ``mf``, ``gd``, ``fc``, ``sgld`` and, through ``Method.VI``, any other
+``vbnn.FAMILIES`` name. Classification runs on ``vbnn.BayesianClassifier``: any
+``vbnn.FAMILIES`` name (``point`` is the maximum-likelihood baseline); the classifier has no MAP
+prior term, no early stopping and no Langevin sampler, so ``es``, ``map`` and ``sgld`` are
+regression only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vbnn.comparison.folds import Task
+from vbnn.core.contracts import Method
+from vbnn.layers.registry import FAMILIES
+
+REGRESSION_ONLY = ("es", "map", "sgld")
+DEFAULT_FAMILIES = {
+    Task.REGRESSION: ("mf", "gd", "fc", "es", "map"),
+    Task.CLASSIFICATION: ("mf", "gd", "fc", "point"),
+}
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """How the families are trained, tuned and scored.
+
+    Attributes:
+        hidden: hidden widths of every network.
+        iterations: regression: full-batch steps (None: the engine's, 5000; ES 2000).
+        epochs: classification: passes over the training rows.
+        batch_size: classification: rows per step.
+        learning_rate: classification: Adam step size when not tuned.
+        test_samples: K, predictive samples in every test metric.
+        tune: search each family's hyper-parameters on validation rows carved from each
+            training fold (Optuna TPE); False uses the presets (``regression.presets``; the
+            classifier's defaults).
+        trials: candidates per (family, fold) search.
+        batch: regression: candidates trained side by side in one stack.
+        validation_fraction: share of each training fold held out as the search objective.
+        level: probability of the central predictive interval whose coverage is reported.
+        seed: seeds the folds, the searches, the initialisation and the noise.
+    """
+
+    hidden: tuple[int, ...] = (50,)
+    iterations: int | None = None
+    epochs: int = 100
+    batch_size: int = 128
+    learning_rate: float = 0.01
+    test_samples: int = 100
+    tune: bool = True
+    trials: int = 20
+    batch: int = 10
+    validation_fraction: float = 0.2
+    level: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        checks = {
+            "hidden": all(h >= 1 for h in self.hidden),
+            "iterations": self.iterations is None or self.iterations >= 1,
+            "epochs": self.epochs >= 1,
+            "batch_size": self.batch_size >= 1,
+            "learning_rate": self.learning_rate > 0,
+            "test_samples": self.test_samples >= 1,
+            "trials": self.trials >= 1,
+            "batch": self.batch >= 1,
+            "validation_fraction": 0 < self.validation_fraction < 1,
+            "level": 0 < self.level < 1,
+            "seed": self.seed >= 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"CompareConfig: invalid {name}={getattr(self, name)!r}")
+
+
+def check_families(families: tuple[str, ...], task: Task) -> tuple[str, ...]:
+    """The families as given, checked against the task.
+
+    Raises:
+        ValueError: an unknown name (the known ones are listed), a name given twice, or one that
+            cannot run on ``task``.
+    """
+    if not families:
+        raise ValueError("families: none given")
+    known = [*FAMILIES, *REGRESSION_ONLY]
+    for position, name in enumerate(families):
+        if name not in known:
+            raise ValueError(f"families[{position}]={name!r}: unknown; choose from {known}")
+        if name in families[:position]:
+            raise ValueError(f"families[{position}]={name!r}: given twice")
+        if task is Task.CLASSIFICATION and name in REGRESSION_ONLY:
+            raise ValueError(
+                f"families[{position}]={name!r} runs on regression only (the classifier has no "
+                f"MAP prior term, early stopping or Langevin sampler); for classification choose "
+                f"from {list(FAMILIES)} ('point' is the maximum-likelihood baseline)"
+            )
+    return tuple(families)
+
+
+def regression_method(name: str) -> tuple[Method, str | None]:
+    """(method, family) of the engine for a family name: a Table 1 method itself, any other
+    registry family through ``Method.VI``."""
+    if name in {m.value for m in Method} - {Method.VI.value}:
+        return Method(name), None
+    return Method.VI, name

@@ -1,0 +1,321 @@
+"""``vbnn.compare``: families (and the ES/MAP baselines) over K folds or given splits of a table.
+
+Every check (the table, the task, the families, the folds) runs before any training. The runs
+are stored in a results database (``stores.results_db``) under a name that hashes the data and
+the folds, so a comparison killed part way resumes: only the folds not stored train again.
+Regression trains each family's folds as batched stacks (``compare.regression``);
+classification trains one classifier per (family, fold) (``compare.classification``). Units run
+on the executor of the sweeps (``local``, ``processes``, ``ray``); the driver alone writes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import pandas as pd
+
+from vbnn.comparison import folds as folding
+from vbnn.comparison.classification import classification_fold, classifier_run
+from vbnn.comparison.config import DEFAULT_FAMILIES, CompareConfig, check_families
+from vbnn.comparison.data import load_data
+from vbnn.comparison.folds import Split, Task
+from vbnn.comparison.regression import (
+    COVERAGE,
+    interval_coverages,
+    provenance,
+    search_seconds,
+    train_config,
+)
+from vbnn.comparison.report import (
+    display_table,
+    paired_gaps,
+    plot_comparison,
+    summary_frame,
+    verdict,
+)
+from vbnn.data.uci import RegressionDataset
+from vbnn.regression.tuning import TuningConfig, study_name, tune
+from vbnn.stores.markdown import markdown_table
+from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
+from vbnn.sweeps.uci import split_units, study_units, train_unit, trial_keeper
+
+
+@dataclass(frozen=True)
+class ComparisonResult:
+    """What :func:`compare` found.
+
+    Attributes:
+        task: regression or classification; ``task_reason`` says why ("given" or the inference).
+        name: the name the runs are stored under (label and a hash of the data and folds).
+        folds: one row per (family, fold): test ``log_likelihood`` (nats per row), ``rmse`` and
+            ``coverage`` (regression) or ``accuracy``, ``ece``, ``brier`` (classification),
+            ``seconds`` (training) and ``tuning_seconds`` (the fold's search).
+        summary: per family, mean and standard error over folds of every metric.
+        gaps: per family, the paired test-LL gap to the best family and its SEM, and ``tie``.
+        table: the printed table (strings "mean +- sem").
+        verdict: the plain sentence of ``report.verdict``.
+        level: the probability of the interval whose coverage is reported.
+    """
+
+    task: Task
+    task_reason: str
+    name: str
+    folds: pd.DataFrame
+    summary: pd.DataFrame
+    gaps: pd.DataFrame
+    table: pd.DataFrame
+    verdict: str
+    level: float
+
+    def plot(self, path: str | Path | None = None):
+        """Test LL per fold and mean +- SEM per family; written to ``path`` when given."""
+        return plot_comparison(self.folds, self.summary, path)
+
+    def to_markdown(self) -> str:
+        """The table and the verdict as Markdown."""
+        folds = int(self.summary["folds"].max())
+        return (
+            f"{self.task.value} on {self.name}, mean +- standard error over {folds} folds\n\n"
+            f"{markdown_table(self.table, index=True)}\n\n{self.verdict}\n"
+        )
+
+
+def executor_settings(executor: str | ExecutorSettings) -> ExecutorSettings:
+    if isinstance(executor, ExecutorSettings):
+        return executor
+    kinds = [k.value for k in ExecutorKind]
+    if executor not in kinds:
+        raise ValueError(f"executor={executor!r}: choose from {kinds}")
+    return ExecutorSettings(kind=ExecutorKind(executor))
+
+
+def compare(
+    data: Any,
+    y: Any = None,
+    *,
+    target: str | None = None,
+    families: Sequence[str] | None = None,
+    folds: int = 5,
+    splits: Sequence[Split] | None = None,
+    task: str | Task | None = None,
+    database: str | Path | None = None,
+    executor: str | ExecutorSettings = "local",
+    progress: bool = False,
+    data_dir: str | None = None,
+    **settings: Any,
+) -> ComparisonResult:
+    """Compare families on K folds (or the given splits) of one data set.
+
+    Args:
+        data: a CSV file (with ``target``), a UCI set's name ("yacht"), or inputs X (N, I).
+        y: the targets (N,) when ``data`` is X.
+        target: the target column of a CSV file.
+        families: names of ``vbnn.FAMILIES`` and the regression baselines ``es``, ``map``,
+            ``sgld`` (default: ``config.DEFAULT_FAMILIES`` of the task).
+        folds: K, when ``splits`` is None: seeded K folds (stratified for classification).
+        splits: (training rows, test rows) pairs to use instead of K folds.
+        task: "regression" or "classification"; None infers it from the target
+            (``folds.infer_task``) and says why in ``task_reason``.
+        database: the results SQLite file (resumable); None keeps the runs in a temporary file.
+        executor: "local", "processes", "ray" or an ``ExecutorSettings``.
+        progress: progress bars on stderr.
+        data_dir: the data directory for a UCI name (default ``$VBNN_DATA_DIR``).
+        **settings: ``CompareConfig`` fields (``tune``, ``trials``, ``seed``, ``iterations``,
+            ``epochs``, ``hidden``, ...).
+
+    Raises:
+        ValueError: bad data (the table's errors name file, line and column), an unknown or
+            unsuitable family, too few rows for K folds, a one-class target, a bad setting;
+            all before any training.
+    """
+    known = set(CompareConfig.__dataclass_fields__)
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"compare: unknown setting {unknown[0]!r}; settings are {sorted(known)}")
+    config = CompareConfig(**settings)
+    table = load_data(data, y, target, data_dir)
+    x, values = table.inputs, table.target
+    if task is None and table.named_classes:
+        task, reason = Task.CLASSIFICATION, "inferred: y holds class names"
+    elif task is None:
+        task, reason = folding.infer_task(values)
+        reason = f"inferred: {reason}"
+    else:
+        if str(getattr(task, "value", task)) not in [t.value for t in Task]:
+            raise ValueError(f"task={task!r}: choose 'regression' or 'classification'")
+        task, reason = Task(task), "given"
+        if task is Task.REGRESSION and table.named_classes:
+            raise ValueError("task='regression': y holds class names, not numbers")
+    names = check_families(tuple(families or DEFAULT_FAMILIES[task]), task)
+    if task is Task.CLASSIFICATION:
+        folding.check_labels(values, folds if splits is None else None)
+    if splits is None:
+        chosen = folding.k_folds(values, folds, task, config.seed)
+    else:
+        chosen = folding.check_splits(splits, len(values))
+    if task is Task.CLASSIFICATION:
+        folding.check_classes_in_training(values, chosen)
+    name = folding.data_key(table.label, x, values, chosen)
+    run_settings = executor_settings(executor)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(database) if database is not None else Path(scratch) / "compare.sqlite"
+        if task is Task.REGRESSION:
+            dataset = RegressionDataset(name, x, values, chosen, table.label)
+            frame = _regression_folds(
+                dataset, names, config, path, run_settings, progress, table.preset
+            )
+        else:
+            frame = _classification_folds(
+                name, x, values, chosen, names, config, path, run_settings, progress
+            )
+    summary = summary_frame(frame, task)
+    gaps = paired_gaps(frame).loc[summary.index]  # both put the best family first
+    return ComparisonResult(
+        task=task,
+        task_reason=reason,
+        name=name,
+        folds=frame,
+        summary=summary,
+        gaps=gaps,
+        table=display_table(summary, gaps, task, config.level),
+        verdict=verdict(gaps),
+        level=config.level,
+    )
+
+
+def _regression_folds(
+    dataset: RegressionDataset,
+    names: tuple[str, ...],
+    config: CompareConfig,
+    path: Path,
+    settings: ExecutorSettings,
+    progress: bool,
+    preset_name: str,
+) -> pd.DataFrame:
+    """Tune (every fold's study), then train the folds each family lacks; one row per
+    (family, fold) read back from the database."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna_storage(path)
+    remote = settings.kind is not ExecutorKind.LOCAL
+    fold_ids = list(range(dataset.num_splits))
+    configs = {name: train_config(name, config, preset_name) for name in names}
+    tuning = TuningConfig(
+        trials=config.trials,
+        batch=min(config.batch, config.trials),
+        validation_fraction=config.validation_fraction,
+        seed=config.seed,
+    )
+    if config.tune:
+        studies = [(dataset, k, c) for c in configs.values() for k in fold_ids]
+        units = study_units(studies, tuning, storage, remote, settings.cpus_per_unit)
+        run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
+    coverage = partial(interval_coverages, level=config.level)
+    with ResultsDatabase(path) as database:
+        units, extras = [], {}
+        for name, train in configs.items():  # the studies are complete: values read back
+            values = (
+                {k: tune(dataset, k, train, tuning, storage) for k in fold_ids}
+                if (config.tune)
+                else {}
+            )
+            extras[name] = provenance(config, values)
+            missing = database.missing_splits(dataset.name, fold_ids, train, extras[name])
+            for chunk in split_units(dataset, train, missing, None):
+                per_split = {k: values[k] for k in chunk} if config.tune else None
+                units.append(
+                    Unit(
+                        f"{name} folds {chunk}",
+                        train_unit,
+                        (dataset, chunk, train, per_split, coverage),
+                        settings.cpus_per_unit,
+                    )
+                )
+
+        def store(unit: Unit, value: tuple) -> None:
+            results, metrics = value
+            name = unit.key.split()[0]
+            database.write_results(dataset.name, configs[name], results, extras[name], metrics)
+
+        run_sweep(settings, units, store, "training", progress)
+        rows = []
+        for name, train in configs.items():
+            stored = database.read_results(dataset.name, train, fold_ids, extras[name])
+            metrics = database.read_metrics(dataset.name, train, fold_ids, extras[name])
+            rows.extend(
+                {
+                    "family": name,
+                    "fold": r.split,
+                    "log_likelihood": r.test_log_likelihood,
+                    "rmse": r.test_rmse,
+                    "coverage": metrics[r.split].get(COVERAGE),
+                    "seconds": r.train_seconds,
+                    "tuning_seconds": search_seconds(
+                        storage, study_name(dataset.name, r.split, train, tuning.seed)
+                    )
+                    if config.tune
+                    else 0.0,
+                }
+                for r in stored
+            )
+    return pd.DataFrame(rows).astype({"coverage": float})
+
+
+def _classification_folds(
+    name: str,
+    x: np.ndarray,
+    values: np.ndarray,
+    splits: tuple[Split, ...],
+    names: tuple[str, ...],
+    config: CompareConfig,
+    path: Path,
+    settings: ExecutorSettings,
+    progress: bool,
+) -> pd.DataFrame:
+    """One unit per (family, fold) the database lacks; one row per (family, fold)."""
+    _, labels = np.unique(values, return_inverse=True)
+    runs = {family: classifier_run(family, config) for family in names}
+    fold_ids = list(range(len(splits)))
+    with ResultsDatabase(path) as database:
+        units = [
+            Unit(
+                f"{family} fold {k}",
+                classification_fold,
+                (x, labels, splits[k], run, k),
+                settings.cpus_per_unit,
+            )
+            for family, run in runs.items()
+            for k in database.missing_splits(name, fold_ids, run)
+        ]
+
+        def store(unit: Unit, value: tuple) -> None:
+            result, metrics = value
+            run = unit.arguments[3]
+            database.write_results(name, run, [result], None, {result.split: metrics})
+
+        run_sweep(settings, units, store, "training", progress)
+        rows = []
+        for family, run in runs.items():
+            stored = database.read_metrics(name, run, fold_ids)
+            seconds = {r.split: r.train_seconds for r in database.read_results(name, run)}
+            rows.extend(
+                {
+                    "family": family,
+                    "fold": k,
+                    "log_likelihood": m["test_log_likelihood"],
+                    "accuracy": m["accuracy"],
+                    "ece": m["ece"],
+                    "brier": m["brier"],
+                    "seconds": seconds[k],
+                    "tuning_seconds": m["tuning_seconds"],
+                }
+                for k, m in stored.items()
+            )
+    return pd.DataFrame(rows)
