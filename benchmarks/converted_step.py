@@ -13,14 +13,17 @@ cross-entropy + KL / 60000, backward, ``Adam.step``. Networks:
 * ``resblock``: a stem conv 16@3x3 with BatchNorm, one residual block (two conv 16@3x3, each with
   BatchNorm), average pooling to 7x7 and a dense 784-10 layer.
 
-Variants: ``plain`` (the ``nn.Module`` itself), every family of ``vbnn.FAMILIES`` that can convert
+Variants: ``plain`` (the ``nn.Module`` itself), ``floor: two products + noise`` (every weight
+layer computed twice and joined with one normal draw per output: what the local reparameterization
+trick cannot avoid, see ``TwoProducts``), every family of ``vbnn.FAMILIES`` that can convert
 the network (``vbnn.convert(network, family)``; BatchNorm stays deterministic), and
 bayesian-torch's ``dnn_to_bnn`` with ``Reparameterization`` and ``Flipout`` layers (when it is
 installed). Every variant first takes ``--warmup`` steps; then, in each of ``--rounds`` rounds,
 the variants take ``--steps`` steps each in turn, so that a change of the machine's load reaches
 every variant alike. Reported: the median over rounds of the milliseconds a step, and the median
 over rounds of the ratio to ``plain`` measured in the same round. Inputs are random (speed does
-not depend on the pixel values).
+not depend on the pixel values). ``--fused-adam`` gives every variant ``Adam(fused=True)``;
+``--device cuda`` times with ``torch.cuda.synchronize`` and counts the kernels of a step.
 """
 
 from __future__ import annotations
@@ -58,9 +61,10 @@ class ResidualBlock(nn.Module):
 
 
 class TwoProducts(nn.Module):
-    """A weight layer computed twice, ``layer(x) + twin(x)``: the two products (mean and variance)
-    a local-reparameterization step does per layer, with twice the parameters for Adam, and none
-    of its element-wise work. The floor of ``mf``, ``fc``-free families with the LRT."""
+    """A weight layer computed twice and joined with fresh noise, ``layer(x) + twin(x) * eps``:
+    the two products (mean and variance) a local-reparameterization step does per layer, one
+    standard normal per output, one multiply-add, and twice the parameters for Adam; none of a
+    family's own element-wise work. The floor of the families that use the LRT."""
 
     def __init__(self, layer: nn.Module) -> None:
         super().__init__()
@@ -68,7 +72,8 @@ class TwoProducts(nn.Module):
         self.twin = copy.deepcopy(layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer(x) + self.twin(x)
+        mean = self.layer(x)
+        return torch.addcmul(mean, self.twin(x), torch.randn_like(mean))
 
 
 def two_products(base: nn.Module) -> nn.Module:
@@ -117,7 +122,7 @@ def variants(name: str) -> dict[str, tuple[nn.Module, Callable[[nn.Module], torc
     torch.manual_seed(0)
     base = network(name)
     out: dict[str, tuple[nn.Module, Callable]] = {"plain": (base, lambda model: 0.0)}
-    out["floor: two products"] = (two_products(base), lambda model: 0.0)
+    out["floor: two products + noise"] = (two_products(base), lambda model: 0.0)
     for family in vbnn.FAMILIES:
         try:
             model = vbnn.convert(base, family)
@@ -139,8 +144,10 @@ def variants(name: str) -> dict[str, tuple[nn.Module, Callable[[nn.Module], torc
     return out
 
 
-def make_step(model: nn.Module, kl: Callable, x: torch.Tensor, y: torch.Tensor) -> Callable:
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+def make_step(
+    model: nn.Module, kl: Callable, x: torch.Tensor, y: torch.Tensor, fused: bool = False
+) -> Callable:
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused or None)
     model.train()
 
     def step() -> None:
@@ -182,7 +189,7 @@ def benchmark(name: str, args: argparse.Namespace) -> dict[str, dict[str, float]
     x = torch.randn(args.batch, 1, 28, 28, generator=generator).to(device)
     y = torch.randint(0, CLASSES, (args.batch,), generator=generator).to(device)
     steps = {
-        label: make_step(model.to(device), kl, x, y)
+        label: make_step(model.to(device), kl, x, y, args.fused_adam)
         for label, (model, kl) in variants(name).items()
     }
     for step in steps.values():
@@ -214,6 +221,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--fused-adam", action="store_true", help="Adam(fused=True) for all")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (timed with synchronize)")
     parser.add_argument("--out", type=Path, default=None, help="JSON of the results")
     args = parser.parse_args()
@@ -221,7 +229,8 @@ def main() -> None:
     results = {}
     for name in args.networks:
         results[name] = benchmark(name, args)
-        print(f"\n{name}, batch {args.batch}, {args.device}, {args.threads} threads")
+        adam = "fused Adam" if args.fused_adam else "Adam"
+        print(f"\n{name}, batch {args.batch}, {args.device}, {args.threads} threads, {adam}")
         print("| model | ms a step | vs plain | kernels a step |\n|---|---:|---:|---:|")
         for label, row in results[name].items():
             kernels = row.get("kernels_per_step", "")
