@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.nn import functional
+from torch.profiler import ProfilerActivity, profile, record_function
 
 import vbnn
 
@@ -152,11 +153,42 @@ def make_step(
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss = functional.cross_entropy(model(x), y) + kl(model) / DATASET_SIZE
-        loss.backward()
-        optimizer.step()
+        with record_function("forward"):
+            data_term = functional.cross_entropy(model(x), y)
+        with record_function("kl"):
+            loss = data_term + kl(model) / DATASET_SIZE
+        with record_function("backward"):
+            loss.backward()
+        with record_function("adam"):
+            optimizer.step()
 
     return step
+
+
+PHASES = ("forward", "kl", "backward", "adam")
+PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mkldnn_convolution",
+            "aten::convolution_backward", "aten::_convolution")  # fmt: skip
+DRAWS = ("aten::normal_",)
+
+
+def where_the_step_goes(step: Callable[[], None], steps: int) -> dict[str, float]:
+    """Milliseconds a step in each phase (``PHASES``) and, across phases, in the products
+    (matrix products and convolutions, forward and backward), in normal draws, and in all other
+    operators (element-wise passes, reductions, copies), from torch's profiler over ``steps``
+    steps (CPU time of this process; the profiler adds a little to every operator)."""
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for _ in range(steps):
+            step()
+    totals = {phase: 0.0 for phase in PHASES}
+    kinds = {"products": 0.0, "normal draws": 0.0, "other operators": 0.0}
+    for event in profiler.key_averages():
+        if event.key in totals:
+            totals[event.key] += event.cpu_time_total
+        elif event.key.startswith("aten::"):
+            kind = "products" if event.key in PRODUCTS else "other operators"
+            kind = "normal draws" if event.key in DRAWS else kind
+            kinds[kind] += event.self_cpu_time_total
+    return {name: value / steps / 1e3 for name, value in {**totals, **kinds}.items()}
 
 
 def synchronize(device: torch.device) -> None:
@@ -175,8 +207,6 @@ def time_steps(step: Callable[[], None], steps: int, device: torch.device) -> fl
 
 def kernels_per_step(step: Callable[[], None]) -> int:
     """CUDA kernels (and memory operations) one step launches, counted by the profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
     with profile(activities=[ProfilerActivity.CUDA]) as profiler:
         step()
         torch.cuda.synchronize()
@@ -210,7 +240,20 @@ def benchmark(name: str, args: argparse.Namespace) -> dict[str, dict[str, float]
     if device.type == "cuda":
         for label, step in steps.items():
             results[label]["kernels_per_step"] = kernels_per_step(step)
+    if args.profile:
+        for label, step in steps.items():
+            results[label]["profile_ms"] = where_the_step_goes(step, args.steps)
     return results
+
+
+def print_profile(results: dict[str, dict]) -> None:
+    """The profile of every variant as a markdown table, ms a step (``where_the_step_goes``)."""
+    columns = [*PHASES, "products", "normal draws", "other operators"]
+    print("\n| model (ms a step, profiled) | " + " | ".join(columns) + " |")
+    print("|---|" + "---:|" * len(columns))
+    for label, row in results.items():
+        cells = " | ".join(f"{row['profile_ms'][column]:.2f}" for column in columns)
+        print(f"| {label} | {cells} |")
 
 
 def main() -> None:
@@ -221,6 +264,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--profile", action="store_true", help="where each step's time goes")
     parser.add_argument("--fused-adam", action="store_true", help="Adam(fused=True) for all")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (timed with synchronize)")
     parser.add_argument("--out", type=Path, default=None, help="JSON of the results")
@@ -237,6 +281,8 @@ def main() -> None:
             print(
                 f"| {label} | {row['ms_per_step']:.2f} | {row['ratio_to_plain']:.2f}x | {kernels} |"
             )
+        if args.profile:
+            print_profile(results[name])
     if args.out is not None:
         gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
         settings = {**vars(args), "out": str(args.out), "torch": torch.__version__,

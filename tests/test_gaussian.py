@@ -60,6 +60,21 @@ def test_log_space_diagonal_kl_equals_the_kl_of_exp_log_std(prior_std) -> None:
     torch.testing.assert_close(log_std.grad, scale * (sigma_squared / prior**2 - 1))
 
 
+def test_diagonal_kl_with_one_sigma_per_model_equals_the_expanded_sigma() -> None:
+    """A fixed-variance layer passes sigma as (M, 1, 1): the KL and its gradients equal those of
+    sigma expanded to every weight."""
+    mean = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
+    sigma = torch.tensor([0.1, 0.5, 2.0], dtype=torch.float64).reshape(3, 1, 1).requires_grad_()
+    shared = kl_diagonal_gaussian(mean, sigma, 0.7)
+    grads = torch.autograd.grad(shared.sum(), (mean, sigma))
+    expanded = kl_diagonal_gaussian(mean, sigma.expand(3, 4, 5), 0.7)
+    torch.testing.assert_close(shared, expanded)
+    for got, expected in zip(
+        grads, torch.autograd.grad(expanded.sum(), (mean, sigma)), strict=True
+    ):
+        torch.testing.assert_close(got, expected)
+
+
 def test_diagonal_kl_matches_monte_carlo() -> None:
     mean = torch.tensor([[0.3, -1.2]], dtype=torch.float64)
     std = torch.tensor([[0.5, 2.0]], dtype=torch.float64)

@@ -37,6 +37,14 @@ def kl_diagonal_gaussian(
         (M,) KL per model.
     """
     prior_var = torch.as_tensor(prior_std, dtype=mean.dtype, device=mean.device) ** 2
+    if std.shape != mean.shape and std.dim() == mean.dim() and prior_var.numel() == 1:
+        # one sigma shared by many weights (a fixed-variance layer): its terms are summed over
+        # the distinct sigmas, each counted once per weight sharing it
+        shared = mean[0].numel() // std[0].numel()
+        sigma_terms = _sum_per_model(std**2 / (2 * prior_var) - torch.log(std)) * shared
+        squares = torch.linalg.vector_norm(mean.reshape(mean.shape[0], -1), dim=1) ** 2
+        count = mean[0].numel()
+        return squares / (2 * prior_var) + sigma_terms + count * (0.5 * torch.log(prior_var) - 0.5)
     if prior_var.dim() > 0 and prior_var.numel() > 1:  # one prior per model: the composite form
         terms = 0.5 * torch.log(prior_var) - torch.log(std) + (std**2 + mean**2) / (2 * prior_var)
         return _sum_per_model(terms) - 0.5 * mean[0].numel()

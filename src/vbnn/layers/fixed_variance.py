@@ -75,11 +75,15 @@ class FixedVariance(VariationalLayer):
         return torch.addcmul(mean, scale, eps)
 
     def kl(self, prior: Prior) -> torch.Tensor:
-        weight_std, bias_std = self.posterior_std()
-        total = prior.kl_diagonal(self.weight_mean, weight_std)
+        # sigma of shape (M, 1, ..., 1): a prior that sums over the distinct sigmas (the Gaussian
+        # one) then touches only the means elementwise
+        total = prior.kl_diagonal(self.weight_mean, self._std_shape_of(self.weight_mean))
         if self.bias_mean is not None:
-            total = total + prior.kl_diagonal(self.bias_mean, bias_std)
+            total = total + prior.kl_diagonal(self.bias_mean, self._std_shape_of(self.bias_mean))
         return total
+
+    def _std_shape_of(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.std.view(-1, *[1] * (tensor.dim() - 1))
 
     def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         bias = self.posterior_mean()[1]
