@@ -7,6 +7,8 @@ import torch
 
 from vbnn.core.gaussian import local_reparameterization_moments
 from vbnn.core.kernels import gaussian_from_moments, local_reparameterization_sample, tanh
+from vbnn.layers.additive import MEAN_SQUARED_FLOOR, _ClippedLogAlpha
+from vbnn.layers.shell import clip_log_alpha
 
 SEED = 20261121
 
@@ -91,3 +93,28 @@ def test_gaussian_from_moments_matches_composite_and_zeroes_the_floored_gradient
     torch.testing.assert_close(fused[0], mean.grad)
     torch.testing.assert_close(fused[1], var.grad)
     assert bool((fused[1][0, 0, 0, :2] == 0).all())
+
+
+def test_additive_log_alpha_has_the_composite_value_and_gradients():
+    """The additive family's clip(2 log sigma - log(mu^2 + floor)) with its written-out
+    derivatives: the composite's values and autograd gradients, the clipped entries included."""
+    generator = torch.Generator().manual_seed(SEED)
+    mean = (0.3 * torch.randn(2, 5, 4, generator=generator, dtype=torch.float64)).requires_grad_()
+    log_std = (
+        3 * torch.randn(2, 5, 4, generator=generator, dtype=torch.float64) - 2
+    ).requires_grad_()
+    weights = torch.randn(2, 5, 4, generator=generator, dtype=torch.float64)
+
+    def composite(mean, log_std):
+        return clip_log_alpha(2 * log_std - torch.log(mean**2 + MEAN_SQUARED_FLOOR))
+
+    expected = composite(mean, log_std)
+    assert int((expected.detach().abs() >= 10).sum()) > 0  # some entries are clipped
+    fused = _ClippedLogAlpha.apply(mean, log_std)
+    torch.testing.assert_close(fused, expected)
+    for got, want in zip(
+        torch.autograd.grad((fused * weights).sum(), (mean, log_std)),
+        torch.autograd.grad((expected * weights).sum(), (mean, log_std)),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want)

@@ -42,15 +42,30 @@ def kl_diagonal_gaussian(
         # the distinct sigmas, each counted once per weight sharing it
         shared = mean[0].numel() // std[0].numel()
         sigma_terms = _sum_per_model(std**2 / (2 * prior_var) - torch.log(std)) * shared
-        squares = torch.linalg.vector_norm(mean.reshape(mean.shape[0], -1), dim=1) ** 2
         count = mean[0].numel()
-        return squares / (2 * prior_var) + sigma_terms + count * (0.5 * torch.log(prior_var) - 0.5)
+        squares = _HalfScaledSquares.apply(mean, prior_var.reshape(()))
+        return squares + sigma_terms + count * (0.5 * torch.log(prior_var) - 0.5)
     if prior_var.dim() > 0 and prior_var.numel() > 1:  # one prior per model: the composite form
         terms = 0.5 * torch.log(prior_var) - torch.log(std) + (std**2 + mean**2) / (2 * prior_var)
         return _sum_per_model(terms) - 0.5 * mean[0].numel()
     return _DiagonalGaussianKL.apply(
         mean, torch.broadcast_to(std, mean.shape), prior_var.reshape(())
     )
+
+
+class _HalfScaledSquares(torch.autograd.Function):
+    """sum_i mu_i^2 / (2 s^2) per model, with its gradient mu / s^2 in one pass back."""
+
+    @staticmethod
+    def forward(ctx, mean, prior_var):  # type: ignore[no-untyped-def]
+        ctx.save_for_backward(mean, prior_var)
+        norms = torch.linalg.vector_norm(mean.reshape(mean.shape[0], -1), dim=1)
+        return norms**2 / (2 * prior_var)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        mean, prior_var = ctx.saved_tensors
+        return mean * (grad / prior_var).reshape(-1, *[1] * (mean.dim() - 1)), None
 
 
 class _DiagonalGaussianKL(torch.autograd.Function):

@@ -15,14 +15,41 @@ import math
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from vbnn.core.contracts import DropoutPrior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
-from vbnn.layers.shell import VariationalLayer, clip_log_alpha
+from vbnn.layers.shell import LOG_ALPHA_RANGE, VariationalLayer
 from vbnn.priors.dropout import LogUniformPrior, dropout_kl
 
 MEAN_SQUARED_FLOOR = 1e-8
 DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when posterior_std is None
+
+
+class _ClippedLogAlpha(torch.autograd.Function):
+    """log alpha = clip(2 log sigma - log(mu^2 + floor)) with its derivatives written out, since
+    a training step takes it over every weight:
+
+        dlog alpha/dlog sigma = 2,     dlog alpha/dmu = -2 mu / (mu^2 + floor),
+
+    both 0 where the clip is active (``LOG_ALPHA_RANGE``)."""
+
+    @staticmethod
+    def forward(ctx, mean, log_std):  # type: ignore[no-untyped-def]
+        denominator = torch.mul(mean, mean).add_(MEAN_SQUARED_FLOOR)
+        log_alpha = torch.log(denominator).neg_().add_(log_std, alpha=2.0)
+        low, high = LOG_ALPHA_RANGE
+        inside = (log_alpha >= low).logical_and_(log_alpha <= high)
+        ctx.save_for_backward(mean, denominator, inside)
+        return log_alpha.clamp_(low, high)
+
+    @staticmethod
+    @once_differentiable  # no second derivatives
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        mean, denominator, inside = ctx.saved_tensors
+        twice = torch.where(inside, grad, 0.0).mul_(2.0)
+        grad_mean = torch.mul(twice, mean).div_(denominator).neg_()
+        return grad_mean, twice
 
 
 class Additive(VariationalLayer):
@@ -71,8 +98,7 @@ class Additive(VariationalLayer):
         The 1e-8 (as in Molchanov et al.'s sparse variational dropout code) keeps the log finite
         when the KL drives mu to 0 and mu^2 underflows in float32.
         """
-        log_mean_squared = torch.log(self.weight_mean**2 + MEAN_SQUARED_FLOOR)
-        return clip_log_alpha(2.0 * self.weight_log_std - log_mean_squared)
+        return _ClippedLogAlpha.apply(self.weight_mean, self.weight_log_std)
 
     def kl(self, prior: object) -> torch.Tensor:
         """Dropout priors: through alpha; other priors (Gaussian): their diagonal KL. (M,)."""
