@@ -16,7 +16,9 @@ cross-entropy + KL / 60000, backward, ``Adam.step``. Networks:
 Variants: ``plain`` (the ``nn.Module`` itself), ``floor: two products + noise`` (every weight
 layer computed twice and joined with one normal draw per output: what the local reparameterization
 trick cannot avoid, see ``TwoProducts``), every family of ``vbnn.FAMILIES`` that can convert
-the network (``vbnn.convert(network, family)``; BatchNorm stays deterministic), and
+the network (``vbnn.convert(network, family)``; BatchNorm stays deterministic), ``mf, weight
+samples`` (mf trained with one weight draw a step, bayesian-torch's estimator, see
+``WeightSamples``), and
 bayesian-torch's ``dnn_to_bnn`` with ``Reparameterization`` and ``Flipout`` layers (when it is
 installed). Every variant first takes ``--warmup`` steps; then, in each of ``--rounds`` rounds,
 the variants take ``--steps`` steps each in turn, so that a change of the machine's load reaches
@@ -75,6 +77,20 @@ class TwoProducts(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mean = self.layer(x)
         return torch.addcmul(mean, self.twin(x), torch.randn_like(mean))
+
+
+class WeightSamples(nn.Module):
+    """A converted network trained with one weight draw per step shared by the batch
+    (``ForwardMode.WEIGHTS``), the estimator bayesian-torch's Reparameterization layers use,
+    instead of the local reparameterization trick's draw per example and output."""
+
+    def __init__(self, network: nn.Module) -> None:
+        super().__init__()
+        self.network = network
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with vbnn.mode(self.network, vbnn.ForwardMode.WEIGHTS):
+            return self.network(x)
 
 
 def two_products(base: nn.Module) -> nn.Module:
@@ -138,6 +154,8 @@ def variants(name: str) -> dict[str, tuple[nn.Module, Callable[[nn.Module], torc
         except ValueError:  # a family without a KL term (point weights, binary dropout)
             kl = lambda model: 0.0  # noqa: E731
         out[family] = (model, kl)
+        if family == "mf":
+            out["mf, weight samples"] = (WeightSamples(vbnn.convert(base, family)), vbnn.kl)
     for kind in ("Reparameterization", "Flipout"):
         converted = bayesian_torch_model(base, kind)
         if converted is not None:
