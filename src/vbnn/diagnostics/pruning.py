@@ -26,6 +26,7 @@ import torch
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.networks.mlp import MLP
+from vbnn.networks.predictive import sample
 
 SNR_THRESHOLD = 3.0
 KL_THRESHOLD = 0.05
@@ -134,9 +135,7 @@ def diagnose_units(
     if noise is None:
         sampled = mean_activation.unsqueeze(0)
     else:
-        sampled = torch.stack(
-            [model.activation(hidden(x, ForwardMode.WEIGHTS, noise)) for _ in range(samples)]
-        )
+        sampled = model.activation(sample(hidden, x, samples, ForwardMode.WEIGHTS, noise=noise))
     return UnitDiagnostics(
         output_mean=output_mean.detach().clone(),
         output_std=output_std.detach().clone(),

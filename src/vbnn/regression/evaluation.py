@@ -11,6 +11,7 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.gaussian import log_mean_exp
 from vbnn.core.randomness import ModelGenerators
 from vbnn.networks.mlp import MLP
+from vbnn.networks.predictive import sample
 from vbnn.training.likelihoods import GaussianLikelihood
 
 
@@ -60,9 +61,7 @@ def evaluate(
     A deterministic model (``stochastic=False``) uses one forward pass of the means.
     """
     if stochastic:
-        predictions = torch.stack(
-            [model(x, ForwardMode.LOCAL, noise).squeeze(-1) for _ in range(samples)]
-        )
+        predictions = sample(model, x, samples, ForwardMode.LOCAL, noise=noise).squeeze(-1)
     else:
         predictions = model(x, ForwardMode.MEAN).squeeze(-1).unsqueeze(0)
     return metrics_from_predictions(predictions, likelihood.std(), y, target_scale)

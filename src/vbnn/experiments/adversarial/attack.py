@@ -65,6 +65,7 @@ def predictive(
     (differentiable in ``x``)."""
     inputs = as_input(model, x)
     total = 0.0
+    # not ``vbnn.sample``: the attack differentiates this average in x, and sample runs no_grad
     for _ in range(samples):
         probabilities = torch.softmax(network_output(model, inputs, mode, noise), -1)
         total = total + (probabilities if stack_size(model) is None else probabilities.mean(0))

@@ -23,6 +23,7 @@ from vbnn.core.contracts import ForwardMode, Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.pruning import count_pruned, diagnose_units
 from vbnn.networks.mlp import MLP
+from vbnn.networks.predictive import sample
 from vbnn.regression.stack import build_stack
 from vbnn.training.full_batch import fit
 from vbnn.training.likelihoods import GaussianLikelihood
@@ -126,4 +127,4 @@ def posterior_function_samples(
     """f(grid) under ``samples`` weight draws from q (one draw shared by the grid): (S, G)."""
     generators = ModelGenerators.for_keys(seed, [0], "eval")
     x = grid.reshape(1, -1, 1).to(model.layers[0].weight_mean.dtype)
-    return torch.stack([model(x, ForwardMode.WEIGHTS, generators)[0, :, 0] for _ in range(samples)])
+    return sample(model, x, samples, ForwardMode.WEIGHTS, noise=generators)[:, 0, :, 0]
