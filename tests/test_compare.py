@@ -13,6 +13,7 @@ import torch
 import vbnn
 from vbnn.cli import main
 from vbnn.comparison import run as run_module
+from vbnn.comparison.classification import ClassifierRun, classification_stack
 from vbnn.comparison.folds import Task, infer_task, k_folds
 from vbnn.comparison.report import paired_gaps, verdict
 from vbnn.data.uci import DataError
@@ -256,15 +257,15 @@ def test_classification_resumes_only_the_missing_unit(tmp_path: Path, monkeypatc
     with sqlite3.connect(tmp_path / "c.sqlite") as connection:
         connection.execute("DELETE FROM runs WHERE split = 2")
     trained = []
-    real = run_module.classification_fold
+    real = run_module.classification_stack
 
     def spy(*arguments):
         trained.append(arguments[-1])
         return real(*arguments)
 
-    monkeypatch.setattr(run_module, "classification_fold", spy)
+    monkeypatch.setattr(run_module, "classification_stack", spy)
     second = vbnn.compare(x, labels, **settings)
-    assert trained == [2]
+    assert trained == [[2]]
     columns = ["fold", "log_likelihood", "accuracy", "ece", "brier"]
     pd.testing.assert_frame_equal(first.folds[columns], second.folds[columns])
 
@@ -274,3 +275,42 @@ def test_a_uci_name_uses_its_rows_and_presets(data_dir: Path) -> None:
                           hidden=(4,), test_samples=4, data_dir=str(data_dir))  # fmt: skip
     assert result.name.startswith("yacht-") and result.task is Task.REGRESSION
     assert result.folds.groupby("family").size().to_dict() == {"gd": 2, "map": 2}
+
+
+@pytest.mark.parametrize("family", ["mf", "fc", "vd-layer", "point"])
+def test_a_classification_fold_alone_and_in_a_stack_gives_the_same_numbers(family: str) -> None:
+    generator = np.random.default_rng(3)
+    x = generator.normal(size=(45, 3))
+    labels = (x[:, 0] + x[:, 1] ** 2 > 0.8).astype(int) + (x[:, 2] > 1).astype(int)
+    splits = k_folds(labels.astype(float), 3, Task.CLASSIFICATION, seed=0)
+    run = ClassifierRun(method=family, hidden=(6,), epochs=3, batch_size=8, learning_rate=0.02,
+                        samples=5, seed=4)  # fmt: skip
+    stacked, stacked_metrics = classification_stack(x, labels, splits, run, [0, 1, 2])
+    alone, alone_metrics = classification_stack(x, labels, splits[1:2], run, [1])
+    assert stacked[1].test_log_likelihood == pytest.approx(alone[0].test_log_likelihood, rel=1e-5)
+    for name in ("accuracy", "ece", "brier"):
+        assert stacked_metrics[1][name] == pytest.approx(alone_metrics[1][name], rel=1e-5, abs=1e-9)
+    # each model saw its own rows: the folds' numbers differ
+    assert len({r.test_log_likelihood for r in stacked}) == 3
+
+
+def test_classification_stacks_the_folds_of_each_size(monkeypatch) -> None:
+    generator = np.random.default_rng(2)
+    x = generator.normal(size=(31, 2))
+    labels = (x[:, 0] > 0).astype(int)
+    stacks = []
+    real = run_module.classification_stack
+
+    def spy(*arguments):
+        stacks.append(arguments[-1])
+        return real(*arguments)
+
+    monkeypatch.setattr(run_module, "classification_stack", spy)
+    vbnn.compare(x, labels, families=["mf"], folds=3, tune=False, epochs=2, hidden=(4,),
+                 test_samples=4)  # fmt: skip
+    assert sorted(len(s) for s in stacks) == [1, 2]
+    assert sorted(k for s in stacks for k in s) == [0, 1, 2]
+    stacks.clear()
+    vbnn.compare(x, labels, families=["mf"], folds=3, trials=1, epochs=2, hidden=(4,),
+                 test_samples=4)  # fmt: skip
+    assert stacks == [[0], [1], [2]]  # tuned learning rates differ: one fold a stack

@@ -2,10 +2,11 @@
 
 Regression runs on the UCI engine (``vbnn.regression.engine.run_splits``): the Table 1 methods
 ``es``, ``map``, ``mf``, ``gd``, ``fc``, ``sgld`` and, through ``Method.VI``, any other
-``vbnn.FAMILIES`` name. Classification runs on ``vbnn.BayesianClassifier``: any
-``vbnn.FAMILIES`` name (``point`` is the maximum-likelihood baseline); the classifier has no MAP
-prior term, no early stopping and no Langevin sampler, so ``es``, ``map`` and ``sgld`` are
-regression only.
+``vbnn.FAMILIES`` name. Classification trains stacks of MLP classifiers
+(``comparison.classification``: the tanh MLP and minibatch ELBO of ``vbnn.BayesianClassifier``)
+of any ``vbnn.FAMILIES`` name (``point`` is the maximum-likelihood baseline); it has no MAP prior
+term, no early stopping and no Langevin sampler, so ``es``, ``map`` and ``sgld`` are regression
+only.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Every check (the table, the task, the families, the folds) runs before any training. The runs
 are stored in a results database (``stores.results_db``) under a name that hashes the data and
 the folds, so a comparison killed part way resumes: only the folds not stored train again.
-Regression trains each family's folds as batched stacks (``compare.regression``);
-classification trains one classifier per (family, fold) (``compare.classification``). Units run
-on the executor of the sweeps (``local``, ``processes``, ``ray``); the driver alone writes.
+Both tasks train each family's folds as batched stacks (``compare.regression``,
+``compare.classification``). Units run on the executor of the sweeps (``local``, ``processes``,
+``ray``); the driver alone writes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import optuna
 import pandas as pd
 
 from vbnn.comparison import folds as folding
-from vbnn.comparison.classification import classification_fold, classifier_run
+from vbnn.comparison.classification import classification_stack, classifier_run
 from vbnn.comparison.config import DEFAULT_FAMILIES, CompareConfig, check_families
 from vbnn.comparison.data import load_data
 from vbnn.comparison.folds import Split, Task
@@ -279,26 +279,32 @@ def _classification_folds(
     settings: ExecutorSettings,
     progress: bool,
 ) -> pd.DataFrame:
-    """One unit per (family, fold) the database lacks; one row per (family, fold)."""
+    """One unit per stack of folds the database lacks (folds of equal sizes; one fold a unit
+    when tuned, the folds' learning rates differing); one row per (family, fold)."""
     _, labels = np.unique(values, return_inverse=True)
     runs = {family: classifier_run(family, config) for family in names}
     fold_ids = list(range(len(splits)))
     with ResultsDatabase(path) as database:
-        units = [
-            Unit(
-                f"{family} fold {k}",
-                classification_fold,
-                (x, labels, splits[k], run, k),
-                settings.cpus_per_unit,
+        units = []
+        for family, run in runs.items():
+            missing = database.missing_splits(name, fold_ids, run)
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for k in missing:
+                key = (k,) if run.trials else tuple(len(part) for part in splits[k])
+                groups.setdefault(key, []).append(k)
+            units.extend(
+                Unit(
+                    f"{family} folds {group}",
+                    classification_stack,
+                    (x, labels, [splits[k] for k in group], run, group),
+                    settings.cpus_per_unit,
+                )
+                for group in groups.values()
             )
-            for family, run in runs.items()
-            for k in database.missing_splits(name, fold_ids, run)
-        ]
 
         def store(unit: Unit, value: tuple) -> None:
-            result, metrics = value
-            run = unit.arguments[3]
-            database.write_results(name, run, [result], None, {result.split: metrics})
+            results, metrics = value
+            database.write_results(name, unit.arguments[3], results, None, metrics)
 
         run_sweep(settings, units, store, "training", progress)
         rows = []
