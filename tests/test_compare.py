@@ -144,6 +144,24 @@ def test_regression_resumes_only_the_missing_fold(tmp_path: Path, monkeypatch) -
     assert second.verdict == first.verdict
 
 
+def test_other_settings_never_read_back_stored_folds_or_searches(tmp_path: Path) -> None:
+    """The stored runs and studies are named by the data, the folds and the settings: a rerun
+    on the same database with another interval level or search budget trains afresh (its
+    coverage is at its own level), and the same settings train nothing."""
+    x, y = regression_data()
+    settings = {"families": ["map"], "folds": 2, "database": tmp_path / "r.sqlite", **FAST}
+    first = vbnn.compare(x, y, tune=False, **settings)
+    narrower = vbnn.compare(x, y, tune=False, level=0.5, **settings)
+    assert narrower.name != first.name
+    assert (narrower.folds["coverage"] < first.folds["coverage"]).all()
+    searched = vbnn.compare(x, y, trials=2, batch=2, **settings)
+    longer = vbnn.compare(x, y, trials=3, batch=2, **settings)
+    assert len({first.name, searched.name, longer.name}) == 3
+    again = vbnn.compare(x, y, trials=3, batch=2, **settings)
+    assert again.name == longer.name
+    pd.testing.assert_frame_equal(again.folds, longer.folds)
+
+
 def test_tuned_regression_stores_each_folds_values(tmp_path: Path) -> None:
     x, y = regression_data()
     result = vbnn.compare(x, y, families=["map"], folds=2, trials=2, batch=2, **FAST,

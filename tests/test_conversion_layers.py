@@ -187,3 +187,32 @@ def test_an_input_of_another_dtype_is_refused_naming_the_layer_and_both_dtypes()
         conv(torch.randn(1, 2, 3, 3, 3))
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts: any floating input
         assert dense(torch.randn(4, 3, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
+# --- tied layers, bare layers, 1-D inputs -----------------------------------------------------
+def test_a_layer_shared_by_two_paths_becomes_one_variational_layer() -> None:
+    """Weight tying survives: one variational layer at both paths, the mean network equal to the
+    original; keeping one path of a shared layer but not the other is refused."""
+    layer = nn.Linear(4, 4)
+    network = nn.Sequential(layer, nn.Tanh(), layer)
+    converted = vbnn.convert(network, "mf")
+    assert converted[0] is converted[2]
+    assert sum(p.numel() for p in converted.parameters()) == 2 * (16 + 4)  # means and stds once
+    x = torch.randn(5, 4)
+    with vbnn.mode(converted, "mean"):
+        torch.testing.assert_close(converted(x), network(x))
+    with pytest.raises(ValueError, match=r"shared by \['0', '2'\], but keep covers only \['0'\]"):
+        vbnn.convert(network, "mf", keep=["0"])
+
+
+def test_a_bare_grouped_convolution_is_refused_without_a_keep_to_follow() -> None:
+    with pytest.raises(ValueError, match=r"the layer \(Conv2d\) has groups=2.*it stays as it is"):
+        vbnn.convert(nn.Conv2d(2, 2, 3, groups=2), "mf")
+
+
+def test_a_single_dense_layer_takes_one_example_as_nn_linear_does() -> None:
+    dense = vbnn.convert(nn.Linear(3, 2), "mf")
+    with vbnn.mode(dense, "mean"):
+        torch.testing.assert_close(dense(torch.ones(3)), dense(torch.ones(1, 3))[0])
+    with pytest.raises(ValueError, match=r"input of shape \(4,\) .* expected \(\*, 3\)"):
+        dense(torch.randn(4))

@@ -142,3 +142,24 @@ def test_log_mean_exp_is_stable(dim: int) -> None:
     values = torch.tensor([[-1000.0, -1001.0], [-1000.5, -999.0]], dtype=torch.float64)
     expected = torch.log(torch.exp(values + 1000).mean(dim)) - 1000
     torch.testing.assert_close(log_mean_exp(values, dim), expected)
+
+
+def test_a_learned_prior_std_gets_its_gradient() -> None:
+    """A prior std that requires grad (empirical Bayes) gets dKL/ds = sum (1 - (sigma^2 + mu^2)
+    / s^2) / s, through every form of the diagonal KL."""
+    mean = torch.randn(2, 3, 4, dtype=torch.float64)
+    log_std = torch.randn(2, 3, 4, dtype=torch.float64) - 1.0
+    prior = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    expected = (
+        (1 - (torch.exp(2 * log_std) + mean**2) / prior.detach() ** 2) / prior.detach()
+    ).sum()
+    for value in (
+        kl_diagonal_gaussian(mean, log_std.exp(), prior),
+        kl_diagonal_gaussian_log_std(mean, log_std, prior),
+    ):
+        (gradient,) = torch.autograd.grad(value.sum(), prior)
+        torch.testing.assert_close(gradient, expected)
+    shared = torch.tensor([0.2, 0.5], dtype=torch.float64).reshape(2, 1, 1)
+    (gradient,) = torch.autograd.grad(kl_diagonal_gaussian(mean, shared, prior).sum(), prior)
+    full = (1 - (shared.expand_as(mean) ** 2 + mean**2) / prior.detach() ** 2) / prior.detach()
+    torch.testing.assert_close(gradient, full.sum())

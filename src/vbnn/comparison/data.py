@@ -54,5 +54,5 @@ def load_data(data: Any, y: Any, target: str | None, data_dir: str | None = None
         if labels.ndim != 1:
             raise ValueError(f"y: class labels must be 1-D, got shape {labels.shape}")
         labels = np.unique(labels, return_inverse=True)[1]
-    x, values = as_arrays(data, labels)
+    x, values = as_arrays(data, labels, name="data")
     return Table(x, values, "arrays", named_classes=named)

@@ -143,10 +143,18 @@ def check_classes_in_training(target: np.ndarray, splits: Sequence[Split]) -> No
             )
 
 
-def data_key(label: str, inputs: np.ndarray, target: np.ndarray, splits: Sequence[Split]) -> str:
-    """The name a comparison's runs are stored under: ``label`` and 12 hex digits of SHA-256
-    over the data and the splits, so that other data or other folds never resume these runs."""
-    digest = hashlib.sha256()
+def data_key(
+    label: str,
+    inputs: np.ndarray,
+    target: np.ndarray,
+    splits: Sequence[Split],
+    settings: str = "",
+) -> str:
+    """The name a comparison's runs and searches are stored under: ``label`` and 12 hex digits of
+    SHA-256 over the data, the splits and ``settings`` (the comparison's settings as text), so
+    that other data, other folds or other settings (training length, search budget, interval
+    level, ...) never resume these runs or their searches."""
+    digest = hashlib.sha256(settings.encode())
     for array in (inputs, target, *(part for pair in splits for part in pair)):
         digest.update(np.ascontiguousarray(array).tobytes())
         digest.update(str(array.shape).encode())

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from vbnn.comparison.folds import Task
@@ -68,7 +69,11 @@ def paired_gaps(folds: pd.DataFrame) -> pd.DataFrame:
         family: part.set_index("fold")["log_likelihood"]
         for family, part in folds.groupby("family", sort=False)
     }
-    best = max(by_family, key=lambda f: by_family[f].mean())
+    means = {family: values.mean() for family, values in by_family.items()}
+    finite = [family for family, mean in means.items() if np.isfinite(mean)]
+    if not finite:
+        raise ValueError("paired_gaps: no family has a finite mean test log-likelihood")
+    best = max(finite, key=means.__getitem__)
     rows = []
     for family, values in by_family.items():
         shared = values.index.intersection(by_family[best].index)

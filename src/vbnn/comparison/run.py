@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -163,7 +163,9 @@ def compare(
         chosen = folding.check_splits(splits, len(values))
     if task is Task.CLASSIFICATION:
         folding.check_classes_in_training(values, chosen)
-    name = folding.data_key(table.label, x, values, chosen)
+    # every setting but the number of candidates trained side by side (stacked == alone)
+    settings = repr({k: v for k, v in asdict(config).items() if k != "batch"})
+    name = folding.data_key(table.label, x, values, chosen, settings)
     run_settings = executor_settings(executor)
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(database) if database is not None else Path(scratch) / "compare.sqlite"

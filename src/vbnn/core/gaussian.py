@@ -37,7 +37,8 @@ def kl_diagonal_gaussian(
         (M,) KL per model.
     """
     prior_var = torch.as_tensor(prior_std, dtype=mean.dtype, device=mean.device) ** 2
-    if std.shape != mean.shape and std.dim() == mean.dim() and prior_var.numel() == 1:
+    shared_sigma = std.shape != mean.shape and std.dim() == mean.dim()
+    if shared_sigma and prior_var.numel() == 1 and not prior_var.requires_grad:
         # one sigma shared by many weights (a fixed-variance layer): its terms are summed over
         # the distinct sigmas, each counted once per weight sharing it
         shared = mean[0].numel() // std[0].numel()
@@ -45,7 +46,8 @@ def kl_diagonal_gaussian(
         count = mean[0].numel()
         squares = _HalfScaledSquares.apply(mean, prior_var.reshape(()))
         return squares + sigma_terms + count * (0.5 * torch.log(prior_var) - 0.5)
-    if prior_var.dim() > 0 and prior_var.numel() > 1:  # one prior per model: the composite form
+    # one prior per model, or a prior std being learned: the composite form (autograd)
+    if prior_var.numel() > 1 or prior_var.requires_grad:
         terms = 0.5 * torch.log(prior_var) - torch.log(std) + (std**2 + mean**2) / (2 * prior_var)
         return _sum_per_model(terms) - 0.5 * mean[0].numel()
     return _DiagonalGaussianKL.apply(
@@ -108,7 +110,8 @@ def kl_diagonal_gaussian_log_std(
     """
     prior_var = torch.as_tensor(prior_std, dtype=mean.dtype, device=mean.device) ** 2
     log_std = torch.broadcast_to(log_std, mean.shape)
-    if prior_var.dim() > 0 and prior_var.numel() > 1:  # one prior per model: the composite form
+    # one prior per model, or a prior std being learned: the composite form (autograd)
+    if prior_var.numel() > 1 or prior_var.requires_grad:
         terms = (
             0.5 * torch.log(prior_var)
             - log_std

@@ -134,7 +134,7 @@ class Operator:
         rank = 2 + self.rank + (num_models is not None)
         channel = 1 if num_models is None else 2
         if num_models is None and self.kernel_size is None:
-            rank, channel = max(x.dim(), rank), -1
+            rank, channel = max(x.dim(), 1), -1
         ok = x.dim() == rank and x.shape[channel] == self.in_features
         if num_models is not None:
             ok = ok and x.shape[0] == num_models

@@ -54,13 +54,16 @@ def _family_layer(spec: FamilySpec, name: str, layer: nn.Module, options: dict[s
     shape: dict[str, Any] = {}
     if isinstance(layer, CONVOLUTIONS):
         kind = type(layer).__name__
+        label = name or "the layer"  # "": a bare layer, no path to keep
         if not spec.convolution:
-            raise ValueError(f"convert: {name} is an nn.{kind}; family {spec.name!r} is dense only")
-        if layer.groups != 1 or layer.padding_mode != "zeros":
             raise ValueError(
-                f"convert: {name} ({kind}) has groups={layer.groups}, padding_mode="
-                f"{layer.padding_mode!r}; only groups=1 with zero padding is supported (keep it "
-                f"deterministic with keep=[{name!r}])"
+                f"convert: {label} is an nn.{kind}; family {spec.name!r} is dense only"
+            )
+        if layer.groups != 1 or layer.padding_mode != "zeros":
+            advice = f"keep it deterministic with keep=[{name!r}]" if name else "it stays as it is"
+            raise ValueError(
+                f"convert: {label} ({kind}) has groups={layer.groups}, padding_mode="
+                f"{layer.padding_mode!r}; only groups=1 with zero padding is supported ({advice})"
             )
         shape = {"kernel_size": layer.kernel_size, "stride": layer.stride,
                  "padding": layer.padding, "dilation": layer.dilation}  # fmt: skip
@@ -76,6 +79,26 @@ def _under(path: str, roots: Iterable[str]) -> bool:
     """Whether ``path`` is one of ``roots`` or inside one of them; the root path "" covers the
     root module alone (its own parameters), not the whole model."""
     return any(path == root or (root and path.startswith(f"{root}.")) for root in roots)
+
+
+def _replaceable(module: nn.Module, keep: set[str]) -> set[str]:
+    """Every path of a convertible layer not under ``keep``; a layer shared by several paths
+    (weight tying) is listed at each, and kept at some paths but not others is an error."""
+    paths: dict[int, list[str]] = {}
+    for name, child in module.named_modules(remove_duplicate=False):
+        if _convertible(child):
+            paths.setdefault(id(child), []).append(name)
+    replaceable = set()
+    for names in paths.values():
+        kept = [name for name in names if _under(name, keep)]
+        if kept and len(kept) < len(names):
+            raise ValueError(
+                f"convert: one layer is shared by {names}, but keep covers only {kept}; keep "
+                f"all of its paths or none"
+            )
+        if not kept:
+            replaceable.update(names)
+    return replaceable
 
 
 def _weight_readers(module: nn.Module, keep: set[str]) -> list[tuple[str, nn.Module]]:
@@ -148,7 +171,7 @@ def convert(
     spec = family_spec(family)
     keep = set(keep)
     if _convertible(module) and "" not in keep:  # a bare layer
-        converted = _family_layer(spec, type(module).__name__, module, dict(options))
+        converted = _family_layer(spec, "", module, dict(options))
         if summary:
             print(summary_table(converted))
         return converted
@@ -174,11 +197,7 @@ def convert(
             f"the encoder layer's fast path its feed-forward layers), which variational layers "
             f"do not have; keep them deterministic with keep={[path for path, _ in readers]}"
         )
-    replaceable = {
-        name
-        for name, child in module.named_modules()
-        if _convertible(child) and not _under(name, keep)
-    }
+    replaceable = _replaceable(module, keep)
     if not replaceable:
         raise ValueError(
             f"convert: {type(module).__name__} has no nn.Linear/nn.Conv1d/2d/3d to convert"
@@ -193,12 +212,15 @@ def convert(
         if strict:
             raise ValueError(message)
         warnings.warn(message, UserWarning, stacklevel=2)
-    converted = copy.deepcopy(module)
-    for parent_name, parent in list(converted.named_modules()):
-        for child_name, child in list(parent.named_children()):
+    converted = copy.deepcopy(module)  # keeps a layer shared by several paths shared
+    made: dict[int, nn.Module] = {}  # one variational layer per original layer: ties stay tied
+    for parent_name, parent in list(converted.named_modules(remove_duplicate=False)):
+        for child_name, child in list(parent._modules.items()):  # shared children too
             name = f"{parent_name}.{child_name}" if parent_name else child_name
-            if name in replaceable:
-                setattr(parent, child_name, _family_layer(spec, name, child, dict(options)))
+            if name in replaceable and _convertible(child):
+                if id(child) not in made:
+                    made[id(child)] = _family_layer(spec, name, child, dict(options))
+                setattr(parent, child_name, made[id(child)])
     if summary:
         print(summary_table(converted))
     return converted
