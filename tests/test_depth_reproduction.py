@@ -38,7 +38,7 @@ def test_widths_are_the_largest_under_the_budget(layers: int, width: int) -> Non
 def test_softplus_layer_starts_at_the_requested_std_and_samples_its_marginals() -> None:
     assert math.log1p(math.exp(softplus_inverse(1e-6))) == pytest.approx(1e-6, rel=1e-9)
     layer = MeanField(
-        3, 2, ModelGenerators([0]), posterior_std=0.7, parameterization="softplus", init="he"
+        3, 2, ModelGenerators([0]), init_std=0.7, parameterization="softplus", init="he"
     )
     weight_std, bias_std = layer.posterior_std()
     torch.testing.assert_close(bias_std, torch.full((1, 2), 0.7))

@@ -91,7 +91,7 @@ def test_a_trained_wide_mean_field_network_prunes_and_a_point_network_does_not()
     y = torch.sin(x[:, 0]) + 0.1 * torch.randn(200, generator=generator)
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(1, 50), nn.Tanh(), nn.Linear(50, 1))
-    net = vbnn.convert(base, "mf", posterior_std=1e-2)
+    net = vbnn.convert(base, "mf", init_std=1e-2)
     likelihood = vbnn.GaussianLikelihood()
     optimizer = torch.optim.Adam([*net.parameters(), *likelihood.parameters()], lr=0.02)
     for _ in range(1500):
@@ -116,7 +116,7 @@ def test_a_trained_narrow_mean_field_network_that_needs_every_unit_is_not_flagge
     y = torch.sin(x[:, 0]) + 0.05 * torch.randn(200, generator=generator)
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
-    net = vbnn.convert(base, "mf", posterior_std=1e-2)
+    net = vbnn.convert(base, "mf", init_std=1e-2)
     likelihood = vbnn.GaussianLikelihood()
     optimizer = torch.optim.Adam([*net.parameters(), *likelihood.parameters()], lr=0.02)
     for _ in range(250):
@@ -142,7 +142,7 @@ def variance_bottleneck(std: float) -> nn.Module:
         # logit_1 - logit_0 = 10 (sum_j |w_j| |x| - E sum_j |w_j|): class 1 about where |x| > 1
         net[2].weight.copy_(torch.stack([torch.full((16,), -5.0), torch.full((16,), 5.0)]))
         net[2].bias.copy_(torch.tensor([0.0, -10 * 16 * std * math.sqrt(2 / math.pi)]))
-    return vbnn.convert(net, "zero-mean", keep=["2"], posterior_std=std)
+    return vbnn.convert(net, "zero-mean", keep=["2"], init_std=std)
 
 
 class Abs(nn.Module):
@@ -166,7 +166,7 @@ def test_a_network_that_predicts_with_its_means_is_not_a_variance_network() -> N
     x = torch.randn(300, 2, generator=generator)
     y = (x[:, 0] > 0).long()
     torch.manual_seed(0)
-    net = vbnn.convert(nn.Sequential(nn.Linear(2, 2)), "mf", posterior_std=0.05)
+    net = vbnn.convert(nn.Sequential(nn.Linear(2, 2)), "mf", init_std=0.05)
     with torch.no_grad():
         net[0].weight_mean.copy_(torch.tensor([[[-4.0, 4.0], [0.0, 0.0]]]))
     report = diagnose(net, x, y)

@@ -49,8 +49,8 @@ def make(
     ``rank`` spatial dimensions (padding 1 unless ``options`` say otherwise)."""
     spec = FAMILIES[name]
     shape = {"kernel_size": (KERNEL,) * rank, "padding": options.pop("padding", 1)} if conv else {}
-    if "posterior_std" in spec.accepted_options():
-        options["posterior_std"] = std
+    if spec.std_option() in spec.accepted_options():
+        options[spec.std_option()] = std
     elif "log_alpha" in spec.accepted_options():
         options["log_alpha"] = 2.0 * math.log(std)
     layer = spec.build(
@@ -376,12 +376,26 @@ def test_point_layer_has_zero_kl() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "option"), [("point", "posterior_std"), ("vd-layer", "posterior_std"),
-                         ("dropout", "posterior_std"), ("mf", "log_alpha")]
+    ("name", "option"), [("point", "init_std"), ("vd-layer", "init_std"), ("dropout", "init_std"),
+                         ("mf", "log_alpha"), ("mf", "std"), ("gd", "init_std")]
 )  # fmt: skip
 def test_an_option_the_family_does_not_take_is_named(name: str, option: str) -> None:
     with pytest.raises(ValueError, match=f"family '{name}' takes no option \\['{option}'\\]"):
         FAMILIES[name].build(2, 3, **{option: 0.1})
+
+
+def test_one_std_is_the_fixed_std_of_gd_and_the_initial_std_of_a_learned_variance() -> None:
+    learned = {"mf", "fc", "fc-low-rank", "additive", "zero-mean", "bernoulli-variance",
+               "uniform-variance"}  # fmt: skip
+    assert {name for name, spec in FAMILIES.items() if spec.std_option() == "std"} == {"gd"}
+    for name, spec in FAMILIES.items():
+        takes = spec.std_option() in spec.accepted_options()
+        assert takes == (name in learned | {"gd"}), name
+    for name in ("mf", "gd", "fc"):
+        spec = FAMILIES[name]
+        layer = spec.build(2, 3, dtype=torch.float64, **{spec.std_option(): 0.3})
+        for std in layer.posterior_std():
+            torch.testing.assert_close(std, torch.full_like(std, 0.3))
 
 
 def test_variational_dropout_takes_its_initial_log_alpha() -> None:

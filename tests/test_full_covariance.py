@@ -107,7 +107,7 @@ def test_full_covariance_reaches_the_exact_posterior() -> None:
 
 def test_every_reader_of_the_factor_agrees_with_the_factor_matrix() -> None:
     """Draws, marginal variances and the KL are those of N(m, L L^T) for L = scale_tril()."""
-    layer = FullCovariance(3, 2, ModelGenerators([1, 2]), posterior_std=0.3)
+    layer = FullCovariance(3, 2, ModelGenerators([1, 2]), init_std=0.3)
     layer = layer.double()
     with torch.no_grad():
         layer.scale_lower.copy_(0.4 * torch.randn_like(layer.scale_lower).tril(-1))
@@ -138,7 +138,7 @@ def test_every_reader_of_the_factor_agrees_with_the_factor_matrix() -> None:
 
 def test_low_rank_with_no_correlation_is_mean_field() -> None:
     """B = 0: the same marginal variances and the same KL as the diagonal Gaussian."""
-    layer = LowRankCovariance(4, 3, ModelGenerators([5, 6]), posterior_std=0.2, rank=2).double()
+    layer = LowRankCovariance(4, 3, ModelGenerators([5, 6]), init_std=0.2, rank=2).double()
     with torch.no_grad():
         layer.scale_log_diagonal.add_(0.3 * torch.randn_like(layer.scale_log_diagonal))
     std = layer.scale_log_diagonal.exp().detach()
@@ -151,7 +151,7 @@ def test_low_rank_with_no_correlation_is_mean_field() -> None:
 
 def test_low_rank_log_determinant_follows_the_determinant_lemma() -> None:
     """log det Sigma = 2 sum log s + log det(I_r + B^T B) against the dense log determinant."""
-    layer = LowRankCovariance(3, 2, ModelGenerators([7, 8]), posterior_std=0.4, rank=3).double()
+    layer = LowRankCovariance(3, 2, ModelGenerators([7, 8]), init_std=0.4, rank=3).double()
     with torch.no_grad():
         layer.scale_factor.normal_()
     lemma = 2 * layer.scale_log_diagonal.sum(-1) + log_det_identity_plus_gram(layer.scale_factor)

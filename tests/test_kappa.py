@@ -28,7 +28,7 @@ from vbnn.layers import Additive, Point
 def test_kappa_of_a_linear_gaussian_model_is_its_closed_form() -> None:
     """y = x W + c + N(0, s^2): d^2 log p / dW_ij^2 = -sum_n x_ni^2 / s^2, so
     kappa_ij = sigma_ij^2 sum_n x_ni^2 / s^2."""
-    layer = Additive(3, 2, ModelGenerators([1, 2]), posterior_std=0.3, dtype=torch.float64)
+    layer = Additive(3, 2, ModelGenerators([1, 2]), init_std=0.3, dtype=torch.float64)
     with torch.no_grad():
         layer.weight_log_std.uniform_(-2.0, 0.0)
     x = torch.randn(2, 7, 3, dtype=torch.float64)
@@ -46,7 +46,7 @@ def test_kappa_of_a_linear_gaussian_model_is_its_closed_form() -> None:
 
 def test_kappa_equals_the_brute_force_hessian_diagonal_of_a_small_network() -> None:
     generators = ModelGenerators([3])
-    first = Additive(4, 3, generators, posterior_std=0.2, dtype=torch.float64)
+    first = Additive(4, 3, generators, init_std=0.2, dtype=torch.float64)
     second = Point(3, 5, generators, dtype=torch.float64)
     x = torch.randn(1, 9, 4, dtype=torch.float64)
     labels = torch.randint(0, 5, (9,))
@@ -69,7 +69,7 @@ def test_kappa_equals_the_brute_force_hessian_diagonal_of_a_small_network() -> N
 
 def test_sparse_ensemble_replaces_low_kappa_weights() -> None:
     generators = ModelGenerators([5])
-    first = Additive(4, 3, generators, posterior_std=0.5, dtype=torch.float64)
+    first = Additive(4, 3, generators, init_std=0.5, dtype=torch.float64)
     second = Point(3, 5, generators, dtype=torch.float64)
     model = torch.nn.Sequential()  # a small network with the forward(x, mode, generators) API
 

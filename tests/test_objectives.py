@@ -51,7 +51,7 @@ def test_categorical_and_bernoulli_likelihoods_match_torch_distributions() -> No
 
 def _linear_regression(seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     torch.manual_seed(seed)
-    layer = vbnn.MeanField(3, 1, posterior_std=0.3, dtype=torch.float64)
+    layer = vbnn.MeanField(3, 1, init_std=0.3, dtype=torch.float64)
     with torch.no_grad():
         layer.weight_mean.normal_()
         layer.bias_mean.fill_(0.2)

@@ -101,8 +101,7 @@ def test_full_covariance_restricted_to_a_diagonal_gives_the_mean_field_diagnosti
 
 
 def test_fixed_variance_units_are_never_pruned_and_bad_input_is_named() -> None:
-    model = MLP(FixedVariance, (3, 5, 1), Activation.TANH, ModelGenerators([0, 1]),
-                posterior_std=0.05)  # fmt: skip
+    model = MLP(FixedVariance, (3, 5, 1), Activation.TANH, ModelGenerators([0, 1]), std=0.05)
     with torch.no_grad():
         model.layers[0].weight_mean.zero_()
         model.layers[1].weight_mean.zero_()

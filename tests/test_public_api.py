@@ -69,7 +69,7 @@ def test_kl_sums_every_layer_against_each_family_default_prior() -> None:
     """MF with N(0, 1): sum of the closed-form diagonal KLs; VD with log-uniform: its own KL;
     a kept deterministic layer adds nothing."""
     original = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2), nn.Linear(2, 1))
-    mf = vbnn.convert(original, "mf", keep=["3"], posterior_std=0.2)
+    mf = vbnn.convert(original, "mf", keep=["3"], init_std=0.2)
     expected = sum(
         kl_diagonal_gaussian(layer.weight_mean, layer.weight_std(), 1.0)
         + kl_diagonal_gaussian(layer.bias_mean, layer.bias_std(), 1.0)
@@ -84,15 +84,15 @@ def test_kl_sums_every_layer_against_each_family_default_prior() -> None:
     torch.testing.assert_close(
         vbnn.kl(vd), sum(vd[i].kl(vbnn.LogUniformPrior())[0] for i in (0, 2, 3))
     )
-    with pytest.raises(ValueError, match="family 'vd-layer' takes no option \\['posterior_std'\\]"):
-        vbnn.convert(original, "vd-layer", posterior_std=0.1)
+    with pytest.raises(ValueError, match="family 'vd-layer' takes no option \\['init_std'\\]"):
+        vbnn.convert(original, "vd-layer", init_std=0.1)
 
 
 def test_sample_moments_of_a_linear_model_match_the_exact_predictive() -> None:
     """One MF linear layer: f(x) = x w + b is Gaussian with mean x mu + mu_b and variance
     x^2 var_w + var_b; 4000 function samples match both within their standard errors."""
     torch.manual_seed(3)
-    layer = vbnn.convert(nn.Linear(2, 1).double(), "mf", posterior_std=0.5)
+    layer = vbnn.convert(nn.Linear(2, 1).double(), "mf", init_std=0.5)
     x = torch.randn(5, 2, dtype=torch.float64)
     samples = vbnn.sample(layer, x, 4000).squeeze(-1)  # (K, N)
     mean = (x @ layer.weight_mean[0] + layer.bias_mean[0]).squeeze(-1).detach()
@@ -105,7 +105,7 @@ def test_sample_moments_of_a_linear_model_match_the_exact_predictive() -> None:
 
 def test_sample_in_weights_mode_keeps_one_function_per_sample_across_chunks() -> None:
     original = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
-    model = vbnn.convert(original, "mf", posterior_std=0.3)
+    model = vbnn.convert(original, "mf", init_std=0.3)
     x = torch.randn(9, 2)
     torch.manual_seed(5)
     whole = vbnn.sample(model, x, 3)

@@ -23,7 +23,7 @@ from vbnn.layers.shell import LOG_ALPHA_RANGE, VariationalLayer
 from vbnn.priors.dropout import LogUniformPrior, dropout_kl
 
 MEAN_SQUARED_FLOOR = 1e-8
-DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when posterior_std is None
+DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when init_std is None
 
 
 class _ClippedLogAlpha(torch.autograd.Function):
@@ -58,7 +58,8 @@ class Additive(VariationalLayer):
     The other arguments are those of ``VariationalDropout``.
 
     Args:
-        posterior_std: initial sigma of every weight (None: 0.1 / sqrt(fan_in)).
+        init_std: the marginal posterior std sigma of every weight at initialisation
+            (None: 0.1 / sqrt(fan_in)).
     """
 
     family_name = "additive"
@@ -69,20 +70,18 @@ class Additive(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float | None = None,
+        init_std: float | None = None,
         dtype: torch.dtype | None = None,
         **shell,
     ) -> None:
         super().__init__(in_features, out_features, generators, **shell)
-        if posterior_std is not None and not posterior_std > 0:
-            raise ValueError(f"Additive: posterior_std must be > 0, got {posterior_std}")
+        if init_std is not None and not init_std > 0:
+            raise ValueError(f"Additive: init_std must be > 0, got {init_std}")
         self.point_bias(dtype)
         self.weight_mean = nn.Parameter(self.initial_mean(dtype))
-        if posterior_std is None:
-            posterior_std = DEFAULT_RELATIVE_STD / math.sqrt(self.operator.fan_in())
-        self.weight_log_std = nn.Parameter(
-            torch.full_like(self.weight_mean, math.log(posterior_std))
-        )
+        if init_std is None:
+            init_std = DEFAULT_RELATIVE_STD / math.sqrt(self.operator.fan_in())
+        self.weight_log_std = nn.Parameter(torch.full_like(self.weight_mean, math.log(init_std)))
 
     def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.weight_mean, torch.exp(2.0 * self.weight_log_std)

@@ -32,7 +32,8 @@ class BernoulliVariance(VariationalLayer):
     The other arguments are those of ``VariationalDropout``.
 
     Args:
-        posterior_std: initial theta (= std of the weight); None: 1 / sqrt(fan_in).
+        init_std: the marginal posterior std at initialisation (here theta); None:
+            1 / sqrt(fan_in).
         moment_matching: LOCAL uses the Gaussian with the output's exact moments.
     """
 
@@ -45,24 +46,22 @@ class BernoulliVariance(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float | None = None,
+        init_std: float | None = None,
         dtype: torch.dtype | None = None,
         *,
         moment_matching: bool = False,
         **shell,
     ) -> None:
         super().__init__(in_features, out_features, generators, **shell)
-        if posterior_std is not None and not posterior_std > 0:
-            raise ValueError(
-                f"{type(self).__name__}: posterior_std must be > 0, got {posterior_std}"
-            )
+        if init_std is not None and not init_std > 0:
+            raise ValueError(f"{type(self).__name__}: init_std must be > 0, got {init_std}")
         self.point_bias(dtype)
         dtype = dtype or torch.get_default_dtype()
         self.exact_lrt = moment_matching
         shape = self.operator.weight_shape(self.num_models)
-        if posterior_std is None:
-            posterior_std = 1.0 / math.sqrt(self.operator.fan_in())
-        start = math.log(posterior_std / math.sqrt(self.noise_variance))
+        if init_std is None:
+            init_std = 1.0 / math.sqrt(self.operator.fan_in())
+        start = math.log(init_std / math.sqrt(self.noise_variance))
         spread = 0.1 * self.init_noise.randn(*shape[1:], dtype=dtype)
         self.weight_log_scale = nn.Parameter(start + spread)
 

@@ -6,8 +6,9 @@ Point weights W; the inputs of the layer are multiplied by z / (1 - p), z ~ Bern
 LOCAL mode. WEIGHTS (and ZERO_MEAN) draws one mask per model shared by the examples (one "weight
 sample": rows of W zeroed). MEAN is the weight-scaling rule (eq. 3 of Neklyudov et al. 2019): no
 mask. There is no KL (the baseline is trained by maximum likelihood): ``kl`` returns zeros. The
-implied weight marginal has mean W and variance W^2 p / (1 - p), which ``posterior_std`` reports.
-A Bernoulli(1 - p) draw is z > Phi^-1(p) for a standard normal z from the model's noise source.
+implied weight marginal has mean W and variance W^2 p / (1 - p), which ``posterior_std()``
+reports. A Bernoulli(1 - p) draw is z > Phi^-1(p) for a standard normal z from the model's noise
+source.
 """
 
 from __future__ import annotations

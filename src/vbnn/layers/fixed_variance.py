@@ -23,7 +23,8 @@ class FixedVariance(VariationalLayer):
     The other arguments are those of ``MeanField``.
 
     Args:
-        posterior_std: the fixed s (> 0); a (M,) tensor gives each model of a stack its own.
+        std: the fixed posterior std s (> 0), never learned; a (M,) tensor gives each model of a
+            stack its own.
     """
 
     family_name = "gd"
@@ -33,17 +34,17 @@ class FixedVariance(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float | torch.Tensor = 1e-4,
+        std: float | torch.Tensor = 1e-4,
         dtype: torch.dtype | None = None,
         **shell,
     ) -> None:
         super().__init__(in_features, out_features, generators, **shell)
         self.weight_mean = nn.Parameter(self.initial_mean(dtype))
         dtype = self.weight_mean.dtype
-        std = torch.as_tensor(posterior_std, dtype=dtype).expand(self.num_models).clone()
-        if not bool((std > 0).all()):
-            raise ValueError(f"FixedVariance: posterior_std must be > 0, got {posterior_std}")
-        self.register_buffer("std", std)  # (M,): one fixed std per model
+        fixed = torch.as_tensor(std, dtype=dtype).expand(self.num_models).clone()
+        if not bool((fixed > 0).all()):
+            raise ValueError(f"FixedVariance: std must be > 0, got {std}")
+        self.register_buffer("std", fixed)  # (M,): one fixed std per model
         self.bias_mean = nn.Parameter(self.zeros_bias(dtype)) if self.has_bias else None
 
     def _std_like(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -80,7 +80,7 @@ class JointGaussianLayer(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float = 1e-4,
+        init_std: float = 1e-4,
         dtype: torch.dtype | None = None,
         **shell,
     ) -> None:
@@ -93,15 +93,15 @@ class JointGaussianLayer(VariationalLayer):
             )
         if not self.has_bias:
             raise ValueError(f"{name}: bias=False is not supported (the covariance covers b)")
-        if not posterior_std > 0:
-            raise ValueError(f"{name}: posterior_std must be > 0, got {posterior_std}")
+        if not init_std > 0:
+            raise ValueError(f"{name}: init_std must be > 0, got {init_std}")
         self.dim = (in_features + 1) * out_features
         weight = self.initial_mean(dtype)
         self.mean = nn.Parameter(
             torch.cat([weight, self.zeros_bias(weight.dtype).unsqueeze(1)], dim=1)
         )
         self.scale_log_diagonal = nn.Parameter(
-            torch.full((self.num_models, self.dim), math.log(posterior_std), dtype=weight.dtype)
+            torch.full((self.num_models, self.dim), math.log(init_std), dtype=weight.dtype)
         )
 
     def _marginal_variance(self) -> torch.Tensor:
@@ -145,7 +145,8 @@ class FullCovariance(JointGaussianLayer):
     refused.
 
     Args:
-        posterior_std: initial marginal std of every parameter (s; A starts at zero).
+        init_std: the marginal posterior std s of every parameter at initialisation (A starts
+            at zero).
     """
 
     family_name = "fc"
@@ -156,11 +157,11 @@ class FullCovariance(JointGaussianLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float = 1e-4,
+        init_std: float = 1e-4,
         dtype: torch.dtype | None = None,
         **shell,
     ) -> None:
-        super().__init__(in_features, out_features, generators, posterior_std, dtype, **shell)
+        super().__init__(in_features, out_features, generators, init_std, dtype, **shell)
         self.scale_lower = nn.Parameter(
             torch.zeros(self.num_models, self.dim, self.dim, dtype=self.mean.dtype)
         )

@@ -52,7 +52,8 @@ class LowRankCovariance(JointGaussianLayer):
     refused.
 
     Args:
-        posterior_std: initial marginal std of every parameter (s; B starts at zero).
+        init_std: the marginal posterior std s of every parameter at initialisation (B starts
+            at zero).
         rank: r, the number of columns of B (1 <= r <= D).
     """
 
@@ -64,12 +65,12 @@ class LowRankCovariance(JointGaussianLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float = 1e-4,
+        init_std: float = 1e-4,
         dtype: torch.dtype | None = None,
         rank: int = 10,
         **shell,
     ) -> None:
-        super().__init__(in_features, out_features, generators, posterior_std, dtype, **shell)
+        super().__init__(in_features, out_features, generators, init_std, dtype, **shell)
         if not 1 <= rank <= self.dim:
             raise ValueError(
                 f"LowRankCovariance: rank must be in [1, D = (in + 1) out = {self.dim}], got {rank}"

@@ -53,8 +53,8 @@ class MeanField(VariationalLayer):
         in_features: as ``VariationalLayer``.
         out_features: as ``VariationalLayer``.
         generators: as ``VariationalLayer``.
-        posterior_std: initial sigma of every weight and bias; a (M,) tensor gives each model of
-            a stack its own.
+        init_std: the marginal posterior std sigma of every weight and bias at initialisation;
+            a (M,) tensor gives each model of a stack its own.
         dtype: parameter dtype (None: torch's default).
         parameterization: "log" (sigma = exp(rho)) or "softplus" (sigma = softplus(rho)).
         init: initial means "lecun" (N(0, 1/fan_in)) or "he" (N(0, 2/fan_in)); biases start at 0.
@@ -68,7 +68,7 @@ class MeanField(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float | torch.Tensor = 1e-4,
+        init_std: float | torch.Tensor = 1e-4,
         dtype: torch.dtype | None = None,
         *,
         parameterization: StdParameterization | str = StdParameterization.LOG,
@@ -80,9 +80,9 @@ class MeanField(VariationalLayer):
         gain = 2.0 if Initialization(init) is Initialization.HE else 1.0
         self.weight_mean = nn.Parameter(self.initial_mean(dtype, gain))
         dtype = self.weight_mean.dtype
-        std = torch.as_tensor(posterior_std, dtype=dtype)
+        std = torch.as_tensor(init_std, dtype=dtype)
         if not bool((std > 0).all()):
-            raise ValueError(f"MeanField: posterior_std must be > 0, got {posterior_std}")
+            raise ValueError(f"MeanField: init_std must be > 0, got {init_std}")
         log = self.parameterization is StdParameterization.LOG
         start = (torch.log(std) if log else softplus_inverse(std)).expand(self.num_models)
         name = "log_std" if self.parameterization is StdParameterization.LOG else "rho"

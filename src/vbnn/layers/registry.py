@@ -51,13 +51,20 @@ class FamilySpec:
     closed_form_kl: bool = True
 
     def accepted_options(self) -> set[str]:
-        """The keyword options a layer of this family takes: its own (``posterior_std``,
+        """The keyword options a layer of this family takes: its own (``init_std``, ``std``,
         ``log_alpha``, ``dtype``, ...) and the shell's (``kernel_size``, ``bias``, ...)."""
         names: set[str] = set()
         for cls in (self.layer, VariationalLayer):
             parameters = inspect.signature(cls.__init__).parameters.values()
             names |= {p.name for p in parameters if p.kind is not p.VAR_KEYWORD}
         return names - {"self", "in_features", "out_features", "generators"} - set(self.options)
+
+    def std_option(self) -> str:
+        """The keyword that sets this family's posterior std, for a caller that holds one std
+        for any family: ``"std"`` where the family fixes it (``gd``), else ``"init_std"`` (the
+        marginal posterior std at initialisation of a learned variance; ``build`` refuses it,
+        naming the family, where the family has no std, e.g. ``point``)."""
+        return "std" if "std" in self.accepted_options() else "init_std"
 
     def build(
         self, in_features: int, out_features: int, generators: Any = None, **options: Any
@@ -66,7 +73,7 @@ class FamilySpec:
 
         Raises:
             ValueError: an option the family fixes, or one its layer does not take (e.g.
-                ``posterior_std`` for ``point`` or variational dropout); the message names the
+                ``init_std`` for ``point`` or variational dropout); the message names the
                 family and lists the options it takes.
         """
         clash = set(options) & set(self.options)

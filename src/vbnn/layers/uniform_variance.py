@@ -24,7 +24,8 @@ from vbnn.priors.dropout import LogUniformPrior
 
 class UniformVariance(BernoulliVariance):
     """theta U(-1, 1) weights; dense, or a convolution when ``kernel_size`` is set (arguments as the
-    Bernoulli layer; ``posterior_std`` is the initial std theta / sqrt 3)."""
+    Bernoulli layer; ``init_std`` is the marginal posterior std at initialisation, theta / sqrt 3).
+    """
 
     family_name = "uniform-variance"
     default_prior: object = LogUniformPrior()

@@ -29,7 +29,8 @@ class ZeroMean(VariationalLayer):
     The other arguments are those of ``VariationalDropout``.
 
     Args:
-        posterior_std: initial sigma (None: 1 / sqrt(fan_in), the LeCun scale).
+        init_std: the marginal posterior std sigma at initialisation (None: 1 / sqrt(fan_in),
+            the LeCun scale).
     """
 
     family_name = "zero-mean"
@@ -40,21 +41,21 @@ class ZeroMean(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        posterior_std: float | None = None,
+        init_std: float | None = None,
         dtype: torch.dtype | None = None,
         **shell,
     ) -> None:
         super().__init__(in_features, out_features, generators, **shell)
-        if posterior_std is not None and not posterior_std > 0:
-            raise ValueError(f"ZeroMean: posterior_std must be > 0, got {posterior_std}")
+        if init_std is not None and not init_std > 0:
+            raise ValueError(f"ZeroMean: init_std must be > 0, got {init_std}")
         self.point_bias(dtype)
         dtype = dtype or torch.get_default_dtype()
         shape = self.operator.weight_shape(self.num_models)
-        if posterior_std is None:
-            posterior_std = 1.0 / math.sqrt(self.operator.fan_in())
+        if init_std is None:
+            init_std = 1.0 / math.sqrt(self.operator.fan_in())
         # a small random spread of log sigma breaks the symmetry between output neurons
         spread = 0.1 * self.init_noise.randn(*shape[1:], dtype=dtype)
-        self.weight_log_std = nn.Parameter(math.log(posterior_std) + spread)
+        self.weight_log_std = nn.Parameter(math.log(init_std) + spread)
 
     def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         var = torch.exp(2.0 * self.weight_log_std)

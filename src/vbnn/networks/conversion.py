@@ -147,9 +147,10 @@ def convert(
         strict: raise instead of warning when a module holding parameters (other than a
             normalisation layer) is left deterministic without being kept.
         summary: print ``vbnn.summary`` of the converted copy (path, type, family, parameters).
-        **options: passed to every new layer, e.g. ``posterior_std=1e-3`` (the initial marginal
-            std of every weight; GD: its fixed std), ``log_alpha=-6.0`` for variational dropout,
-            ``parameterization="softplus"`` for "mf".
+        **options: passed to every new layer, e.g. ``init_std=1e-3`` (the marginal posterior
+            std of every weight at initialisation), ``std=1e-3`` for "gd" (its fixed posterior
+            std), ``log_alpha=-6.0`` for variational dropout, ``parameterization="softplus"``
+            for "mf".
 
     Returns:
         The converted copy; its KL is ``vbnn.kl(model)`` (each family's default prior, or pass

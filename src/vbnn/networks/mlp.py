@@ -48,17 +48,17 @@ class MLP(nn.Module):
         activation: hidden non-linearity (none after the last layer).
         generators: a ``ModelGenerators`` for a stack of M models (draws the initial means);
             None for one network (input (N, I), output (N, O)).
-        posterior_std: the initial marginal std of every weight (GD: its fixed std) for the
-            families that take it; a (M,) tensor gives each model its own; None: the family's
-            default.
         dtype: parameter dtype (None: torch's default).
         negative_slope: the slope of ``leaky_relu`` below zero (torch's default 0.01); an error
             for any other activation.
-        **options: further keyword arguments of the family's layers (e.g. ``log_alpha`` for
-            variational dropout).
+        **options: further keyword arguments of the family's layers, e.g. ``init_std`` (the
+            marginal posterior std at initialisation of a learned variance), ``std`` (the fixed
+            posterior std of ``gd``), ``log_alpha`` (variational dropout); ``mf`` and ``gd``
+            take a (M,) tensor std too, one per model of a stack. A caller holding one std for
+            any family names it with ``FamilySpec.std_option``.
 
     Raises:
-        ValueError: an option (``posterior_std`` included) the family's layers do not take.
+        ValueError: an option the family's layers do not take.
     """
 
     takes_mode = True  # forward(x, mode, noise), like the family layers
@@ -69,7 +69,6 @@ class MLP(nn.Module):
         sizes: Sequence[int],
         activation: Activation | str,
         generators: ModelGenerators | None = None,
-        posterior_std: float | torch.Tensor | None = None,
         dtype: torch.dtype | None = None,
         negative_slope: float | None = None,
         **options: Any,
@@ -83,8 +82,6 @@ class MLP(nn.Module):
                 raise ValueError(f"MLP: negative_slope applies to leaky_relu, not {activation!r}")
             self.activation = partial(functional.leaky_relu, negative_slope=negative_slope)
         build = layer_builder(family)
-        if posterior_std is not None:
-            options["posterior_std"] = posterior_std
         self.layers = nn.ModuleList(
             build(i, o, generators, dtype=dtype, **options) for i, o in pairwise(sizes)
         )

@@ -43,7 +43,7 @@ class FashionProductConfig:
     train_size: int = 60_000
     batch_size: int = 128
     learning_rate: float = 1e-3
-    posterior_std: float = 1e-3
+    init_std: float = 1e-3
     samples: int = 10_000
     pixels: int = 10
     activation: Activation = Activation.IDENTITY
@@ -69,8 +69,8 @@ def train_deep_linear(config: FashionProductConfig, data_dir: str | None) -> tup
     leaky = Activation(config.activation) is Activation.LEAKY_RELU
     slope = config.negative_slope if leaky else None
     model = MLP(
-        MeanField, sizes, config.activation, generators, config.posterior_std,
-        negative_slope=slope,
+        MeanField, sizes, config.activation, generators, negative_slope=slope,
+        init_std=config.init_std,
     )  # fmt: skip
     optimiser = torch.optim.Adam(model.parameters(), config.learning_rate)
     prior, likelihood, n = GaussianPrior(1.0), CategoricalLikelihood(), len(x)

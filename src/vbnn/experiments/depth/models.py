@@ -67,7 +67,7 @@ class PretrainConfig:
     mean_epochs: int = 10
     batch_size: int = 64
     learning_rate: float = 1e-3
-    posterior_std: float = 1e-6
+    init_std: float = 1e-6
     prior_std: float = 1.0
 
 
@@ -94,11 +94,11 @@ def train_mean_field(
         architecture.sizes,
         architecture.activation,
         generators,
-        config.posterior_std,
-        x.dtype,
+        dtype=x.dtype,
         negative_slope=architecture.negative_slope if leaky else None,
         parameterization="softplus",
         init="he",
+        init_std=config.init_std,
     )
     shuffler = torch.Generator().manual_seed(seed + 1)
     prior = GaussianPrior(config.prior_std)

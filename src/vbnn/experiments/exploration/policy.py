@@ -40,7 +40,7 @@ class PolicyNoise(str, Enum):
 
 FAMILY_OF = {
     PolicyNoise.DETERMINISTIC: ("point", {}),
-    PolicyNoise.PARAMETER_NOISE: ("mf", {"posterior_std": FORTUNATO_SIGMA}),
+    PolicyNoise.PARAMETER_NOISE: ("mf", {"init_std": FORTUNATO_SIGMA}),
     PolicyNoise.VARIANCE: ("zero-mean", {}),
 }
 

@@ -106,7 +106,7 @@ def fit_prior_network(
     x_all, y_all = simulate(network, max(sizes), noise_std, generator)
     hidden = network.weight.shape[1]
     config = TrainConfig(method=Method.MF, hidden=(hidden,), iterations=iterations,
-                         prior_std=prior_std, posterior_std=initial_std, noise_std=noise_std,
+                         prior_std=prior_std, init_std=initial_std, noise_std=noise_std,
                          seed=seed, dtype="float64")  # fmt: skip
     fits = []
     for rows in sizes:
