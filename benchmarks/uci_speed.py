@@ -77,7 +77,7 @@ TEST_SAMPLES = 100
 LEARNING_RATE = 0.005
 BETAS = (0.9, 0.99)
 PRIOR_VARIANCE = 1.0
-POSTERIOR_STD = 1e-4
+INIT_STD = 1e-4
 NOISE_STD_INIT = 1.0
 BT_NAME = "bayesian-torch"
 
@@ -149,7 +149,7 @@ def vbnn_config(
         learning_rate=LEARNING_RATE,
         betas=BETAS,
         prior_std=math.sqrt(PRIOR_VARIANCE),
-        posterior_std=POSTERIOR_STD,
+        init_std=INIT_STD,
         noise_std_init=NOISE_STD_INIT,
         test_samples=TEST_SAMPLES,
         seed=seed,
@@ -234,7 +234,7 @@ class BayesianTorchMLP(nn.Module):
             "prior_mean": 0.0,
             "prior_variance": PRIOR_VARIANCE,
             "posterior_mu_init": 0.0,
-            "posterior_rho_init": math.log(math.expm1(POSTERIOR_STD)),
+            "posterior_rho_init": math.log(math.expm1(INIT_STD)),
         }
         self.hidden = layer_class(in_features, HIDDEN, **options)
         self.output = layer_class(HIDDEN, 1, **options)
