@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from vbnn.core.contracts import TrainConfig
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import method_config
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import fit
+from vbnn.training.full_batch import Problem, fit
 
 
 def main() -> None:
@@ -28,12 +28,12 @@ def main() -> None:
     if not args.glibc_defaults:
         keep_freed_memory()
     keys = list(range(args.models))
-    config = TrainConfig(method=args.method, iterations=args.iterations)
+    config = method_config(args.method, iterations=args.iterations)
     data = stack_splits(load_uci(args.dataset), keys)
     model, likelihood = build_stack(config, data.x_train.shape[-1], keys)
     generators = ModelGenerators.for_keys(config.seed, keys, "train")
     start = time.perf_counter()
-    fit(config, model, likelihood, data.x_train, data.y_train, generators)
+    fit(config, Problem(model, likelihood, data.x_train, data.y_train), generators)
     per_step = (time.perf_counter() - start) / args.iterations * 1e3
     print(f"{args.dataset} M={args.models} {args.method}: {per_step:.2f} ms/step")
 

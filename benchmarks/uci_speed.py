@@ -3,7 +3,7 @@
 For each UCI set (boston and power by default) and its first ``--splits`` standard splits, one run
 measures:
 
-* vbnn: ``vbnn.regression.engine.run_splits`` with ``TrainConfig(method="mf")``: the splits are
+* vbnn: ``vbnn.regression.engine.run_splits`` with ``method_config("mf")``: the splits are
   stacked on
   the model dimension and trained in chunks (``--vbnn-chunks`` sweeps the chunk size; ``auto`` is
   the engine's own choice), then evaluated with 100 predictive samples.
@@ -64,7 +64,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vbnn.core.contracts import TrainConfig
+from vbnn.core.runs import TrainConfig, VIConfig
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data import RegressionDataset, load_uci
 from vbnn.data.splits import group_by_size, stack_splits
@@ -142,14 +142,14 @@ def vbnn_config(
     iterations: int, chunk_size: int | None, seed: int, compile: bool = False
 ) -> TrainConfig:
     """The MF configuration of the benchmark (the paper's defaults otherwise)."""
-    return TrainConfig(
-        method="mf",
+    return VIConfig(
+        family="mf",
         hidden=(HIDDEN,),
         iterations=iterations,
         learning_rate=LEARNING_RATE,
         betas=BETAS,
         prior_std=math.sqrt(PRIOR_VARIANCE),
-        init_std=INIT_STD,
+        posterior_std=INIT_STD,
         noise_std_init=NOISE_STD_INIT,
         test_samples=TEST_SAMPLES,
         seed=seed,
@@ -179,7 +179,7 @@ def measure_vbnn(
         implementation="vbnn",
         chunk=label,
         seconds=seconds,
-        iterations=config.resolved_iterations,
+        iterations=config.iterations,
         split_ids=[s.split for s in result.splits],
         test_log_likelihood=[s.test_log_likelihood for s in result.splits],
         test_rmse=[s.test_rmse for s in result.splits],
@@ -416,7 +416,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-bayesian-torch", action="store_true")
     parser.add_argument(
-        "--compile", action="store_true", help="vbnn with TrainConfig(compile=True)"
+        "--compile", action="store_true", help="vbnn with compile=True in its config"
     )
     parser.add_argument(
         "--bt-kl",

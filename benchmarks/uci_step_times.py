@@ -18,7 +18,7 @@ import argparse
 import json
 import time
 
-from vbnn.core.contracts import TrainConfig
+from vbnn.core.runs import TrainConfig, method_config
 from vbnn.data import load_uci
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.overpruning.extension import hidden_width
@@ -48,9 +48,9 @@ def main() -> None:
             for method in args.methods.split(","):
                 hidden = (hidden_width(name),) * depth
                 # a first call pays one-off costs (imports, allocator); keep them out of the slope
-                seconds(dataset, TrainConfig(method=method, hidden=hidden, iterations=2), splits)
+                seconds(dataset, method_config(method, hidden=hidden, iterations=2), splits)
                 times = {
-                    n: seconds(dataset, TrainConfig(method=method, hidden=hidden, iterations=n),
+                    n: seconds(dataset, method_config(method, hidden=hidden, iterations=n),
                                splits)
                     for n in (args.short, args.long)
                 }  # fmt: skip

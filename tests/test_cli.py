@@ -22,7 +22,7 @@ def test_uci_json_has_splits_summary_and_config(
     assert code == 0
     payload = json.loads(capsys.readouterr().out)
     assert [s["split"] for s in payload["splits"]] == [0, 1, 2]
-    assert payload["config"]["method"] == "gd" and payload["config"]["posterior_std"] == 0.05
+    assert payload["method"] == "gd" and payload["config"]["posterior_std"] == 0.05
     assert payload["config"]["iterations"] == 20
     lls = [s["test_log_likelihood"] for s in payload["splits"]]
     assert payload["summary"]["test_log_likelihood"]["mean"] == pytest.approx(sum(lls) / 3)
@@ -32,17 +32,18 @@ def test_uci_fits_any_registered_family_by_vi(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["uci", "--dataset", "boston", "--method", "vi", "--family", "vd-layer", "--splits", "0",
+        ["uci", "--dataset", "boston", "--method", "vd-layer", "--splits", "0",
          "--iterations", "20", "--test-samples", "5", "--json", "--data-dir", str(data_dir)]
     )  # fmt: skip
     assert code == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["config"]["method"] == "vi" and payload["config"]["family"] == "vd-layer"
+    assert payload["config"]["algorithm"] == "vi" and payload["config"]["family"] == "vd-layer"
     assert payload["splits"][0]["test_log_likelihood"] > -10
-    # a family without --method vi is refused, naming the flag
-    code = main(["uci", "--dataset", "boston", "--family", "vd-layer", "--data-dir", str(data_dir)])
-    assert code == 2
-    assert "--family vd-layer applies to --method vi only" in capsys.readouterr().err
+    # a name that is neither an algorithm nor a family is refused, with the choices
+    with pytest.raises(SystemExit) as stopped:
+        main(["uci", "--dataset", "boston", "--method", "vi", "--data-dir", str(data_dir)])
+    assert stopped.value.code == 2
+    assert "--method 'vi': vi unknown; choose from es, map, sgld, mf" in capsys.readouterr().err
 
 
 def test_demo_prints_one_comparison_table(

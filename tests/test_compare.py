@@ -133,7 +133,7 @@ def test_regression_resumes_only_the_missing_fold(tmp_path: Path, monkeypatch) -
     real = run_module.train_unit
 
     def spy(dataset, chunk, config, *rest):
-        trained.append((config.method.value, list(chunk)))
+        trained.append((config.method, list(chunk)))
         return real(dataset, chunk, config, *rest)
 
     monkeypatch.setattr(run_module, "train_unit", spy)
@@ -224,14 +224,15 @@ def test_cli_fold_column_gives_the_splits(tmp_path: Path, capsys) -> None:
 
 def test_map_coverage_is_the_share_inside_its_gaussian_interval() -> None:
     from vbnn.comparison.regression import interval_coverages
-    from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+    from vbnn.core.contracts import ForwardMode
     from vbnn.data.splits import stack_splits
     from vbnn.data.uci import RegressionDataset
     from vbnn.regression.engine import train_stack
+    from vbnn.regression.methods import method_config
 
     x, y = regression_data()
     dataset = RegressionDataset("toy", x, y, k_folds(y, 3, Task.REGRESSION, 0), "test")
-    config = TrainConfig(method=Method.MAP, iterations=40, hidden=(4,), test_samples=4)
+    config = method_config("map", iterations=40, hidden=(4,))
     stack = train_stack(config, stack_splits(dataset, [0, 1, 2]))
     coverages = interval_coverages(stack, level=0.8)
     with torch.no_grad():

@@ -17,8 +17,9 @@ import torch
 from test_family_contract import IDS, SHAPES, WITH_KL, assert_same_moments, inputs, make
 
 from vbnn.classification.training import ClassifierConfig, train_classifier
-from vbnn.core.contracts import ForwardMode, TrainConfig
+from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import ModelValues
 from vbnn.data.embedded import load_diabetes_splits
 from vbnn.data.splits import stack_splits
 from vbnn.diagnostics.layer_pruning import pruned_units_per_layer
@@ -28,6 +29,7 @@ from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import run_splits, train_stack
 from vbnn.regression.estimator import BayesianRegressor
+from vbnn.regression.methods import method_config, taken_by
 from vbnn.regression.tuning import TuningConfig, tune
 
 CUDA = torch.device(os.environ.get("VBNN_TEST_DEVICE", "cuda"))
@@ -158,19 +160,23 @@ def test_a_lenet_run_on_cuda_resumes_to_the_uninterrupted_numbers(
         {"method": "es", "iterations": 60, "eval_every": 5},
         {"method": "mf"},
         {"method": "gd", "posterior_std": 0.05},
-        {"method": "fc", "cholesky_learning_rate": 1e-3},
+        {"method": "fc", "correlation_learning_rate": 1e-3},
         {"method": "sgld", "batch_size": 32, "burn_in": 20, "thinning": 10},
     ],
     ids=lambda settings: settings["method"],
 )
 def test_uci_runs_on_cuda_give_the_cpu_metrics(settings: dict) -> None:
-    """``TrainConfig.device``: a stack of two splits trained on CUDA (data, model, per-model
+    """The config's ``device``: a stack of two splits trained on CUDA (data, model, per-model
     values and noise moved there; the streams stay on the CPU) ends at the CPU run's test
     metrics, in float64 where only summation order differs."""
     dataset = load_diabetes_splits(seed=0)
+    settings = dict(settings)
+    method = settings.pop("method")
     base = {"iterations": 40, "test_samples": 20, "dtype": "float64", "hidden": (8,), **settings}
-    on_cpu = run_splits(dataset, [0, 1], TrainConfig(**base))
-    on_cuda = run_splits(dataset, [0, 1], TrainConfig(**base, device=str(CUDA)))
+    on_cpu = run_splits(dataset, [0, 1], method_config(method, **taken_by(method, base)))
+    on_cuda = run_splits(
+        dataset, [0, 1], method_config(method, **taken_by(method, base), device=str(CUDA))
+    )
     for cpu, cuda in zip(on_cpu.splits, on_cuda.splits, strict=True):
         assert cuda.test_log_likelihood == pytest.approx(cpu.test_log_likelihood, rel=1e-6)
         assert cuda.test_rmse == pytest.approx(cpu.test_rmse, rel=1e-6)
@@ -181,9 +187,11 @@ def test_a_tuning_stack_on_cuda_scores_its_candidates_as_on_the_cpu() -> None:
     """Per-model prior stds (the tuner's candidates) travel to the device with the stack."""
     data = stack_splits(load_diabetes_splits(seed=0), [0, 0, 0], torch.float64)
     prior_std = torch.tensor([0.1, 1.0, 10.0], dtype=torch.float64)
-    config = TrainConfig(method="mf", iterations=30, test_samples=10, dtype="float64", hidden=(8,))
-    cpu = train_stack(config, data, prior_std=prior_std)
-    cuda = train_stack(replace(config, device=str(CUDA)), data, prior_std=prior_std)
+    config = method_config("mf", iterations=30, test_samples=10, dtype="float64", hidden=(8,))
+    cpu = train_stack(config, data, values=ModelValues(prior_std=prior_std))
+    cuda = train_stack(
+        replace(config, device=str(CUDA)), data, values=ModelValues(prior_std=prior_std)
+    )
     assert cuda.metrics.log_likelihood.device.type == "cpu"
     torch.testing.assert_close(cuda.metrics.log_likelihood, cpu.metrics.log_likelihood)
 
@@ -207,7 +215,7 @@ def test_pruned_units_per_layer_of_a_cuda_stack_are_the_cpu_ones() -> None:
     """uci-depth's pruning count (``stack_metrics`` hook): per-model prior stds on the CPU, the
     stack's moments on the device."""
     dataset = load_diabetes_splits(seed=0)
-    config = TrainConfig(method="mf", iterations=30, test_samples=5, hidden=(8, 8))
+    config = method_config("mf", iterations=30, test_samples=5, hidden=(8, 8))
     stack = train_stack(config, stack_splits(dataset, [0, 1]))
     prior = torch.tensor([0.05, 1.0])
     on_cpu = pruned_units_per_layer(stack.model, prior)
@@ -222,7 +230,7 @@ def test_a_compiled_uci_run_on_cuda_gives_the_cpu_metrics() -> None:
     """``compile=True`` on the device: the compiled objective and its noise blocks there end
     at the compiled CPU run's metrics (float64)."""
     dataset = load_diabetes_splits(seed=0)
-    config = TrainConfig(method="mf", iterations=40, test_samples=20, dtype="float64",
+    config = method_config("mf", iterations=40, test_samples=20, dtype="float64",
                          hidden=(8,), compile=True)  # fmt: skip
     on_cpu = run_splits(dataset, [0, 1], config)
     on_cuda = run_splits(dataset, [0, 1], replace(config, device=str(CUDA)))
@@ -235,7 +243,7 @@ def test_a_study_on_cuda_chooses_the_cpu_values() -> None:
     """``tune()`` end to end with the config's device: the same candidates scored the same
     (float64), so the sampler proposes and the study chooses the same values."""
     dataset = load_diabetes_splits(seed=0)
-    config = TrainConfig(method="mf", iterations=30, test_samples=10, dtype="float64",
+    config = method_config("mf", iterations=30, test_samples=10, dtype="float64",
                          hidden=(8,))  # fmt: skip
     tuning = TuningConfig(trials=6, batch=3, seed=0)
     on_cpu = tune(dataset, 0, config, tuning)

@@ -22,14 +22,15 @@ import pytest
 import torch
 from torch.distributions import MultivariateNormal, kl_divergence
 
-from vbnn.core.contracts import Activation, Method, TrainConfig
+from vbnn.core.contracts import Activation
 from vbnn.core.gaussian import kl_diagonal_gaussian
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import FullCovariance, LowRankCovariance
 from vbnn.layers.low_rank_covariance import log_det_identity_plus_gram
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.regression.methods import method_config
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import fit
+from vbnn.training.full_batch import Problem, fit
 
 NOISE_STD, PRIOR_STD, ROWS, INPUTS = 0.5, 1.0, 455, 13
 KL_BOUND, STD_RATIO_BOUND, CORRELATION_BOUND, MEAN_BOUND = 2.0, 0.15, 0.2, 1.0
@@ -56,18 +57,18 @@ def conjugate_problem(seed: int = 0):
 
 
 def train_fc(x: torch.Tensor, y: torch.Tensor):
-    config = TrainConfig(
-        method=Method.FC,
+    config = method_config(
+        "fc",
         hidden=(),
         activation=Activation.IDENTITY,
         noise_std=NOISE_STD,
         prior_std=PRIOR_STD,
     )
-    assert config.learning_rate == 0.005 and config.resolved_iterations == 5000
+    assert config.learning_rate == 0.005 and config.iterations == 5000
     assert config.train_samples == 1 and config.posterior_std == 1e-4
     model, likelihood = build_stack(config, INPUTS, [0])
     generators = ModelGenerators.for_keys(config.seed, [0], "train")
-    fit(config, model, likelihood, x.float(), y.float(), generators)
+    fit(config, Problem(model, likelihood, x.float(), y.float()), generators)
     layer = model.layers[0]
     factor_matrix = layer.scale_tril().detach()[0].double()
     return layer.mean.detach()[0].flatten().double(), factor_matrix @ factor_matrix.T

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from vbnn.core.contracts import TABLE1_METHODS, ForwardMode, Method, TrainConfig
+from vbnn.core.contracts import ForwardMode
+from vbnn.core.runs import TABLE1_METHODS
 from vbnn.data.splits import StackedSplits
 from vbnn.regression.engine import train_stack
+from vbnn.regression.methods import method_config, taken_by
 from vbnn.regression.saved_models import ModelFileError, load_model, save_model
 from vbnn.regression.stack import build_stack
 from vbnn.stores.atomic import write_atomic, write_folder_atomic
@@ -24,12 +26,11 @@ def _toy_splits(keys: tuple[int, ...] = (4, 7)) -> StackedSplits:
 
 
 @pytest.mark.parametrize("method", TABLE1_METHODS)
-def test_round_trip_gives_identical_parameters_and_predictions(
-    method: Method, tmp_path: Path
-) -> None:
-    noise_std = 0.3 if method is Method.GD else None  # a fixed noise std is a buffer, not a param
-    config = TrainConfig(method=method, hidden=(6,), iterations=15, posterior_std=0.05,
-                         noise_std=noise_std, test_samples=3)  # fmt: skip
+def test_round_trip_gives_identical_parameters_and_predictions(method: str, tmp_path: Path) -> None:
+    noise_std = 0.3 if method == "gd" else None  # a fixed noise std is a buffer, not a param
+    values = {"hidden": (6,), "iterations": 15, "posterior_std": 0.05, "noise_std": noise_std,
+              "test_samples": 3}  # fmt: skip
+    config = method_config(method, **taken_by(method, values))
     data = _toy_splits()
     trained = train_stack(config, data)
     folder = save_model(
@@ -56,10 +57,10 @@ def test_round_trip_gives_identical_parameters_and_predictions(
 
 
 def test_saving_again_replaces_the_model_atomically(tmp_path: Path) -> None:
-    config = TrainConfig(method=Method.MAP, hidden=(4,), iterations=5)
+    config = method_config("map", hidden=(4,), iterations=5)
     first, likelihood = build_stack(config, 3, [0])
     save_model(tmp_path / "m", first, likelihood, config, 3, [0])
-    second_config = TrainConfig(method=Method.MAP, hidden=(4,), iterations=5, seed=1)
+    second_config = method_config("map", hidden=(4,), iterations=5, seed=1)
     second, likelihood = build_stack(second_config, 3, [0])
     save_model(tmp_path / "m", second, likelihood, second_config, 3, [0])
     assert load_model(tmp_path / "m").config.seed == 1
@@ -69,7 +70,7 @@ def test_saving_again_replaces_the_model_atomically(tmp_path: Path) -> None:
 def test_missing_and_mismatched_files_raise_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match=r"model\.json: not found"):
         load_model(tmp_path / "nothing")
-    config = TrainConfig(method=Method.MF, hidden=(4,), iterations=5)
+    config = method_config("mf", hidden=(4,), iterations=5)
     model, likelihood = build_stack(config, 3, [0])
     folder = save_model(tmp_path / "m", model, likelihood, config, 3, [0])
     description = json.loads((folder / "model.json").read_text())
@@ -85,19 +86,6 @@ def test_missing_and_mismatched_files_raise_clear_errors(tmp_path: Path) -> None
         load_model(folder)
     with pytest.raises(ValueError, match="2 keys for a stack of 1"):
         save_model(tmp_path / "x", model, likelihood, config, 3, [0, 1])
-
-
-def test_the_removed_direct_factor_is_refused_not_trained_under_its_name(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="covariance_factor='direct'"):
-        TrainConfig(method=Method.FC, covariance_factor="direct")
-    config = TrainConfig(method=Method.FC, hidden=(2,), iterations=5)
-    model, likelihood = build_stack(config, 3, [0])
-    folder = save_model(tmp_path / "fc", model, likelihood, config, 3, [0])
-    description = json.loads((folder / "model.json").read_text())
-    del description["config"]["covariance_factor"]  # a version 1 file: L = diag(s) + A
-    (folder / "model.json").write_text(json.dumps({**description, "format_version": 1}))
-    with pytest.raises(ModelFileError, match="no longer implements"):
-        load_model(folder)
 
 
 def test_atomic_writes_keep_the_old_version_when_writing_fails(tmp_path) -> None:

@@ -62,6 +62,6 @@ def test_tiny_extension_run_writes_its_own_table(data_dir: Path, tmp_path: Path)
         (hyperparameters,) = connection.execute("SELECT hyperparameters FROM runs").fetchone()
         studies = {r[0] for r in connection.execute("SELECT study_name FROM studies")}
     assert json.loads(hyperparameters)["hidden"] == [100]
-    assert studies == {"protein/split0/map/seed0/hidden100"}
+    assert studies == {"protein/split0/map/hidden100/seed0"}
     # a paper data set is refused under the extension, and named
     assert main([*args[:6], "--datasets", "boston"]) == 2

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+from vbnn.core.contracts import ForwardMode
 from vbnn.experiments.overpruning.figures import figure2_5, figure3, figure4
 from vbnn.experiments.overpruning.prior_network import (
     fit_prior_network,
@@ -15,6 +15,7 @@ from vbnn.experiments.overpruning.prior_network import (
     sample_prior_network,
     simulate,
 )
+from vbnn.regression.methods import method_config
 from vbnn.regression.stack import build_stack
 
 
@@ -57,7 +58,7 @@ def test_prior_network_data_and_initialisation_are_the_true_model() -> None:
     residual = y - network(x)  # the noise: mean 0, std 0.5 (200 draws: 4 standard errors)
     assert abs(float(residual.mean())) < 4 * 0.5 / 200**0.5
     assert abs(float(residual.std()) - 0.5) < 4 * 0.5 / (2 * 199) ** 0.5
-    config = TrainConfig(method=Method.MF, hidden=(50,), dtype="float64")
+    config = method_config("mf", hidden=(50,), dtype="float64")
     model, _ = build_stack(config, 1, [0])
     initialise_at_truth(model, network)
     torch.testing.assert_close(model(x.unsqueeze(0), ForwardMode.MEAN)[0, :, 0], network(x))

@@ -13,7 +13,8 @@ import pytest
 from stored_rows import stored_runs, stored_trials
 
 from vbnn.cli import main
-from vbnn.core.contracts import Method, SplitResult, TrainConfig
+from vbnn.core.runs import SplitResult
+from vbnn.regression.methods import method_config
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, SweepError, Unit, run_sweep
 
@@ -73,7 +74,7 @@ def _result(folder: Path, index: int) -> SplitResult:
 def test_failed_and_killed_units_are_reported_and_a_rerun_stores_each_once(
     tmp_path: Path,
 ) -> None:
-    config = TrainConfig(method=Method.MAP)
+    config = method_config("map")
     settings = ExecutorSettings(kind=ExecutorKind.PROCESSES, workers=1)
     units = [Unit(f"unit {k}", _result, (tmp_path, k)) for k in range(4)]
     with ResultsDatabase(tmp_path / "results.sqlite") as database:

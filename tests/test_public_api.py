@@ -13,7 +13,6 @@ import vbnn.regression
 from vbnn.core.gaussian import kl_diagonal_gaussian
 from vbnn.layers.shell import VariationalLayer
 from vbnn.networks import LeNet5, LeNetConfig
-from vbnn.regression import Method, TrainConfig
 
 WITH_MEANS = [name for name, spec in vbnn.FAMILIES.items() if spec.name not in
               ("zero-mean", "bernoulli-variance", "uniform-variance")]  # fmt: skip
@@ -146,8 +145,8 @@ def test_phase_transition_tracking_and_plot_work_for_a_converted_model(tmp_path)
 
 
 def test_unknown_method_lists_the_choices() -> None:
-    with pytest.raises(ValueError, match="unknown method 'bbb'; choose from es, map, mf"):
-        vbnn.regression.TrainConfig(method="bbb")
+    with pytest.raises(ValueError, match="unknown method 'bbb'; choose from es, map, sgld, mf"):
+        vbnn.regression.method_config("bbb")
 
 
 def test_the_top_level_has_one_name_per_concept() -> None:
@@ -156,7 +155,7 @@ def test_the_top_level_has_one_name_per_concept() -> None:
     assert set(vbnn.__all__) <= set(dir(vbnn))
     for moved in ("Method", "TrainConfig", "LeNet5", "LeNetConfig", "kl_divergence", "use_mode"):
         assert not hasattr(vbnn, moved), moved
-    assert TrainConfig(method=Method.MF).method is Method.MF
+    assert vbnn.regression.method_config("mf").method == "mf"
     assert isinstance(LeNet5(LeNetConfig()), nn.Module)
     assert vbnn.kl is vbnn.training.objectives.kl
     assert vbnn.train_loop is vbnn.training.loop.train_loop

@@ -26,7 +26,8 @@ from stored_rows import stored_runs, stored_trials
 from threadpoolctl import threadpool_limits
 
 from vbnn.cli import main
-from vbnn.core.contracts import Activation, Method, SplitResult, TrainConfig
+from vbnn.core.contracts import Activation
+from vbnn.core.runs import SplitResult
 from vbnn.experiments.variance_networks.budget import Budget
 from vbnn.experiments.variance_networks.runs import (
     checkpoint_path,
@@ -34,6 +35,7 @@ from vbnn.experiments.variance_networks.runs import (
     run_key,
     store_run,
 )
+from vbnn.regression.methods import method_config
 from vbnn.stores import unit_store
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
@@ -115,7 +117,7 @@ def _pid_then_sleep(folder: Path, index: int) -> SplitResult:
 
 
 def test_worker_killed_mid_unit_is_retried_and_stored_once(cluster: str, tmp_path: Path) -> None:
-    config = TrainConfig(method=Method.MAP)
+    config = method_config("map")
     victim = tmp_path / "1.pid"
 
     def kill_when_started() -> None:

@@ -72,7 +72,7 @@ def test_per_split_tuning_stores_each_splits_own_values(data_dir: Path, tmp_path
     with sqlite3.connect(out / "results.sqlite") as connection:
         rows = connection.execute("SELECT split, hyperparameters FROM runs").fetchall()
         studies = {r[0] for r in connection.execute("SELECT study_name FROM studies")}
-    assert studies == {"yacht/split0/gd/seed0", "yacht/split1/gd/seed0"}
+    assert studies == {"yacht/split0/gd/hidden50/seed0", "yacht/split1/gd/hidden50/seed0"}
     values = [json.loads(h)["extra"]["values"] for _, h in rows]
     assert len(rows) == 2 and values[0] == values[1]  # the whole mapping is stored with each run
     chosen = values[0]

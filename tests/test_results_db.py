@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from vbnn.core.contracts import Method, SplitResult, TrainConfig
+from vbnn.core.runs import SplitResult
 from vbnn.data import load_uci
 from vbnn.regression.engine import run_splits
+from vbnn.regression.methods import method_config
 from vbnn.stores.results_db import (
     ResultsDatabase,
     ResultsDatabaseError,
@@ -25,16 +26,16 @@ from vbnn.stores.results_db import (
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SPLITS = list(range(6))
-SWEEP = TrainConfig(method=Method.MF, iterations=300, test_samples=10, chunk_size=1, seed=3)
+SWEEP = method_config("mf", iterations=300, test_samples=10, chunk_size=1, seed=3)
 
 SCRIPT = """
 import sys
 from vbnn.data import load_uci
 from vbnn.regression.engine import run_splits
 from vbnn.stores.results_db import ResultsDatabase
-from vbnn.core.contracts import Method, TrainConfig
+from vbnn.regression.methods import method_config
 
-config = TrainConfig(method=Method.MF, iterations=300, test_samples=10, chunk_size=1, seed=3)
+config = method_config("mf", iterations=300, test_samples=10, chunk_size=1, seed=3)
 with ResultsDatabase(sys.argv[1]) as database:
     run_splits(load_uci("boston", sys.argv[2]), range(6), config, database=database)
 """
@@ -45,30 +46,31 @@ def _result(split: int, value: float) -> SplitResult:
 
 
 def test_config_hash_ignores_seed_and_chunking_but_not_hyperparameters() -> None:
-    base = TrainConfig(method=Method.GD, posterior_std=0.1)
-    assert config_hash(base) == config_hash(TrainConfig(method=Method.GD, posterior_std=0.1,
+    base = method_config("gd", posterior_std=0.1)
+    assert config_hash(base) == config_hash(method_config("gd", posterior_std=0.1,
                                                         seed=9, chunk_size=2))  # fmt: skip
-    assert config_hash(base) != config_hash(TrainConfig(method=Method.GD, posterior_std=0.2))
+    assert config_hash(base) != config_hash(method_config("gd", posterior_std=0.2))
     assert config_hash(base) != config_hash(base, extra={"tune": "once"})
 
 
 def test_config_hash_of_stored_runs_survives_runtime_options() -> None:
-    """The committed databases key their runs by these hashes: where and how a run trains
-    (``compile``, ``device``) must not change them, or a resumed run would train them again."""
+    """The committed databases key their runs by these hashes (key version 2): where and how a
+    run trains (``compile``, ``device``) must not change them, or a resumed run would train them
+    again. A change of these values is a change of key version (``vbnn.migrate``)."""
     fast = {"compile": True, "device": "cuda:1", "chunk_size": 3}
-    assert config_hash(TrainConfig(method=Method.MF)) == "2c3f67d1cf82748b"
-    assert config_hash(TrainConfig(method=Method.MF, **fast)) == "2c3f67d1cf82748b"
-    assert config_hash(TrainConfig(method=Method.FC, hidden=(50, 50), **fast)) == "ba96127fec9e863f"
+    assert config_hash(method_config("mf")) == "6884ccb327cedfd6"
+    assert config_hash(method_config("mf", **fast)) == "6884ccb327cedfd6"
+    assert config_hash(method_config("fc", hidden=(50, 50), **fast)) == "99b4b392fbc692ca"
 
 
 def test_write_read_missing_and_duplicate_key(tmp_path: Path) -> None:
-    config = TrainConfig(method=Method.MAP, prior_std=0.5)
+    config = method_config("map", prior_std=0.5)
     with ResultsDatabase(tmp_path / "r.sqlite") as database:
         database.write_results("boston", config, [_result(0, -2.5), _result(2, -2.7)])
         assert database.missing_splits("boston", range(4), config) == [1, 3]
         assert database.has_run("boston", 2, config)
         assert not database.has_run("concrete", 2, config)
-        other_seed = TrainConfig(method=Method.MAP, prior_std=0.5, seed=1)
+        other_seed = method_config("map", prior_std=0.5, seed=1)
         assert database.missing_splits("boston", [0], other_seed) == [0]
         with pytest.raises(sqlite3.IntegrityError):  # the batch is rolled back as a whole
             database.write_results("boston", config, [_result(1, -2.0), _result(2, -2.0)])
@@ -141,7 +143,7 @@ def test_optuna_tables_coexist_with_runs(tmp_path: Path) -> None:
     import optuna
 
     path = tmp_path / "shared.sqlite"
-    config = TrainConfig(method=Method.GD)
+    config = method_config("gd")
     with ResultsDatabase(path) as database:
         database.write_results("yacht", config, [_result(0, -1.0)])
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -8,15 +8,16 @@ import pytest
 import torch
 from test_training import conjugate_problem
 
-from vbnn.core.contracts import Activation, Method, TrainConfig
+from vbnn.core.contracts import Activation
 from vbnn.core.randomness import ModelGenerators
 from vbnn.regression import sgld
+from vbnn.regression.methods import method_config
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import NonFiniteLossError
+from vbnn.training.full_batch import NonFiniteLossError, Problem
 
 
 def test_step_size_follows_the_polynomial_schedule() -> None:
-    config = TrainConfig(method=Method.SGLD, step_size=0.3, step_decay=0.75, decay_steps=10)
+    config = method_config("sgld", step_size=0.3, step_decay=0.75, decay_steps=10)
     assert sgld.step_size(config, 1, 100) == pytest.approx(0.003)
     assert sgld.step_size(config, 31, 100) == pytest.approx(0.003 * 4**-0.75)
 
@@ -25,8 +26,8 @@ def test_samples_match_the_exact_conjugate_posterior() -> None:
     """Bayesian linear regression with known noise: 40 chains pooled vs the exact Gaussian."""
     x, y, mean, covariance = conjugate_problem()
     chains = 40
-    config = TrainConfig(
-        method=Method.SGLD,
+    config = method_config(
+        "sgld",
         hidden=(),
         activation=Activation.IDENTITY,
         noise_std=0.5,
@@ -39,10 +40,7 @@ def test_samples_match_the_exact_conjugate_posterior() -> None:
     model, likelihood = build_stack(config, 2, list(range(chains)))
     states = sgld.sample(
         config,
-        model,
-        likelihood,
-        x.expand(chains, -1, -1),
-        y.expand(chains, -1),
+        Problem(model, likelihood, x.expand(chains, -1, -1), y.expand(chains, -1)),
         ModelGenerators.for_keys(0, range(chains), "train"),
     )
     draws = torch.cat(
@@ -61,28 +59,22 @@ def test_samples_match_the_exact_conjugate_posterior() -> None:
 
 
 def test_too_large_a_step_is_named() -> None:
-    config = TrainConfig(method=Method.SGLD, hidden=(4,), iterations=50, step_size=1e6)
+    config = method_config("sgld", hidden=(4,), iterations=50, step_size=1e6)
     model, likelihood = build_stack(config, 2, [0])
-    with pytest.raises(NonFiniteLossError, match=r"lower TrainConfig\.step_size"):
+    with pytest.raises(NonFiniteLossError, match=r"lower SGLDConfig\.step_size"):
         sgld.sample(
             config,
-            model,
-            likelihood,
-            torch.randn(1, 10, 2),
-            torch.randn(1, 10),
+            Problem(model, likelihood, torch.randn(1, 10, 2), torch.randn(1, 10)),
             ModelGenerators([1]),
         )
 
 
 def test_no_kept_sample_is_an_error() -> None:
-    config = TrainConfig(method=Method.SGLD, hidden=(4,), iterations=20, burn_in=20)
+    config = method_config("sgld", hidden=(4,), iterations=20, burn_in=20)
     model, likelihood = build_stack(config, 2, [0])
     with pytest.raises(ValueError, match="kept no samples"):
         sgld.sample(
             config,
-            model,
-            likelihood,
-            torch.randn(1, 10, 2),
-            torch.randn(1, 10),
+            Problem(model, likelihood, torch.randn(1, 10, 2), torch.randn(1, 10)),
             ModelGenerators([1]),
         )

@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from vbnn.cli import main
-from vbnn.core.contracts import Method, TrainConfig
+from vbnn.regression.methods import method_config
 from vbnn.sweeps.command import search_study_name
 from vbnn.sweeps.executors import (
     ExecutorKind,
@@ -36,21 +36,25 @@ def test_example_grid_parses_into_every_combination() -> None:
     assert grid.datasets == ("yacht",) and grid.splits == (0, 1, 2, 3)
     assert grid.splits_per_unit == 2 and grid.search is None
     expected = {
-        TrainConfig(method=m, seed=s, iterations=500, prior_std=p)
-        for m in (Method.MAP, Method.MF)
+        method_config(m, seed=s, iterations=500, prior_std=p)
+        for m in ("map", "mf")
         for p in (0.5, 1.0)
         for s in (0, 1)
     }
     assert set(grid.configs) == expected and len(grid.configs) == 8
 
 
-def test_vi_takes_each_family() -> None:
-    text = '[grid]\ndatasets = ["yacht"]\nmethods = ["vi", "map"]\nfamilies = ["mf", "vd-layer"]\n'
+def test_a_family_name_is_vi_with_that_family_and_settings_go_where_they_apply() -> None:
+    text = ('[grid]\ndatasets = ["yacht"]\nmethods = ["mf", "vd-layer", "es"]\n'
+            "[grid.hyperparameters]\nprior_std = [0.5, 1.0]\n")  # fmt: skip
     grid = parse_grid(text, Path("g.toml"))
-    assert [(c.method.value, c.family) for c in grid.configs] == [
-        ("vi", "mf"),
-        ("vi", "vd-layer"),
-        ("map", None),
+    described = [(c.algorithm.value, c.method, getattr(c, "prior_std", None)) for c in grid.configs]
+    assert described == [
+        ("vi", "mf", 0.5),
+        ("vi", "mf", 1.0),
+        ("vi", "vd-layer", 0.5),
+        ("vi", "vd-layer", 1.0),
+        ("es", "es", None),  # ES takes no prior: one run, not two identical ones
     ]
 
 
@@ -60,8 +64,10 @@ def test_vi_takes_each_family() -> None:
         ("[grid\n", "not valid TOML"),
         ('[grid]\ndatasets = ["nowhere"]\nmethods = ["mf"]\n', "datasets ['nowhere']"),
         ('[grid]\ndatasets = ["yacht"]\nmethods = ["bogus"]\n', "methods ['bogus']"),
-        ('[grid]\ndatasets = ["yacht"]\nmethods = ["vi"]\n', "families must be a non-empty"),
-        ('[grid]\ndatasets = ["yacht"]\nmethods = ["mf"]\nfamilies = ["mf"]\n', "method 'vi'"),
+        ('[grid]\ndatasets = ["yacht"]\nmethods = ["vi"]\n', "methods ['vi']"),
+        ('[grid]\ndatasets = ["yacht"]\nmethods = ["mf"]\nfamilies = ["mf"]\n', "unknown keys"),
+        ('[grid]\ndatasets=["yacht"]\nmethods=["es"]\n[grid.hyperparameters]\nprior_std=[1]\n',
+         "not a setting of methods ['es']"),
         ('[grid]\ndatasets = ["yacht"]\nmethods = ["mf"]\nsplits = "4-1"\n', "splits '4-1'"),
         ('[grid]\ndatasets = []\nmethods = ["mf"]\n', "datasets must be a non-empty list"),
         ('[grid]\ndatasets = ["yacht"]\nmethods = ["mf"]\ncolour = 1\n', "unknown keys"),

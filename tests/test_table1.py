@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from vbnn.core.contracts import Method, RunResult, SplitResult, TrainConfig
+from vbnn.core.runs import RunResult, SplitResult
 from vbnn.experiments.overpruning.table1 import (
     comparison,
     default_published_path,
@@ -19,6 +19,7 @@ from vbnn.experiments.overpruning.table1 import (
     summary_from_runs,
     write_table1,
 )
+from vbnn.regression.methods import method_config
 
 PUBLISHED = {
     "overpruning_table1": {
@@ -89,7 +90,7 @@ def test_write_table1_marks_cells_and_writes_every_file(
 
 def test_summary_from_results_and_errors(tmp_path: Path, published_path: Path) -> None:
     splits = tuple(SplitResult(k, v, 1.0, 0.1) for k, v in enumerate([-2.0, -2.2, -2.4]))
-    result = RunResult("boston", TrainConfig(method=Method.GD), splits)
+    result = RunResult("boston", method_config("gd"), splits)
     summary = summary_from_results([result])
     assert summary.loc[0, "method"] == "GD" and summary.loc[0, "mean"] == pytest.approx(-2.2)
     assert summary.loc[0, "sem"] == pytest.approx(0.2 / math.sqrt(3))
@@ -114,12 +115,12 @@ def test_summary_from_the_results_database(tmp_path: Path) -> None:
     from vbnn.stores.results_db import ResultsDatabase
 
     with ResultsDatabase(tmp_path / "r.sqlite") as database:
-        for method, values in ((Method.MF, [-2.5, -2.7]), (Method.GD, [-2.4, -2.6, -2.5])):
-            config = TrainConfig(method=method)
+        for method, values in (("mf", [-2.5, -2.7]), ("gd", [-2.4, -2.6, -2.5])):
+            config = method_config(method)
             database.write_results(
                 "boston", config, [SplitResult(k, v, 1.0, 0.1) for k, v in enumerate(values)]
             )
-        database.write_results("boston", TrainConfig(method=Method.MF, seed=1),
+        database.write_results("boston", method_config("mf", seed=1),
                                [SplitResult(0, -9.0, 1.0, 0.1)])  # fmt: skip
         runs = database.runs_frame()
     summary = summary_from_runs(runs[runs["seed"] == 0]).set_index("method")

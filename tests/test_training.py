@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 from pathlib import Path
@@ -10,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from vbnn.core.contracts import TABLE1_METHODS, Activation, Method, TrainConfig
+from vbnn.core.contracts import Activation
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import TABLE1_METHODS
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
 from vbnn.layers import FullCovariance
@@ -19,14 +21,15 @@ from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import run_splits
 from vbnn.regression.evaluation import predictive_log_likelihood
+from vbnn.regression.methods import method_config, taken_by
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import NonFiniteLossError, fit
+from vbnn.training.full_batch import NonFiniteLossError, Problem, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.objectives import elbo, expected_log_likelihood
 
 
 def test_kl_weight_scales_only_the_kl_term() -> None:
-    config = TrainConfig(method=Method.MF, hidden=(8,), posterior_std=0.1)
+    config = method_config("mf", hidden=(8,), posterior_std=0.1)
     model, likelihood = build_stack(config, 3, [0, 1])
     x, y = torch.randn(2, 20, 3), torch.randn(2, 20)
     prior = GaussianPrior(1.0)
@@ -63,7 +66,7 @@ def conjugate_problem() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch
 
 def test_expected_log_likelihood_estimate_is_unbiased_for_a_linear_model() -> None:
     x, y, _, _ = conjugate_problem()
-    layer_config = TrainConfig(method=Method.FC, hidden=(), activation=Activation.IDENTITY)
+    layer_config = method_config("fc", hidden=(), activation=Activation.IDENTITY)
     model, likelihood = build_stack(layer_config, 2, [0])
     likelihood = GaussianLikelihood(1, fixed_std=0.5, dtype=torch.float32)
     model = model.double()
@@ -89,8 +92,8 @@ def test_expected_log_likelihood_estimate_is_unbiased_for_a_linear_model() -> No
 def test_full_covariance_optimum_is_the_exact_conjugate_posterior() -> None:
     """Bayesian linear regression with known noise: q* = p(w | D) exactly, and FC can reach it."""
     x, y, mean, covariance = conjugate_problem()
-    config = TrainConfig(
-        method=Method.FC,
+    config = method_config(
+        "fc",
         hidden=(),
         activation=Activation.IDENTITY,
         noise_std=0.5,
@@ -102,10 +105,10 @@ def test_full_covariance_optimum_is_the_exact_conjugate_posterior() -> None:
     )
     model, likelihood = build_stack(config, 2, [0])
     generators = ModelGenerators([4])
-    fit(config, model, likelihood, x, y, generators)
+    fit(config, Problem(model, likelihood, x, y), generators)
     # a second, slower phase averages out the gradient noise of the first
-    fine = TrainConfig(**{**config.__dict__, "learning_rate": 0.001, "train_samples": 32})
-    fit(fine, model, likelihood, x, y, generators)
+    fine = dataclasses.replace(config, learning_rate=0.001, train_samples=32)
+    fit(fine, Problem(model, likelihood, x, y), generators)
     layer = model.layers[0]
     fitted_mean = layer.mean.detach()[0].flatten()
     fitted_covariance = (layer.scale_tril() @ layer.scale_tril().transpose(-1, -2)).detach()[0]
@@ -116,30 +119,22 @@ def test_full_covariance_optimum_is_the_exact_conjugate_posterior() -> None:
 
 
 def test_non_finite_loss_names_iteration_model_and_group() -> None:
-    config = TrainConfig(method=Method.MF, hidden=(4,), iterations=5)
+    config = method_config("mf", hidden=(4,), iterations=5)
     model, likelihood = build_stack(config, 2, [0, 1])
     with torch.no_grad():
         model.layers[1].weight_log_std[1].fill_(float("nan"))
     with pytest.raises(
         NonFiniteLossError, match=r"iteration 1 in model 1 \(split 1\).*layers.1.weight_log_std"
     ):
-        fit(
-            config,
-            model,
-            likelihood,
-            torch.randn(2, 10, 2),
-            torch.randn(2, 10),
-            ModelGenerators([1, 2]),
-            labels=["split 0", "split 1"],
-        )
+        problem = Problem(model, likelihood, torch.randn(2, 10, 2), torch.randn(2, 10))
+        fit(config, problem, ModelGenerators([1, 2]), labels=["split 0", "split 1"])
 
 
 @pytest.mark.parametrize("method", TABLE1_METHODS)
-def test_a_split_alone_and_in_a_batch_gives_the_same_numbers(
-    method: Method, data_dir: Path
-) -> None:
+def test_a_split_alone_and_in_a_batch_gives_the_same_numbers(method: str, data_dir: Path) -> None:
     boston = load_uci("boston", data_dir)
-    config = TrainConfig(method=method, iterations=60, test_samples=10, eval_every=5)
+    values = {"iterations": 60, "test_samples": 10, "eval_every": 5}
+    config = method_config(method, **taken_by(method, values))
     batched = run_splits(boston, [0, 1, 2], config)
     alone = run_splits(boston, [1], config)
     assert batched.splits[1].test_log_likelihood == pytest.approx(
@@ -151,11 +146,9 @@ def test_a_split_alone_and_in_a_batch_gives_the_same_numbers(
 
 def test_same_seed_same_numbers_other_seed_other_numbers(data_dir: Path) -> None:
     boston = load_uci("boston", data_dir)
-    config = TrainConfig(method=Method.MF, iterations=30, test_samples=5)
+    config = method_config("mf", iterations=30, test_samples=5)
     first, again = run_splits(boston, [0], config), run_splits(boston, [0], config)
-    other = run_splits(
-        boston, [0], TrainConfig(method=Method.MF, iterations=30, test_samples=5, seed=1)
-    )
+    other = run_splits(boston, [0], method_config("mf", iterations=30, test_samples=5, seed=1))
     assert first.splits == tuple(
         type(s)(**{**s.__dict__, "train_seconds": first.splits[i].train_seconds})
         for i, s in enumerate(again.splits)
@@ -166,9 +159,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers(data_dir: Path) -> None
 def test_short_boston_run_beats_a_constant_predictor(data_dir: Path) -> None:
     boston = load_uci("boston", data_dir)
     splits = [0, 1, 2, 3]
-    result = run_splits(
-        boston, splits, TrainConfig(method=Method.MF, iterations=1000, test_samples=20)
-    )
+    result = run_splits(boston, splits, method_config("mf", iterations=1000, test_samples=20))
     for split, outcome in zip(splits, result.splits, strict=True):
         train, test = boston.split(split)
         mean, std = boston.target[train].mean(), boston.target[train].std()
@@ -180,7 +171,7 @@ def test_short_boston_run_beats_a_constant_predictor(data_dir: Path) -> None:
 
 def test_early_stopping_keeps_the_best_validation_iteration(data_dir: Path) -> None:
     boston = load_uci("boston", data_dir)
-    config = TrainConfig(method=Method.ES, iterations=400, eval_every=20, learning_rate=0.05)
+    config = method_config("es", iterations=400, eval_every=20, learning_rate=0.05)
     result = run_splits(boston, [0, 1], config)
     for outcome in result.splits:
         assert outcome.stopped_iteration is not None
@@ -190,21 +181,22 @@ def test_early_stopping_keeps_the_best_validation_iteration(data_dir: Path) -> N
 def test_unknown_split_fails_before_training(data_dir: Path) -> None:
     boston = load_uci("boston", data_dir)
     with pytest.raises(ValueError, match="split 20 does not exist"):
-        run_splits(boston, [0, 20], TrainConfig(iterations=1))
+        run_splits(boston, [0, 20], method_config("mf", iterations=1))
 
 
 def test_invalid_config_is_named() -> None:
     with pytest.raises(ValueError, match="invalid prior_std"):
-        TrainConfig(prior_std=0.0)
+        method_config("mf", prior_std=0.0)
     with pytest.raises(ValueError, match="invalid device='gpu'"):
-        TrainConfig(device="gpu")
-    assert TrainConfig(device=torch.device("cuda", 1)).to_dict()["device"] == "cuda:1"  # JSON
+        method_config("mf", device="gpu")
+    assert method_config("mf", device=torch.device("cuda", 1)).to_dict()["device"] == "cuda:1"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine without CUDA")
 def test_a_cuda_run_without_cuda_names_the_device(data_dir: Path) -> None:
     with pytest.raises(RuntimeError, match=r"device='cuda'.*sees 0 CUDA device"):
-        run_splits(load_uci("boston", data_dir), [0], TrainConfig(iterations=1, device="cuda"))
+        config = method_config("mf", iterations=1, device="cuda")
+        run_splits(load_uci("boston", data_dir), [0], config)
 
 
 def test_stacked_inputs_are_per_split(data_dir: Path) -> None:
@@ -214,15 +206,16 @@ def test_stacked_inputs_are_per_split(data_dir: Path) -> None:
     assert model(data.x_train, noise=ModelGenerators([1, 2])).shape == (2, 455, 1)
 
 
-def test_cholesky_learning_rate_applies_to_the_off_diagonal_factor_only() -> None:
-    config = TrainConfig(
-        method=Method.FC, hidden=(3,), iterations=3, posterior_std=0.1, cholesky_learning_rate=1e-9
+def test_correlation_learning_rate_applies_to_the_off_diagonal_factor_only() -> None:
+    config = method_config(
+        "fc", hidden=(3,), iterations=3, posterior_std=0.1, correlation_learning_rate=1e-9
     )
     model, likelihood = build_stack(config, 2, [0])
     with torch.no_grad():
         model.layers[0].scale_lower.copy_(0.1 * torch.randn(1, 9, 9).tril(-1))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    fit(config, model, likelihood, torch.randn(1, 10, 2), torch.randn(1, 10), ModelGenerators([1]))
+    problem = Problem(model, likelihood, torch.randn(1, 10, 2), torch.randn(1, 10))
+    fit(config, problem, ModelGenerators([1]))
     for name, parameter in model.named_parameters():
         change = float((parameter.detach() - before[name]).abs().max())
         if name.endswith("scale_lower"):
@@ -238,17 +231,16 @@ def test_cholesky_learning_rate_applies_to_the_off_diagonal_factor_only() -> Non
 # torch.compile's internals raise DeprecationWarnings of their own (torch 2.13: torch.jit
 # script_method, instantiating autograd Functions while tracing); none comes from vbnn
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.parametrize("method", [Method.MF, Method.MAP])
-def test_compiled_step_matches_the_eager_step(method: Method) -> None:
+@pytest.mark.parametrize("method", ["mf", "map"])
+def test_compiled_step_matches_the_eager_step(method: str) -> None:
     generator = torch.Generator().manual_seed(11)
     x, y = torch.randn(2, 30, 3, generator=generator), torch.randn(2, 30, generator=generator)
     states = []
     for compiled in (False, True):
-        config = TrainConfig(
-            method=method, hidden=(8,), iterations=15, posterior_std=0.05, compile=compiled
-        )
+        values = {"hidden": (8,), "iterations": 15, "posterior_std": 0.05, "compile": compiled}
+        config = method_config(method, **taken_by(method, values))
         model, likelihood = build_stack(config, 3, [0, 1])
-        fit(config, model, likelihood, x, y, ModelGenerators([5, 6]))
+        fit(config, Problem(model, likelihood, x, y), ModelGenerators([5, 6]))
         states.append({**model.state_dict(), **likelihood.state_dict()})
     eager, compiled_state = states
     assert eager.keys() == compiled_state.keys()
@@ -261,9 +253,9 @@ def test_fit_names_non_finite_data_and_a_target_that_would_broadcast() -> None:
     model = MLP("mf", [2, 4, 1], "tanh", generators)
     likelihood = GaussianLikelihood(2)
     x, y = torch.randn(2, 6, 2), torch.randn(2, 6)
-    config = TrainConfig(method=Method.MF, iterations=2)
+    config = method_config("mf", iterations=2)
     x[1, 4, 0] = float("inf")
     with pytest.raises(ValueError, match="inputs hold NaN or inf in model 1, row 4"):
-        fit(config, model, likelihood, x, y, generators)
+        fit(config, Problem(model, likelihood, x, y), generators)
     with pytest.raises(ValueError, match=r"targets \(1, 6, 1\) must be \(M, N\) = \(2, 6\)"):
-        fit(config, model, likelihood, x.nan_to_num(), y[:1].unsqueeze(-1), generators)
+        fit(config, Problem(model, likelihood, x.nan_to_num(), y[:1].unsqueeze(-1)), generators)

@@ -8,16 +8,16 @@ import pytest
 import torch
 
 import vbnn
-from vbnn.core.contracts import Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.splits import StackedSplits
 from vbnn.diagnostics.trajectories import TrajectoryLogger, plot_trajectories, rebound
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import train_stack
 from vbnn.regression.evaluation import evaluate
+from vbnn.regression.methods import method_config
 from vbnn.regression.stack import build_stack
 
-CONFIG = TrainConfig(method=Method.MF, hidden=(5,), iterations=30, posterior_std=0.01)
+CONFIG = method_config("mf", hidden=(5,), iterations=30, posterior_std=0.01)
 
 
 def _data() -> StackedSplits:

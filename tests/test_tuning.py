@@ -3,6 +3,7 @@ killed round completed, not replayed)."""
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from pathlib import Path
 
@@ -10,11 +11,11 @@ import numpy as np
 import optuna
 import pytest
 
-from vbnn.core.contracts import Method, TrainConfig
 from vbnn.core.randomness import derive_seed
 from vbnn.data import load_uci
 from vbnn.regression import tuning
 from vbnn.regression.engine import run_splits, train_stack
+from vbnn.regression.methods import method_config, taken_by
 from vbnn.regression.studies import requeue_unfinished, sampler_seed, used_budget
 from vbnn.regression.tuning import (
     TuningConfig,
@@ -40,23 +41,24 @@ def test_tuning_rows_come_from_the_training_rows_only(data_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("method", "candidates"),
     [
-        (Method.MF, [{"prior_std": 0.3}, {"prior_std": 1.0}, {"prior_std": 3.0}]),
+        ("mf", [{"prior_std": 0.3}, {"prior_std": 1.0}, {"prior_std": 3.0}]),
         (
-            Method.GD,
+            "gd",
             [{"prior_std": 0.5, "posterior_std": 0.01}, {"prior_std": 2.0, "posterior_std": 0.1}],
         ),
-        (Method.FC, [{"prior_std": 0.3}, {"prior_std": 3.0}]),
+        ("fc", [{"prior_std": 0.3}, {"prior_std": 3.0}]),
         (
-            Method.SGLD,
+            "sgld",
             [{"prior_std": 0.5, "step_size": 0.01}, {"prior_std": 2.0, "step_size": 0.2}],
         ),
     ],
 )
 def test_candidates_in_one_stack_score_as_alone(
-    data_dir: Path, method: Method, candidates: list[dict[str, float]]
+    data_dir: Path, method: str, candidates: list[dict[str, float]]
 ) -> None:
     boston = load_uci("boston", data_dir)
-    config = TrainConfig(method=method, iterations=40, test_samples=5, hidden=(10,))
+    values = {"iterations": 40, "test_samples": 5, "hidden": (10,)}
+    config = method_config(method, **taken_by(method, values))
     data = tuning_problem(boston, 0, 0.2, 0, config.torch_dtype)
     together = evaluate_candidates(config, data, candidates)
     alone = [evaluate_candidates(config, data, [c])[0] for c in candidates]
@@ -66,12 +68,12 @@ def test_candidates_in_one_stack_score_as_alone(
 
 def test_per_split_values_in_one_stack_equal_separate_runs(data_dir: Path) -> None:
     boston = load_uci("boston", data_dir)
-    config = TrainConfig(method=Method.MAP, iterations=40, hidden=(10,))
+    config = method_config("map", iterations=40, hidden=(10,))
     values = {0: {"prior_std": 0.2}, 3: {"prior_std": 5.0}}
     together = run_splits(boston, [0, 3], config, per_split=values)
     for result in together.splits:
         alone = run_splits(
-            boston, [result.split], TrainConfig(**{**config.__dict__, **values[result.split]})
+            boston, [result.split], dataclasses.replace(config, **values[result.split])
         )
         assert result.test_log_likelihood == pytest.approx(
             alone.splits[0].test_log_likelihood, rel=1e-5
@@ -81,7 +83,7 @@ def test_per_split_values_in_one_stack_equal_separate_runs(data_dir: Path) -> No
 def test_a_study_resumes_from_its_storage(data_dir: Path, tmp_path: Path) -> None:
     boston = load_uci("boston", data_dir)
     storage = f"sqlite:///{tmp_path / 'study.sqlite'}"
-    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,))
+    config = method_config("map", iterations=20, hidden=(5,))
     tune(boston, 0, config, TuningConfig(trials=4, batch=2), storage)
     best = tune(boston, 0, config, TuningConfig(trials=6, batch=2), storage)
     (study,) = optuna.get_all_study_summaries(storage)
@@ -94,7 +96,7 @@ def test_a_study_resumes_from_its_storage(data_dir: Path, tmp_path: Path) -> Non
 
 def test_splits_sharing_a_learning_rate_still_train_as_one_stack(data_dir: Path) -> None:
     boston = load_uci("boston", data_dir)
-    config = TrainConfig(method=Method.ES, iterations=30, hidden=(5,))
+    config = method_config("es", iterations=30, hidden=(5,))
     stacks = []
     shared = {k: {"learning_rate": 0.01} for k in (0, 1, 2)}
     run_splits(boston, [0, 1, 2], config, per_split=shared, on_stack=stacks.append)
@@ -111,7 +113,7 @@ def test_a_killed_round_keeps_the_candidates_it_finished(
     """On a set whose stacks hold one model, a round of 4 killed in its third model keeps two."""
     boston = load_uci("boston", data_dir)
     storage = f"sqlite:///{tmp_path / 'study.sqlite'}"
-    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,), chunk_size=1)
+    config = method_config("map", iterations=20, hidden=(5,), chunk_size=1)
     calls = []
 
     def counted(*args, kill_on: int | None = None, **kwargs):
@@ -169,7 +171,7 @@ def test_a_shared_study_leaves_running_trials_alone(data_dir: Path, tmp_path: Pa
     re-run, and counted as spent, so the workers together stop at the budget."""
     boston = load_uci("boston", data_dir)
     storage = f"sqlite:///{tmp_path / 'shared.sqlite'}"
-    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,))
+    config = method_config("map", iterations=20, hidden=(5,))
     name = "boston/shared"
     live = optuna.create_study(study_name=name, storage=storage, direction="maximize").ask()
     live.suggest_float("prior_std", 0.01, 10.0, log=True)
@@ -187,7 +189,7 @@ def test_a_worker_run_again_requeues_only_its_own_running_trials(
     worker 0's."""
     boston = load_uci("boston", data_dir)
     storage = f"sqlite:///{tmp_path / 'shared.sqlite'}"
-    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,))
+    config = method_config("map", iterations=20, hidden=(5,))
     name = "boston/shared"
     study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
     for worker in (1, 0):
@@ -217,7 +219,7 @@ def killed_study(data_dir: Path, path: Path, monkeypatch: pytest.MonkeyPatch, qu
     """A study of 4 MAP candidates killed after scoring two (then, if ``queued``, a resumed
     search killed right after queueing the other two): (dataset, config, budget, storage)."""
     boston = load_uci("boston", data_dir)
-    config = TrainConfig(method=Method.MAP, iterations=20, hidden=(5,), chunk_size=1)
+    config = method_config("map", iterations=20, hidden=(5,), chunk_size=1)
     budget = TuningConfig(trials=4, batch=4)
     storage = f"sqlite:///{path}"
 
@@ -281,12 +283,10 @@ def test_the_budget_counts_candidates_not_abandoned_or_repeated_trials() -> None
 
 
 def test_study_names_tell_the_families_of_vi_apart() -> None:
-    from vbnn.core.contracts import Method, TrainConfig
+    from vbnn.regression.methods import method_config
     from vbnn.regression.tuning import study_name
 
-    names = {
-        study_name("data", 0, TrainConfig(method=Method.VI, family=family), 0)
-        for family in ("vd-layer", "additive")
-    }
-    assert names == {"data/split0/vi-vd-layer/seed0", "data/split0/vi-additive/seed0"}
-    assert study_name("data", 0, TrainConfig(method=Method.MF), 0) == "data/split0/mf/seed0"
+    names = {study_name("data", 0, method_config(family), 0) for family in ("vd-layer", "additive")}
+    assert names == {"data/split0/vd-layer/hidden50/seed0", "data/split0/additive/hidden50/seed0"}
+    deep = method_config("mf", hidden=(50, 50))
+    assert study_name("data", 0, deep, 3) == "data/split0/mf/hidden50x50/seed3"

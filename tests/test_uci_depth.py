@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from vbnn.cli import build_parser, main
-from vbnn.core.contracts import RunResult, SplitResult, TrainConfig
+from vbnn.core.runs import RunResult, SplitResult
 from vbnn.experiments.uci_depth import make_plan, plan_jobs
 from vbnn.experiments.uci_depth.report import gap_frame, shrinks
+from vbnn.regression.methods import method_config
 
 TINY = ["--quick", "--datasets", "yacht", "--methods", "mf,gd,fc", "--depths", "1,2", "--splits",
         "0-1", "--iterations", "30", "--trials", "2", "--no-progress"]  # fmt: skip
@@ -29,9 +30,10 @@ def test_tiny_run_stores_pruned_units_per_layer_and_resumes(
     with sqlite3.connect(out / "results.sqlite") as connection:
         runs = connection.execute("SELECT method, hyperparameters, metrics FROM runs").fetchall()
         studies = {r[0] for r in connection.execute("SELECT study_name FROM studies")}
-    one_layer = {"yacht/split0/mf/seed0", "yacht/split0/gd/seed0"}
-    fc = {"yacht/split0/fc/seed0/scaled-unit"}  # FC runs at depth 1 only (--fc-depths)
-    assert studies == one_layer | {f"{name}/hidden50x50" for name in one_layer} | fc
+    expected = {f"yacht/split0/{method}/hidden{hidden}/seed0"
+                for method in ("mf", "gd") for hidden in ("50", "50x50")}  # fmt: skip
+    expected.add("yacht/split0/fc/hidden50/seed0")  # FC runs at depth 1 only (--fc-depths)
+    assert studies == expected
     assert len(runs) == 10  # (MF, GD) x 2 depths x 2 splits + FC x 1 depth x 2 splits
     for _, hyperparameters, metrics in runs:
         depth = len(json.loads(hyperparameters)["hidden"])
@@ -58,7 +60,7 @@ def test_tiny_run_stores_pruned_units_per_layer_and_resumes(
 
 def _record(method: str, depth: int, values: list[float]) -> dict:
     splits = tuple(SplitResult(k, v, 1.0, 0.0) for k, v in enumerate(values))
-    result = RunResult("boston", TrainConfig(method=method), splits)
+    result = RunResult("boston", method_config(method), splits)
     return {"dataset": "boston", "method": method, "depth": depth, "result": result}
 
 
@@ -99,11 +101,11 @@ def test_the_full_grid_covers_every_set_depth_and_method_once(data_dir: Path) ->
     jobs = plan_jobs(args, make_plan(args))
     # six sets x (ES, MF, GD at depths 1-3, FC at depth 1): 60 configurations of 20 splits
     assert len(jobs) == 60
-    shapes = Counter((config.method.value, config.hidden) for _, config, _ in jobs)
+    shapes = Counter((config.method, config.hidden) for _, config, _ in jobs)
     assert shapes[("fc", (50,))] == 6 and ("fc", (50, 50)) not in shapes
     assert shapes[("mf", (50, 50, 50))] == 6
     assert {tuple(splits) for _, _, splits in jobs} == {tuple(range(20))}
     assert {(c.seed, c.compile, c.device) for _, c, _ in jobs} == {(3, True, "cpu")}
     # a set's configurations are consecutive, depth before method
-    first = [(c.method.value, len(c.hidden)) for d, c, _ in jobs if d.name == "boston"]
+    first = [(c.method, len(c.hidden)) for d, c, _ in jobs if d.name == "boston"]
     assert first[:4] == [("es", 1), ("mf", 1), ("gd", 1), ("fc", 1)] and first[4] == ("es", 2)

@@ -13,7 +13,7 @@ The public surface, one name per concept:
   for my data: families over the same folds, ``vbnn.comparison``); ``diagnose``; the modules
   ``metrics`` and ``plots``.
 
-The UCI engine's names live in ``vbnn.regression`` (``Method``, ``TrainConfig``, ``run_splits``),
+The UCI engine's names live in ``vbnn.regression`` (``method_config``, ``VIConfig``, ...),
 the papers' networks in ``vbnn.networks`` (``LeNet5``, ``VGGLike``), the experiments in
 ``vbnn.experiments`` (run with ``vbnn reproduce NAME``).
 """

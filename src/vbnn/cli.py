@@ -14,7 +14,8 @@ import pandas as pd
 import torch
 
 from vbnn.comparison import command as compare_command
-from vbnn.core.contracts import TABLE1_METHODS, Activation, Method, RunResult, TrainConfig
+from vbnn.core.contracts import Activation
+from vbnn.core.runs import TABLE1_METHODS, Algorithm, RunResult, SGLDConfig, TrainConfig, VIConfig
 from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
 from vbnn.data.cifar import CifarDataset, download_cifar
 from vbnn.data.download import DEFAULT_BASE_URL, check, download
@@ -35,6 +36,7 @@ from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
 from vbnn.regression.engine import add_runtime_arguments, run_splits
 from vbnn.regression.estimator import BayesianRegressor
+from vbnn.regression.methods import method_config, method_fields
 from vbnn.regression.presets import GD_POSTERIOR_STD, preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
 from vbnn.regression.saved_models import load_model
@@ -46,14 +48,18 @@ EMBEDDED = "diabetes"
 CIFAR_NAMES = [d.value for d in CifarDataset]
 
 
-def parse_methods(text: str) -> list[Method]:
-    names = [m.value for m in TABLE1_METHODS] if text == "all" else text.split(",")
-    try:
-        return [Method(name.strip()) for name in names]
-    except ValueError:
+def parse_methods(text: str) -> list[str]:
+    """``all`` (Table 1's six), or comma-separated methods: es, map, sgld, or a family name,
+    which VI fits (mf, gd, fc, vd-layer, ...)."""
+    names = list(TABLE1_METHODS) if text == "all" else [n.strip() for n in text.split(",")]
+    known = [a.value for a in Algorithm if a is not Algorithm.VI] + list(FAMILIES)
+    unknown = [name for name in names if name not in known]
+    if unknown:
         raise argparse.ArgumentTypeError(
-            f"--method {text!r}: choose from {', '.join(m.value for m in Method)} or 'all'"
-        ) from None
+            f"--method {text!r}: {', '.join(unknown)} unknown; choose from {', '.join(known)} "
+            "or 'all'"
+        )
+    return names
 
 
 def load_dataset(name: str, data_dir: str | None) -> RegressionDataset:
@@ -66,42 +72,32 @@ def load_dataset(name: str, data_dir: str | None) -> RegressionDataset:
 TUNED = ("learning_rate", "prior_std", "posterior_std", "step_size")
 
 
-def _config_from(args: argparse.Namespace, method: Method) -> TrainConfig:
+# Flags that map one to one onto config fields; a method takes those its config has.
+CONFIG_FLAGS = (
+    "iterations", "noise_std", "kl_weight", "test_samples", "seed", "chunk_size",
+    "correlation_learning_rate", "compile", "device", "burn_in", "thinning",
+)  # fmt: skip
+
+
+def _config_from(args: argparse.Namespace, method: str) -> TrainConfig:
     """The run's config: explicit flags, else the data set's preset (``regression.presets``),
-    else the ``TrainConfig`` defaults; says on stderr which preset values it used."""
-    defaults = TrainConfig()
+    else the config's defaults; says on stderr which preset values it used. A flag that
+    ``method`` does not take (``--burn-in`` for mf) is left out of its config."""
+    accepted = method_fields(method)
     values, source = preset(getattr(args, "dataset", ""), method)
-    chosen = {}
-    for name in TUNED:
-        given = getattr(args, name)
-        chosen[name] = given if given is not None else values.get(name, getattr(defaults, name))
-    used = {name: chosen[name] for name in values if getattr(args, name) is None}
+    chosen = {name: getattr(args, name) for name in TUNED if getattr(args, name) is not None}
+    used = {name: v for name, v in values.items() if name not in chosen and name in accepted}
     if used:
         shown = ", ".join(f"{name}={value:g}" for name, value in used.items())
         flags = ", ".join(f"--{name.replace('_', '-')}" for name in used)
-        print(f"{method.value}: {shown} ({source}; {flags} to override)", file=sys.stderr)
-    return TrainConfig(
-        method=method,
-        family=getattr(args, "family", None) if method is Method.VI else None,
-        hidden=tuple(args.hidden),
-        activation=args.activation,
-        iterations=args.iterations,
-        noise_std=args.noise_std,
-        kl_weight=args.kl_weight,
-        test_samples=args.test_samples,
-        seed=args.seed,
-        chunk_size=args.chunk_size,
-        cholesky_learning_rate=args.cholesky_learning_rate,
-        compile=args.compile,
-        device=args.device,
-        burn_in=args.burn_in,
-        thinning=args.thinning,
-        **chosen,
-    )
+        print(f"{method}: {shown} ({source}; {flags} to override)", file=sys.stderr)
+    given = {name: getattr(args, name) for name in CONFIG_FLAGS if getattr(args, name) is not None}
+    given |= {"hidden": tuple(args.hidden), "activation": args.activation, **used, **chosen}
+    return method_config(method, **{k: v for k, v in given.items() if k in accepted})
 
 
 def run_methods(
-    dataset: RegressionDataset, args: argparse.Namespace, methods: list[Method]
+    dataset: RegressionDataset, args: argparse.Namespace, methods: list[str]
 ) -> list[RunResult]:
     """Every method on ``args.splits``; with ``--save-model`` every trained stack is saved."""
     save_models = getattr(args, "save_model", None)
@@ -131,7 +127,7 @@ def _print_results(results: list[RunResult], as_json: bool, note: str | None) ->
             print(note)
         for result in results:
             stats = summary(result)
-            print(f"\n{result.dataset}, {result.config.method.value.upper()}")
+            print(f"\n{result.dataset}, {result.config.method.upper()}")
             print(split_table(result).to_string())
             ll, rmse = stats["test_log_likelihood"], stats["test_rmse"]
             print(
@@ -145,8 +141,6 @@ def _print_results(results: list[RunResult], as_json: bool, note: str | None) ->
 
 
 def command_uci(args: argparse.Namespace) -> None:
-    if args.family is not None and Method.VI not in args.method:
-        raise ValueError(f"--family {args.family} applies to --method vi only")
     dataset = load_dataset(args.dataset, args.data_dir)
     _print_results(run_methods(dataset, args, args.method), args.json, None)
 
@@ -176,7 +170,7 @@ def command_diagnose_pruning(args: argparse.Namespace) -> None:
                 print(f"\nmodel {split}: per hidden unit")
                 print(table.to_string())
         where = saved.dataset or args.csv
-        print(f"\n{saved.config.method.value.upper()} on {where}: pruned hidden units")
+        print(f"\n{saved.config.method.upper()} on {where}: pruned hidden units")
         print(report.counts.to_string(index=False))
     if is_paper_setting(saved):
         print(f"(paper, MF on boston: {PAPER_PRUNED} of {PAPER_UNITS})")
@@ -223,7 +217,7 @@ def command_check(args: argparse.Namespace) -> None:
 
 
 def _add_training_flags(parser: argparse.ArgumentParser) -> None:
-    defaults = TrainConfig()
+    defaults, sgld = VIConfig(), SGLDConfig()
     parser.add_argument("--splits", type=parse_splits, default=None, help="e.g. 0-19 (all)")
     parser.add_argument("--iterations", type=int, default=None, help="5000; ES 2000")
     preset_note = "default: the data set's tuned preset, else"
@@ -235,24 +229,26 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         "--posterior-std",
         type=float,
         default=None,
-        help="initial posterior std (MF, FC); the fixed std of GD "
+        help="VI: the weights' posterior std at the start (MF, FC); GD keeps it fixed "
         f"({preset_note} {defaults.posterior_std}; GD {GD_POSTERIOR_STD})",
     )
     parser.add_argument("--noise-std", type=float, default=None, help="fix the noise std")
-    parser.add_argument("--kl-weight", type=float, default=defaults.kl_weight)
+    parser.add_argument("--kl-weight", type=float, default=None, help=f"VI ({defaults.kl_weight})")
     parser.add_argument("--hidden", type=int, nargs="+", default=list(defaults.hidden))
     parser.add_argument(
         "--activation", choices=[a.value for a in Activation], default=defaults.activation.value
     )
-    parser.add_argument("--test-samples", type=int, default=defaults.test_samples)
+    parser.add_argument("--test-samples", type=int, default=None,
+                        help=f"VI: predictive samples ({defaults.test_samples})")  # fmt: skip
     parser.add_argument("--step-size", type=float, default=None,
                         help=f"SGLD: eta, eps_0 = eta / N ({preset_note} "
-                        f"{defaults.step_size})")  # fmt: skip
+                        f"{sgld.step_size})")  # fmt: skip
     parser.add_argument(
-        "--cholesky-learning-rate",
+        "--correlation-learning-rate",
         type=float,
         default=None,
-        help="FC: Adam rate of the off-diagonal Cholesky entries (default: the learning rate)",
+        help="VI: Adam rate of the correlation parameters (FC's off-diagonal Cholesky entries, "
+        "the low-rank factor; default: the learning rate)",
     )
     add_runtime_arguments(parser)
     parser.add_argument("--burn-in", type=int, default=None, help="SGLD (a fifth of the steps)")
@@ -296,14 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     uci.add_argument(
         "--method",
         type=parse_methods,
-        default=[Method.MF],
-        help="es,map,mf,gd,fc,sgld or all (Table 1), or vi with --family",
-    )
-    uci.add_argument(
-        "--family",
-        choices=list(FAMILIES),
-        default=None,
-        help="the family that --method vi fits (any vbnn.layers.FAMILIES name)",
+        default=["mf"],
+        help="es,map,mf,gd,fc,sgld or all (Table 1); any other family name (vd-layer, ...) "
+        "is fitted by VI",
     )
     _add_training_flags(uci)
     uci.add_argument("--save-model", default=None, metavar="DIR", help="save the trained stacks")

@@ -48,8 +48,9 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         learning_rate: Adam step size.
         prior_std: None: each family's own prior (N(0, 1) for the Gaussian families, log-uniform
             for variational dropout); a number: N(0, prior_std^2) for every layer.
-        init_std: the marginal posterior std of every weight at initialisation where the family
-            has one (``gd``: its fixed std; None: the family's default).
+        posterior_std: the marginal posterior std of every weight at initialisation where the
+            family has one (``gd`` keeps it fixed; None: the family's default); it reaches the
+            layers as the family's own option (``init_std``, or ``std`` for ``gd``).
         samples: K, weight samples averaged in every prediction.
         seed: seeds the initialisation, the shuffling, the training noise and the predictions.
         progress: show a progress bar per epoch.
@@ -64,7 +65,7 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         batch_size: int = 128,
         learning_rate: float = 0.01,
         prior_std: float | None = None,
-        init_std: float | None = None,
+        posterior_std: float | None = None,
         samples: int = 32,
         seed: int = 0,
         progress: bool = False,
@@ -76,7 +77,7 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.prior_std = prior_std
-        self.init_std = init_std
+        self.posterior_std = posterior_std
         self.samples = samples
         self.seed = seed
         self.progress = progress
@@ -85,7 +86,7 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         spec = family_spec(self.family)  # a ValueError lists the families
         if self.samples < 1:
             raise ValueError(f"BayesianClassifier: samples must be >= 1, got {self.samples}")
-        options = {} if self.init_std is None else {spec.std_option(): self.init_std}
+        options = {} if self.posterior_std is None else {spec.std_option(): self.posterior_std}
         torch.manual_seed(derive_seed(self.seed, 0, "init"))
         sizes = (features, *(int(h) for h in self.hidden), classes)
         return MLP(self.family, sizes, self.activation, **options)

@@ -36,8 +36,9 @@ import torch
 
 from vbnn.comparison.config import CompareConfig
 from vbnn.comparison.folds import Split
-from vbnn.core.contracts import ForwardMode, SplitResult
+from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators, derive_seed
+from vbnn.core.runs import SplitResult
 from vbnn.data.splits import standardise
 from vbnn.metrics import accuracy, brier_score, expected_calibration_error
 from vbnn.networks.mlp import MLP

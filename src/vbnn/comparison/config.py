@@ -1,7 +1,7 @@
 """The settings of a comparison and the families it can compare on each task.
 
 Regression runs on the UCI engine (``vbnn.regression.engine.run_splits``): the Table 1 methods
-``es``, ``map``, ``mf``, ``gd``, ``fc``, ``sgld`` and, through ``Method.VI``, any other
+``es``, ``map``, ``mf``, ``gd``, ``fc``, ``sgld`` and, fitted by VI, any other
 ``vbnn.FAMILIES`` name. Classification trains stacks of MLP classifiers
 (``comparison.classification``: the tanh MLP and minibatch ELBO of ``vbnn.BayesianClassifier``)
 of any ``vbnn.FAMILIES`` name (``point`` is the maximum-likelihood baseline); it has no MAP prior
@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vbnn.comparison.folds import Task
-from vbnn.core.contracts import Method
 from vbnn.layers.registry import FAMILIES
 
 REGRESSION_ONLY = ("es", "map", "sgld")
@@ -100,11 +99,3 @@ def check_families(families: tuple[str, ...], task: Task) -> tuple[str, ...]:
                 f"from {list(FAMILIES)} ('point' is the maximum-likelihood baseline)"
             )
     return tuple(families)
-
-
-def regression_method(name: str) -> tuple[Method, str | None]:
-    """(method, family) of the engine for a family name: a Table 1 method itself, any other
-    registry family through ``Method.VI``."""
-    if name in {m.value for m in Method} - {Method.VI.value}:
-        return Method(name), None
-    return Method.VI, name

@@ -18,11 +18,13 @@ from typing import Any
 
 import torch
 
-from vbnn.comparison.config import CompareConfig, regression_method
-from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+from vbnn.comparison.config import CompareConfig
+from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import Algorithm, TrainConfig, VIConfig
 from vbnn.metrics import interval_coverage
 from vbnn.regression.engine import TrainedStack
+from vbnn.regression.methods import method_config, method_fields
 from vbnn.regression.presets import preset
 from vbnn.sweeps.uci import stored_trials
 
@@ -32,17 +34,11 @@ COVERAGE = "coverage"
 def train_config(name: str, config: CompareConfig, preset_name: str) -> TrainConfig:
     """The engine's config of family ``name``: the preset values of ``preset_name`` (a UCI set's
     tuned values, else the stated defaults) under ``config``'s shared settings."""
-    method, family = regression_method(name)
-    values, _ = preset(preset_name, method)
-    return TrainConfig(
-        method=method,
-        family=family,
-        hidden=config.hidden,
-        iterations=config.iterations,
-        test_samples=config.test_samples,
-        seed=config.seed,
-        **values,
-    )
+    values, _ = preset(preset_name, name)
+    shared = {"hidden": config.hidden, "iterations": config.iterations, "seed": config.seed,
+              "test_samples": config.test_samples}  # fmt: skip
+    values |= {k: v for k, v in shared.items() if k in method_fields(name) and v is not None}
+    return method_config(name, **values)
 
 
 def provenance(config: CompareConfig, values: Mapping[int, Mapping[str, float]]) -> dict[str, Any]:
@@ -90,10 +86,10 @@ def interval_coverages(stack: TrainedStack, level: float = 0.95) -> dict[int, di
     """
     config, data = stack.config, stack.data
     keys = list(data.split_ids)
-    if config.method is Method.SGLD:
+    if config.algorithm is Algorithm.SGLD:
         return {k: {COVERAGE: math.nan} for k in keys}
     noise = stack.likelihood.std()
-    if config.method in (Method.ES, Method.MAP):
+    if not isinstance(config, VIConfig):  # ES, MAP
         means = stack.model(data.x_test, ForwardMode.MEAN).squeeze(-1)  # (M, N)
         return {
             k: {COVERAGE: float(interval_coverage(means[m], noise[m], data.y_test[m], level))}

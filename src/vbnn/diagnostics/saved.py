@@ -41,7 +41,7 @@ class PruningReport:
 def is_paper_setting(saved: SavedModel) -> bool:
     """Whether the paper's count (MF, 50 tanh units, boston) is the comparison for ``saved``."""
     config = saved.config
-    return (saved.dataset == "boston" and config.method.value == "mf"
+    return (saved.dataset == "boston" and config.method == "mf"
             and tuple(config.hidden) == (50,) and config.activation.value == "tanh")  # fmt: skip
 
 
@@ -104,7 +104,7 @@ def diagnose_saved(
         for split, table in tables.items():
             table.to_csv(out / f"units_split_{split}.csv")
             written.append(out / f"units_split_{split}.csv")
-        name = f"{saved.config.method.value.upper()} on {data_name}, model {saved.keys[0]}"
+        name = f"{saved.config.method.upper()} on {data_name}, model {saved.keys[0]}"
         count = f"{int(pruned[0])} of {units} units pruned"
         if is_paper_setting(saved):
             count += f" (paper: {PAPER_PRUNED} of {PAPER_UNITS})"

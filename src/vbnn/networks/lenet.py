@@ -44,15 +44,16 @@ LAYER_NAMES = ("conv1", "conv2", "dense1", "dense2")
 @dataclass(frozen=True)
 class LeNetConfig:
     """Families of (conv1, conv2, dense1, dense2) (``vbnn.layers.FAMILIES`` names), the
-    non-linearity, biases, the marginal posterior std at initialisation of every layer (``gd``:
-    its fixed std; None: defaults; a family with no std refuses it), the initial log alpha of
+    non-linearity, biases, the marginal posterior std at initialisation of every layer (``gd``
+    keeps it fixed; passed as the family's ``init_std`` or ``std``; None: defaults; a family with
+    no std refuses it), the initial log alpha of
     every layer whose family takes one (variational dropout; None: the family's default), and
     BatchNorm after dense1."""
 
     families: tuple[str, str, str, str] = ("vd-layer",) * 4
     activation: NetworkActivation = NetworkActivation.RELU
     bias: bool = True
-    init_std: float | None = None
+    posterior_std: float | None = None
     log_alpha_init: float | None = None
     batch_norm: bool = False
 
@@ -75,8 +76,8 @@ def make_layer(
     spec = family(name)
     in_features, out_features, kernel_size = sizes
     options = {"dtype": dtype, "kernel_size": kernel_size, "bias": config.bias}
-    if config.init_std is not None:
-        options[spec.std_option()] = config.init_std
+    if config.posterior_std is not None:
+        options[spec.std_option()] = config.posterior_std
     if config.log_alpha_init is not None and "log_alpha" in spec.accepted_options():
         options["log_alpha"] = config.log_alpha_init
     return spec.build(in_features, out_features, generators, **options)

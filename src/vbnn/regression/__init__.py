@@ -1,7 +1,18 @@
-"""Regression on tables. This package exports the settings of a run, ``Method`` and ``TrainConfig``;
-its modules hold the UCI engine (``engine.run_splits``), tuning (``tuning``), saved models
-(``saved_models``) and the scikit-learn estimator (``estimator.BayesianRegressor``)."""
+"""Regression on tables. This package exports the settings of a run: one config per algorithm
+(``ESConfig``, ``MAPConfig``, ``SGLDConfig``, ``VIConfig``; ``method_config("mf", ...)`` builds
+one from a method's name); its modules hold the UCI engine (``engine.run_splits``), tuning
+(``tuning``), saved models (``saved_models``) and the scikit-learn estimator
+(``estimator.BayesianRegressor``)."""
 
-from vbnn.core.contracts import Method, TrainConfig
+from vbnn.core.runs import Algorithm, ESConfig, MAPConfig, SGLDConfig, TrainConfig, VIConfig
+from vbnn.regression.methods import method_config
 
-__all__ = ["Method", "TrainConfig"]
+__all__ = [
+    "Algorithm",
+    "ESConfig",
+    "MAPConfig",
+    "SGLDConfig",
+    "TrainConfig",
+    "VIConfig",
+    "method_config",
+]

@@ -21,8 +21,17 @@ from typing import Any
 
 import torch
 
-from vbnn.core.contracts import Method, RunResult, SplitResult, TrainConfig
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import (
+    PER_MODEL_SETTINGS,
+    ESConfig,
+    ModelValues,
+    RunResult,
+    SGLDConfig,
+    SplitResult,
+    TrainConfig,
+    VIConfig,
+)
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
 from vbnn.data.uci import RegressionDataset
@@ -32,7 +41,7 @@ from vbnn.regression.evaluation import PredictiveMetrics, evaluate, metrics_from
 from vbnn.regression.saved_models import save_model
 from vbnn.regression.stack import build_stack
 from vbnn.stores.results_db import ResultsDatabase
-from vbnn.training.full_batch import StepCallback, Validation, fit
+from vbnn.training.full_batch import Problem, StepCallback, Validation, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 
 # Floats of one hidden activation tensor (models x rows x width) that a chunk may hold.
@@ -46,9 +55,9 @@ def choose_chunk_size(config: TrainConfig, train_rows: int, in_features: int, co
     if config.chunk_size is not None:
         return min(config.chunk_size, count)
     width = max((*config.hidden, 1))
-    per_model = train_rows * width * config.train_samples
+    per_model = train_rows * width * (config.train_samples if isinstance(config, VIConfig) else 1)
     chunk = CHUNK_ELEMENTS // max(per_model, 1)
-    if config.resolved_family == "fc":
+    if config.network_family == "fc":
         sizes = (in_features, *config.hidden, 1)
         largest = max((i + 1) * o for i, o in pairwise(sizes))
         chunk = min(chunk, CHUNK_COVARIANCE_ELEMENTS // largest**2)
@@ -56,7 +65,7 @@ def choose_chunk_size(config: TrainConfig, train_rows: int, in_features: int, co
 
 
 def _carve_validation(
-    config: TrainConfig, data: StackedSplits, keys: Sequence[int]
+    config: ESConfig, data: StackedSplits, keys: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor, Validation]:
     """ES: hold out ``validation_fraction`` of each split's training rows (seeded per split)."""
     rows = data.x_train.shape[1]
@@ -114,10 +123,9 @@ def train_stack(
     config: TrainConfig,
     data: StackedSplits,
     progress: bool = False,
-    prior_std: torch.Tensor | None = None,
-    posterior_std: torch.Tensor | None = None,
+    *,
+    values: ModelValues | None = None,
     make_callback: MakeCallback | None = None,
-    step_size: torch.Tensor | None = None,
 ) -> TrainedStack:
     """Train a stack on ``data``'s training part and evaluate it on its test part.
 
@@ -128,8 +136,7 @@ def train_stack(
     so that its candidates share initialisation and noise: common random numbers).
 
     Args:
-        prior_std, posterior_std, step_size: (M,) per-model overrides of the config's values
-            (``step_size``: SGLD's eta).
+        values: per-model overrides of the config's values (tuning candidates).
         make_callback: called with the built model and likelihood; returns the
             ``training.fit`` step callback (e.g. a ``diagnostics.trajectories.TrajectoryLogger``).
     """
@@ -137,48 +144,26 @@ def train_stack(
     keys = list(data.split_ids)
     device = training_device(config)
     data = data.to(device)
-    prior_std, posterior_std, step_size = (
-        None if t is None else t.to(device) for t in (prior_std, posterior_std, step_size)
-    )
-    model, likelihood = build_stack(config, data.x_train.shape[-1], keys, posterior_std)
+    values = (values or ModelValues()).to(device)
+    model, likelihood = build_stack(config, data.x_train.shape[-1], keys, values)
     model, likelihood = model.to(device), likelihood.to(device)
     callback = make_callback(model, likelihood) if make_callback is not None else None
     x, y, validation = data.x_train, data.y_train, None
-    if config.method is Method.ES:
+    if isinstance(config, ESConfig):
         x, y, validation = _carve_validation(config, data, keys)
+    problem = Problem(model, likelihood, x, y)
     train_streams = ModelGenerators.for_keys(config.seed, keys, "train")
-    description = f"{config.method.value} splits {keys[0]}-{keys[-1]}"
+    description = f"{config.method} splits {keys[0]}-{keys[-1]}"
     stopped = None
-    if config.method is Method.SGLD:
-        states = sgld.sample(
-            config,
-            model,
-            likelihood,
-            x,
-            y,
-            train_streams,
-            prior_std,
-            progress,
-            description,
-            step_size,
-        )
+    if isinstance(config, SGLDConfig):
+        states = sgld.sample(config, problem, train_streams, values=values, progress=progress,
+                             description=description)  # fmt: skip
         outputs, noise_stds = sgld.predictions(model, likelihood, states, data.x_test)
         metrics = metrics_from_predictions(outputs, noise_stds, data.y_test, data.target_scale)
     else:
-        info = fit(
-            config,
-            model,
-            likelihood,
-            x,
-            y,
-            train_streams,
-            validation=validation,
-            labels=[f"split {k}" for k in keys],
-            progress=progress,
-            description=description,
-            callback=callback,
-            prior_std=prior_std,
-        )
+        info = fit(config, problem, train_streams, values=values, validation=validation,
+                   callback=callback, labels=[f"split {k}" for k in keys], progress=progress,
+                   description=description)  # fmt: skip
         stopped = info.stopped_iteration
         metrics = evaluate(
             model,
@@ -187,8 +172,8 @@ def train_stack(
             data.y_test,
             data.target_scale,
             ModelGenerators.for_keys(config.seed, keys, "eval"),
-            samples=config.test_samples,
-            stochastic=config.method not in (Method.ES, Method.MAP),
+            samples=config.test_samples if isinstance(config, VIConfig) else 1,
+            stochastic=isinstance(config, VIConfig),
         )
     metrics = PredictiveMetrics(metrics.log_likelihood.cpu(), metrics.rmse.cpu())
     stopped = None if stopped is None else stopped.cpu()
@@ -221,9 +206,6 @@ def training_device(config: TrainConfig) -> torch.device:
     return device
 
 
-# Hyper-parameters that may differ between the models of one stack (per-model tensors).
-PER_MODEL_SETTINGS = ("prior_std", "posterior_std", "step_size")
-
 Overrides = Mapping[int, Mapping[str, float]]  # split id -> hyper-parameter values for it
 
 
@@ -249,12 +231,12 @@ def _train_with_split_values(
     shared = shared_settings(values[0])
     if any(shared_settings(v) != shared for v in values):
         raise ValueError(f"run_splits: splits {list(data.split_ids)} need different {shared}")
-    per_model = {
+    per_model = ModelValues(**{
         name: torch.tensor([v[name] for v in values], dtype=config.torch_dtype)
         for name in PER_MODEL_SETTINGS
         if name in values[0]
-    }
-    return train_stack(dataclasses.replace(config, **shared), data, progress, **per_model)
+    })  # fmt: skip
+    return train_stack(dataclasses.replace(config, **shared), data, progress, values=per_model)
 
 
 def _save(trained: TrainedStack, folder: Path, dataset: RegressionDataset) -> Path:
@@ -262,7 +244,7 @@ def _save(trained: TrainedStack, folder: Path, dataset: RegressionDataset) -> Pa
     keys = list(trained.data.split_ids)
     metrics = {str(r.split): r.test_log_likelihood for r in trained.results}
     return save_model(
-        folder / f"{trained.config.method.value}-splits-{keys[0]}-{keys[-1]}",
+        folder / f"{trained.config.method}-splits-{keys[0]}-{keys[-1]}",
         trained.model,
         trained.likelihood,
         trained.config,
@@ -286,7 +268,7 @@ def run_splits(
     stack_metrics: StackMetrics | None = None,
     save_models: str | Path | None = None,
 ) -> RunResult:
-    """Run ``config.method`` on the given splits (all when None), chunked batches of models.
+    """Run the config's method on the given splits (all when None), chunked batches of models.
 
     The one entry point for UCI training: the CLI, the sweeps and the reproductions call it.
     Every trained chunk is handled as soon as it finishes (stored, saved, then ``on_stack``), so

@@ -22,12 +22,14 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import VIConfig
 from vbnn.metrics import gaussian_mixture_log_likelihood
 from vbnn.regression.engine import training_device
 from vbnn.regression.saved_models import load_model, save_model
 from vbnn.regression.stack import build_stack
+from vbnn.training.full_batch import Problem
 from vbnn.training.full_batch import fit as fit_stack
 
 FIT_ROWS = 2  # fitting standardises the inputs by their std, which one row does not have
@@ -120,9 +122,8 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         self.seed = seed
         self.device = device
 
-    def _config(self) -> TrainConfig:
-        return TrainConfig(
-            method=Method.VI,
+    def _config(self) -> VIConfig:
+        return VIConfig(
             family=self.family,
             hidden=tuple(self.hidden),
             activation=self.activation,
@@ -159,7 +160,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         model, likelihood = build_stack(config, x.shape[1], [0])
         self.model_, self.likelihood_ = model.to(device), likelihood.to(device)
         streams = ModelGenerators.for_keys(config.seed, [0], "train")
-        fit_stack(config, self.model_, self.likelihood_, inputs, targets, streams)
+        fit_stack(config, Problem(self.model_, self.likelihood_, inputs, targets), streams)
         self.config_ = config
         return self
 

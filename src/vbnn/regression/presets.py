@@ -6,18 +6,15 @@ with a validation part carved from them; ``reproductions/overpruning/table1.md``
 rounded to 4 significant digits. They are a sensible start, not a protocol: split 0's training
 rows overlap the test rows of other splits, so a paper-grade evaluation tunes per split
 (``vbnn reproduce overpruning --tune per-split``). Where no preset exists, GD gets the stated
-default ``GD_POSTERIOR_STD`` (its ``TrainConfig`` default 1e-4 makes GD a MAP fit that
-overfits), and every other value is the ``TrainConfig`` default (the paper's settings).
+default ``GD_POSTERIOR_STD`` (its ``VIConfig`` default 1e-4 makes GD a MAP fit that
+overfits), and every other value is the config's default (the paper's settings).
 """
 
 from __future__ import annotations
 
-from vbnn.core.contracts import Method
-
 GD_POSTERIOR_STD = 0.01  # the tuned GD stds above lie in 0.003-0.05
 
-# FC: tuned for the scaled-unit factor (the first Table 1 run's "direct" factor chose 0.015-0.054,
-# far too small for it). SGLD: prior std and step size (eta) tuned together.
+# SGLD: prior std and step size (eta) tuned together.
 
 PRESETS: dict[str, dict[str, dict[str, float]]] = {
     "boston": {
@@ -71,11 +68,12 @@ PRESETS: dict[str, dict[str, dict[str, float]]] = {
 }
 
 
-def preset(dataset: str, method: Method) -> tuple[dict[str, float], str]:
-    """(values, where they come from) for ``dataset`` and ``method``; empty when none apply."""
-    values = PRESETS.get(dataset, {}).get(Method(method).value)
+def preset(dataset: str, method: str) -> tuple[dict[str, float], str]:
+    """(values, where they come from) for ``dataset`` and ``method`` (a Table 1 name or any
+    family); empty when none apply."""
+    values = PRESETS.get(dataset, {}).get(str(method))
     if values:
         return dict(values), "tuned by the Table 1 reproduction on split 0"
-    if Method(method) is Method.GD:
+    if method == "gd":
         return {"posterior_std": GD_POSTERIOR_STD}, "vbnn's stated GD default"
     return {}, ""

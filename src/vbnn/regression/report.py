@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vbnn.core.contracts import RunResult
+from vbnn.core.runs import RunResult
 
 METRICS = ("test_log_likelihood", "test_rmse")
 
@@ -55,7 +55,7 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
         stats = summary(result)
         rows.append(
             {
-                "method": result.config.method.value.upper(),
+                "method": result.config.method.upper(),
                 "test LL": _cell(stats["test_log_likelihood"]),
                 "test RMSE": _cell(stats["test_rmse"]),
                 "splits": len(result.splits),
@@ -68,6 +68,7 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
 def to_json(result: RunResult) -> dict[str, Any]:
     return {
         "dataset": result.dataset,
+        "method": result.config.method,
         "config": result.config.to_dict(),
         "splits": [
             {

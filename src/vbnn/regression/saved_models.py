@@ -22,16 +22,14 @@ from typing import Any
 
 import torch
 
-from vbnn.core.contracts import TrainConfig
+from vbnn.core.runs import TrainConfig, config_from_dict
 from vbnn.networks.mlp import MLP
 from vbnn.regression.stack import build_stack
 from vbnn.stores.atomic import write_folder_atomic
 from vbnn.training.likelihoods import GaussianLikelihood
 
 FORMAT = "vbnn-model"
-FORMAT_VERSION = 2
-# version 1 predates TrainConfig.covariance_factor: readable but for FC (L = diag(s) + A there)
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # a folder of an older version is migrated by ``python -m vbnn.migrate``
 CONFIG_FILE = "model.json"
 STATE_FILE = "state.pt"
 
@@ -51,20 +49,6 @@ class SavedModel:
     keys: tuple[int, ...]
     dataset: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def config_from_dict(values: dict[str, Any], version: int = FORMAT_VERSION) -> TrainConfig:
-    """Inverse of ``TrainConfig.to_dict`` (lists back to tuples) for a file of ``version``."""
-    values = dict(values)
-    if version == 1 and values.get("method") == "fc":
-        raise ValueError(
-            "an FC model of format version 1 has the Cholesky factor L = diag(s) + A, which vbnn "
-            "no longer implements (L = diag(s) (I + A) now); retrain it"
-        )
-    for name in ("hidden", "betas"):
-        if name in values:
-            values[name] = tuple(values[name])
-    return TrainConfig(**values)
 
 
 def save_model(
@@ -130,13 +114,17 @@ def load_model(folder: str | Path) -> SavedModel:
     except json.JSONDecodeError as error:
         raise ModelFileError(f"{config_path}: not valid JSON ({error})") from None
     version = description.get("format_version")
-    if description.get("format") != FORMAT or version not in READABLE_VERSIONS:
+    if description.get("format") != FORMAT:
         raise ModelFileError(
-            f"{config_path}: format {description.get('format')!r} version {version!r}, "
-            f"expected {FORMAT!r} {' or '.join(map(str, READABLE_VERSIONS))}"
+            f"{config_path}: format {description.get('format')!r}, expected {FORMAT!r}"
+        )
+    if version != FORMAT_VERSION:
+        raise ModelFileError(
+            f"{config_path}: format version {version!r}, this vbnn reads {FORMAT_VERSION}; "
+            f"an older folder is brought up to date by `python -m vbnn.migrate {folder}`"
         )
     try:
-        config = config_from_dict(description["config"], version)
+        config = config_from_dict(description["config"])
         in_features, keys = int(description["in_features"]), tuple(description["keys"])
     except (KeyError, TypeError, ValueError) as error:
         raise ModelFileError(f"{config_path}: bad config ({error})") from None

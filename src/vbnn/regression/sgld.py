@@ -8,7 +8,7 @@ gamma in (0.5, 1] (Welling & Teh's conditions: sum eps_t = inf, sum eps_t^2 < in
 makes ``step_size`` a per-example rate that transfers across data-set sizes.
 
 theta holds the point weights of every layer and the log noise std of the Gaussian likelihood.
-Priors: the weights' N(0, s^2) (``TrainConfig.prior_std``) and N(0, 1) on the log noise std in
+Priors: the weights' N(0, s^2) (``SGLDConfig.prior_std``) and N(0, 1) on the log noise std in
 standardised target units (a weak prior: the noise std lies within a factor e of 1 with 68 %
 probability). Samples after ``burn_in`` steps, one every ``thinning`` steps, form the predictive.
 Every model of the stack draws its mini-batches and its Langevin noise from its own stream, so a
@@ -21,11 +21,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode, TrainConfig
+from vbnn.core.contracts import ForwardMode
 from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import ModelValues, SGLDConfig
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.full_batch import Problem
 from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.loop import LangevinDynamics, train_loop
 from vbnn.training.objectives import log_prior
@@ -36,7 +38,7 @@ NOISE_LOG_STD_PRIOR_STD = 1.0
 
 
 def step_size(
-    config: TrainConfig, iteration: int, num_examples: int, eta: torch.Tensor | None = None
+    config: SGLDConfig, iteration: int, num_examples: int, eta: torch.Tensor | None = None
 ) -> float | torch.Tensor:
     """eps_t = (eta / N) (1 + t / decay_steps)^-gamma for t = iteration - 1.
 
@@ -77,25 +79,22 @@ def _batch(
 
 
 def sample(
-    config: TrainConfig,
-    model: MLP,
-    likelihood: GaussianLikelihood,
-    x: torch.Tensor,
-    y: torch.Tensor,
+    config: SGLDConfig,
+    problem: Problem,
     noise: ModelGenerators,
-    prior_std: float | torch.Tensor | None = None,
+    *,
+    values: ModelValues | None = None,
     progress: bool = False,
     description: str = "sgld",
-    eta: torch.Tensor | None = None,
 ) -> list[State]:
-    """Run the chains for ``config.resolved_iterations`` steps; return the kept samples.
+    """Run the chains for ``config.iterations`` steps; return the kept samples.
 
     Args:
-        model, likelihood: a stack of point networks (``Point`` layers), the chains' start.
-        x, y: (M, N, I) and (M, N) standardised training data.
+        problem: a stack of point networks (``Point`` layers), the chains' start, its
+            likelihood, and (M, N, I) and (M, N) standardised training data.
         noise: one stream per model for mini-batches and Langevin noise.
-        prior_std: overrides ``config.prior_std`` (a (M,) tensor: one prior per model).
-        eta: overrides ``config.step_size`` (a (M,) tensor: one step size per model).
+        values: per-model ``prior_std`` and ``step_size`` (eta), each (M,), overriding the
+            config's.
 
     Returns:
         The kept states (copies of ``model`` and ``likelihood`` parameters), oldest first.
@@ -103,10 +102,13 @@ def sample(
     Raises:
         NonFiniteLossError: the chain left the region of finite density (step size too large).
     """
-    prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
+    model, likelihood, x, y = problem.model, problem.likelihood, problem.x, problem.y
+    values = values or ModelValues()
+    prior = GaussianPrior(values.get(config, "prior_std"))
+    eta = values.step_size
     modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
     num_examples = y.shape[1]
-    iterations = config.resolved_iterations
+    iterations = config.iterations
     optimizer = LangevinDynamics(
         [p for p in modules.parameters() if p.requires_grad],
         lambda iteration: step_size(config, iteration, num_examples, eta),
@@ -131,7 +133,7 @@ def sample(
         eps = float(eps[bad]) if isinstance(eps, torch.Tensor) else eps
         return (
             f"in model {bad} (SGLD log posterior); step size eps = {eps:.3g} is too large "
-            "(lower TrainConfig.step_size)"
+            "(lower SGLDConfig.step_size)"
         )
 
     train_loop(log_density, optimizer, iterations, 1.0, [keep], describe, progress, description)

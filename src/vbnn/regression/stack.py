@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
-from vbnn.core.contracts import TrainConfig
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import ModelValues, TrainConfig, VIConfig
 from vbnn.layers.registry import family as family_spec
 from vbnn.networks.mlp import MLP
 from vbnn.training.likelihoods import GaussianLikelihood
@@ -21,18 +19,22 @@ def build_stack(
     config: TrainConfig,
     in_features: int,
     keys: Sequence[int],
-    posterior_std: torch.Tensor | None = None,
+    values: ModelValues | None = None,
 ) -> tuple[MLP, GaussianLikelihood]:
     """A model stack with one model per key (split id), initialised from its own stream.
 
-    ``posterior_std`` (M,) overrides ``config.posterior_std`` model by model (tuning candidates).
+    ``values.posterior_std`` (M,) overrides VI's ``posterior_std`` model by model (tuning
+    candidates); it reaches the family's layers under their name for it
+    (``FamilySpec.std_option``: ``init_std``, or ``std`` for ``gd``).
     """
     generators = ModelGenerators.for_keys(config.seed, keys, "init")
-    std = config.posterior_std if posterior_std is None else posterior_std
-    takes_std = "posterior_std" in family_spec(config.resolved_family).accepted_options()
-    options = {"posterior_std": std} if takes_std else {}
+    options = {}
+    spec = family_spec(config.network_family)
+    option = spec.std_option()
+    if isinstance(config, VIConfig) and option in spec.accepted_options():
+        options[option] = (values or ModelValues()).get(config, "posterior_std")
     model = MLP(
-        config.resolved_family,
+        config.network_family,
         (in_features, *config.hidden, 1),
         config.activation,
         generators,

@@ -26,6 +26,7 @@ of one split can have steered the values used on another.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,16 +37,17 @@ import numpy as np
 import optuna
 import torch
 
-from vbnn.core.contracts import Method, TrainConfig
 from vbnn.core.randomness import derive_seed
+from vbnn.core.runs import (
+    PER_MODEL_SETTINGS,
+    Algorithm,
+    ESConfig,
+    ModelValues,
+    TrainConfig,
+)
 from vbnn.data.splits import StackedSplits, standardise
 from vbnn.data.uci import RegressionDataset
-from vbnn.regression.engine import (
-    PER_MODEL_SETTINGS,
-    choose_chunk_size,
-    shared_settings,
-    train_stack,
-)
+from vbnn.regression.engine import choose_chunk_size, shared_settings, train_stack
 from vbnn.regression.studies import (
     WORKER,
     requeue_unfinished,
@@ -61,17 +63,24 @@ class TuneProtocol(str, Enum):
     PER_SPLIT = "per-split"
 
 
-# Searched hyper-parameters per method: name -> (low, high), all on a log scale.
-SEARCH_SPACES: dict[Method, dict[str, tuple[float, float]]] = {
-    Method.ES: {"learning_rate": (1e-4, 0.1)},
-    Method.MAP: {"prior_std": (0.01, 10.0)},
-    Method.MF: {"prior_std": (0.01, 10.0)},
-    Method.GD: {"prior_std": (0.01, 10.0), "posterior_std": (1e-3, 1.0)},
-    Method.FC: {"prior_std": (0.01, 10.0)},
-    Method.VI: {"prior_std": (0.01, 10.0)},
+# Searched hyper-parameters per algorithm: name -> (low, high), all on a log scale.
+SEARCH_SPACES: dict[Algorithm, dict[str, tuple[float, float]]] = {
+    Algorithm.ES: {"learning_rate": (1e-4, 0.1)},
+    Algorithm.MAP: {"prior_std": (0.01, 10.0)},
+    Algorithm.VI: {"prior_std": (0.01, 10.0)},
     # eta of eps_t = (eta / N)(1 + t / tau)^-gamma; the paper gives no SGLD settings at all
-    Method.SGLD: {"prior_std": (0.01, 10.0), "step_size": (1e-3, 1.0)},
+    Algorithm.SGLD: {"prior_std": (0.01, 10.0), "step_size": (1e-3, 1.0)},
 }
+# Searched besides, for VI with these families: GD's fixed posterior std.
+FAMILY_SEARCH_SPACES = {"gd": {"posterior_std": (1e-3, 1.0)}}
+
+
+def search_space(config: TrainConfig) -> dict[str, tuple[float, float]]:
+    """What a search of ``config``'s method varies: name -> (low, high) on a log scale."""
+    space = dict(SEARCH_SPACES[config.algorithm])
+    if config.algorithm is Algorithm.VI:
+        space |= FAMILY_SEARCH_SPACES.get(config.network_family, {})
+    return space
 
 
 def hidden_label(hidden: Sequence[int]) -> str:
@@ -80,24 +89,10 @@ def hidden_label(hidden: Sequence[int]) -> str:
 
 
 def study_name(dataset: str, split: int, config: TrainConfig, seed: int) -> str:
-    """The Optuna study of one (data set, split, method, seed) search.
-
-    VI names the family it fits (``vi-vd-layer``). A suffix names what a search depends on
-    beyond these four, so that a stored study is resumed only by the search that made it: any
-    architecture other than one hidden layer of 50 units (e.g. ``/hidden50x50``), FC's factor
-    parameterization (``/scaled-unit``) and SGLD's step size, searched with the prior std
-    (``/step-size``).
-    """
-    name = f"{dataset}/split{split}/{config.method.value}/seed{seed}"
-    if config.method is Method.VI:  # one study per family VI fits
-        name = f"{dataset}/split{split}/vi-{config.family}/seed{seed}"
-    if config.hidden != (50,):
-        name += "/hidden" + hidden_label(config.hidden)
-    if config.method is Method.FC:
-        name += f"/{config.covariance_factor}"
-    if config.method is Method.SGLD:
-        name += "/step-size"
-    return name
+    """The Optuna study of one (data set, split, method, architecture, seed) search, e.g.
+    ``boston/split0/mf/hidden50/seed0``."""
+    hidden = hidden_label(config.hidden)
+    return f"{dataset}/split{split}/{config.method}/hidden{hidden}/seed{seed}"
 
 
 @dataclass(frozen=True)
@@ -210,21 +205,21 @@ def _evaluate_stack(
     divergent candidates score NaN.
     """
     if len(candidates) > 1:
-        base = TrainConfig(**{**config.__dict__, **shared_settings(candidates[0])})
-        per_model = {
+        base = dataclasses.replace(config, **shared_settings(candidates[0]))
+        per_model = ModelValues(**{
             name: torch.tensor([c[name] for c in candidates], dtype=base.torch_dtype)
             for name in PER_MODEL_SETTINGS
             if name in candidates[0]
-        }
+        })  # fmt: skip
         try:
-            trained = train_stack(base, _repeat(data, len(candidates)), **per_model)
+            trained = train_stack(base, _repeat(data, len(candidates)), values=per_model)
             return [float(v) for v in trained.metrics.log_likelihood]
         except NonFiniteLossError:
             pass  # find the divergent candidate(s) one at a time
     scores = []
     for candidate in candidates:
         try:
-            trained = train_stack(TrainConfig(**{**config.__dict__, **candidate}), data)
+            trained = train_stack(dataclasses.replace(config, **candidate), data)
             scores.append(float(trained.metrics.log_likelihood[0]))
         except NonFiniteLossError:
             scores.append(math.nan)
@@ -241,7 +236,7 @@ def tune(
     name: str | None = None,
     sole_writer: bool = True,
 ) -> dict[str, float]:
-    """Search ``SEARCH_SPACES[config.method]`` on split ``split``'s training data.
+    """Search ``search_space(config)`` on split ``split``'s training data.
 
     Args:
         storage: Optuna storage (e.g. ``sqlite:///results.sqlite``); None keeps it in memory.
@@ -264,7 +259,7 @@ def tune(
         The best candidate's values, e.g. {"prior_std": 0.8}; a sharing worker that found the
         rest of the budget in others' hands before any trial was scored returns {}.
     """
-    space = SEARCH_SPACES[config.method]
+    space = search_space(config)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         study_name=name or study_name(dataset.name, split, config, tuning.seed),
@@ -282,7 +277,7 @@ def tune(
     data = tuning_problem(
         dataset, split, tuning.validation_fraction, tuning.seed, config.torch_dtype
     )
-    batch = 1 if config.method is Method.ES else tuning.batch
+    batch = 1 if isinstance(config, ESConfig) else tuning.batch
     while True:
         if not sole_writer:  # the other workers' rounds count too
             done = spent_budget(study.trials)

@@ -5,12 +5,16 @@ and, through :func:`optuna_storage`, Optuna's own tables (``studies``, ``trials`
 named ``runs``), so the tuning of a method and the results it produced travel together.
 
 A run's configuration is identified by :func:`config_hash`: a SHA-256 of its hyper-parameters as
-sorted JSON, leaving out ``seed`` (a key column of its own), ``chunk_size`` (every model draws
-from its own random streams, so chunking never changes a number), ``compile`` and ``device``
-(float rounding only). The UNIQUE key (dataset, split, method, config_hash, seed) makes a second
-write of the same run an error instead of a duplicate;
-``regression.engine.run_splits(database=...)`` asks :meth:`ResultsDatabase.missing_splits` first
-and trains only those, writing every finished chunk in one transaction.
+sorted JSON (``TrainConfig.to_dict``, the algorithm included), leaving out ``seed`` (a key column of
+its own), ``chunk_size`` (every model draws from its own random streams, so chunking never changes a
+number), ``compile`` and ``device`` (float rounding only). The UNIQUE key (dataset, split, method,
+config_hash, seed) makes a second write of the same run an error instead of a duplicate;
+``regression.engine.run_splits(database=...)`` asks :meth:`ResultsDatabase.missing_splits` first and
+trains only those, writing every finished chunk in one transaction.
+
+The file records the version of this key scheme (``KEY_VERSION``, table ``vbnn_meta``; the Optuna
+study names of ``regression.tuning.study_name`` belong to it). A file of another version is not
+read: ``python -m vbnn.migrate FILE`` brings its keys up to date.
 """
 
 from __future__ import annotations
@@ -29,11 +33,15 @@ from typing import Any
 
 import pandas as pd
 
-from vbnn.core.contracts import SplitResult
+from vbnn.core.runs import SplitResult
 
 # Execution settings, not part of what a run is: chunking never changes a number; compiling
 # changes the last digits only, like the thread count (which is not recorded either).
 LEFT_OUT_OF_HASH = ("seed", "chunk_size", "compile", "device")
+# The version of the run keys and study names; raise it with every change of either, and teach
+# ``vbnn.migrate`` to bring older files up to it.
+KEY_VERSION = 2
+META_SCHEMA = "CREATE TABLE IF NOT EXISTS vbnn_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
 RUN_COLUMNS = (
     "id", "dataset", "split", "method", "config_hash", "seed", "hyperparameters",
     "code_version", "metrics", "test_log_likelihood", "test_rmse", "wall_seconds", "created_at",
@@ -150,6 +158,40 @@ class ResultsDatabase:
                 f"{self.path}: has a 'runs' table with columns {columns}, not the vbnn schema "
                 f"{list(RUN_COLUMNS)}: another program's database?"
             )
+        version = self.key_version()
+        if version != KEY_VERSION:
+            self.connection.close()
+            raise ResultsDatabaseError(
+                f"{self.path}: its runs and studies are keyed by vbnn's key version {version}, "
+                f"this vbnn reads version {KEY_VERSION}; bring the file up to date with "
+                f"`python -m vbnn.migrate {self.path}` (or move it aside to start anew)"
+            )
+
+    def key_version(self) -> int:
+        """The key version of the file's runs and studies; a new file gets ``KEY_VERSION``, and
+        one with runs or studies but no record of it is version 1."""
+        self.connection.execute(META_SCHEMA)
+        row = self.connection.execute(
+            "SELECT value FROM vbnn_meta WHERE name='key_version'"
+        ).fetchone()
+        if row is not None:
+            return int(row[0])
+        tables = {r[0] for r in self.connection.execute("SELECT name FROM sqlite_master")}
+        studies = (
+            "studies" in tables
+            and self.connection.execute("SELECT COUNT(*) FROM studies").fetchone()[0]
+        )
+        runs = self.connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        if runs or studies:
+            return 1
+        self.set_key_version(KEY_VERSION)
+        return KEY_VERSION
+
+    def set_key_version(self, version: int) -> None:
+        self.connection.execute(
+            "INSERT OR REPLACE INTO vbnn_meta (name, value) VALUES ('key_version', ?)",
+            (str(version),),
+        )
 
     def __enter__(self) -> ResultsDatabase:
         return self

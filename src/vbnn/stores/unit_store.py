@@ -3,17 +3,19 @@
 A unit (a NUTS chain, a trained network, one cell of an experiment) is stored as
 ``<directory>/<key>.json`` holding ``{"settings": ..., "info": ...}`` (the settings and any
 JSON-serialisable result) and, when it has arrays (samples, a state dict), as
-``<directory>/<key>.npz`` too. ``key`` is the first 16 hex digits of the SHA-256 of the settings
-as sorted JSON. Every file is written by ``atomic.write_atomic`` and the JSON goes last, so a unit
-exists only when complete: a killed run loses the unit in flight and nothing else, and re-running
-the same command skips every stored unit. (UCI runs resume through the results database instead,
-where they sit beside the Optuna studies that tuned them.)
-"""
+``<directory>/<key>.npz`` too. ``key`` is the first 16 hex digits of the SHA-256 of the settings as
+sorted JSON, with the version of this key scheme (``KEY_VERSION``). A unit stored under another
+version is never read as this one's: a directory that holds such units is reported, and ``python -m
+vbnn.migrate DIRECTORY`` re-keys them. Every file is written by ``atomic.write_atomic`` and the JSON
+goes last, so a unit exists only when complete: a killed run loses the unit in flight and nothing
+else, and re-running the same command skips every stored unit. (UCI runs resume through the results
+database instead, where they sit beside the Optuna studies that tuned them.)"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +24,18 @@ import numpy as np
 from vbnn.stores.atomic import write_atomic
 
 Arrays = dict[str, np.ndarray]
+# Raise with every change of what a unit's settings hold, and teach ``vbnn.migrate`` the change.
+KEY_VERSION = 2
+
+
+class StaleUnitsError(ValueError):
+    """A directory holds units keyed under another key version (it names the directory)."""
 
 
 def settings_key(settings: dict[str, Any]) -> str:
-    """16 hex digits identifying ``settings`` (must be JSON-serialisable)."""
-    text = json.dumps(settings, sort_keys=True, default=str)
+    """16 hex digits identifying ``settings`` (must be JSON-serialisable) under ``KEY_VERSION``."""
+    text = json.dumps({"key_version": KEY_VERSION, "settings": settings}, sort_keys=True,
+                      default=str)  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -42,7 +51,10 @@ def save(
                 np.savez_compressed(handle, **arrays)
 
         write_atomic(Path(directory) / f"{key}.npz", write_arrays)
-    record = {"settings": settings, "info": info, "arrays": arrays is not None}
+    record = {
+        "settings": settings, "info": info, "arrays": arrays is not None,
+        "key_version": KEY_VERSION,
+    }  # fmt: skip
     text = json.dumps(record, indent=2, sort_keys=True, default=str)
     return write_atomic(Path(directory) / f"{key}.json", text)  # last: the unit is complete
 
@@ -53,10 +65,19 @@ def load(directory: Path, settings: dict[str, Any]) -> tuple[Arrays | None, dict
     Raises:
         ValueError: the stored settings differ from ``settings`` (a key collision or an edit),
             or the unit's arrays are missing; the message names the file.
+        StaleUnitsError: the unit is not stored, and ``directory`` holds units of another key
+            version (migrate them rather than compute them again).
     """
     key = settings_key(settings)
     record_path, npz = Path(directory) / f"{key}.json", Path(directory) / f"{key}.npz"
     if not record_path.is_file():
+        stale = _stale_units(Path(directory).resolve())
+        if stale:
+            raise StaleUnitsError(
+                f"{directory}: {stale} stored unit(s) are keyed by an older vbnn (key version "
+                f"other than {KEY_VERSION}); re-key them with `python -m vbnn.migrate "
+                f"{directory}`, or move them aside to compute them anew"
+            )
         return None
     record = json.loads(record_path.read_text())
     if record.get("settings") != json.loads(json.dumps(settings, default=str)):
@@ -68,3 +89,18 @@ def load(directory: Path, settings: dict[str, Any]) -> tuple[Arrays | None, dict
     with np.load(npz) as data:
         arrays = {name: data[name] for name in data.files}
     return arrays, record["info"]
+
+
+@cache
+def _stale_units(directory: Path) -> int:
+    """How many unit records in ``directory`` carry another key version (read once a process:
+    units written meanwhile carry this one)."""
+    count = 0
+    for path in directory.glob("*.json") if directory.is_dir() else ():
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(record, dict) and "settings" in record:
+            count += record.get("key_version", 1) != KEY_VERSION
+    return count

@@ -20,7 +20,7 @@ from typing import Any
 
 import optuna
 
-from vbnn.core.contracts import SplitResult, TrainConfig
+from vbnn.core.runs import SplitResult, TrainConfig
 from vbnn.data.uci import RegressionDataset, load_uci
 from vbnn.regression.studies import RUNNING, requeue_unfinished, used_budget
 from vbnn.regression.tuning import TuningConfig, tune
@@ -99,7 +99,7 @@ def _searched_values(
     short = [(name, config) for name, config in grid.runs() if short_of_trials(name, config)]
     units = [
         Unit(
-            f"search {name} {config.method.value} seed {config.seed} worker {w}",
+            f"search {name} {config.method} seed {config.seed} worker {w}",
             search_unit,
             (datasets[name], config, search, args.out.resolve(), w),
             args.cpus_per_unit,
@@ -141,9 +141,7 @@ def run(args: argparse.Namespace) -> None:
             splits = list(grid.splits or range(datasets[name].num_splits))
             missing = database.missing_splits(name, splits, config, extra)
             for chunk in split_units(datasets[name], config, missing, grid.splits_per_unit):
-                key = (
-                    f"{name} {config.method.value} seed {config.seed} splits {chunk[0]}-{chunk[-1]}"
-                )
+                key = f"{name} {config.method} seed {config.seed} splits {chunk[0]}-{chunk[-1]}"
                 extras[key] = extra
                 per_split = None if found is None else {k: found for k in chunk}
                 arguments = (datasets[name], chunk, config, per_split)

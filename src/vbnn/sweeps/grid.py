@@ -1,6 +1,6 @@
 """``GRID.toml``: a user's sweep over the UCI regression engine (docs/sweeps.md has the format).
 
-A grid is data sets x methods (and, for ``vi``, families) x hyper-parameter combinations x seeds,
+A grid is data sets x methods x hyper-parameter combinations x seeds,
 each trained on the chosen splits and stored in the results database, one row per split. With a
 ``[search]`` table, each (data set, method, hyper-parameters, seed) is first tuned by Optuna on
 validation rows carved from one split's training rows (``regression.tuning.tune``; several
@@ -9,13 +9,13 @@ the values found.
 
     [grid]
     datasets = ["yacht"]
-    methods = ["map", "mf", "vi"]
-    families = ["vd-layer"]          # what "vi" fits; one run per family
+    methods = ["map", "mf", "vd-layer"]  # es, map, sgld, or a family name (fitted by VI)
     seeds = [0, 1]
     splits = "0-4"                   # default: every split of the data set
     splits_per_unit = 5              # splits a unit trains as one stack (default: the engine's)
 
-    [grid.hyperparameters]           # TrainConfig fields -> values; every combination
+    [grid.hyperparameters]           # config fields -> values; every combination; a method
+                                     # takes those its config has (no prior_std for es)
     iterations = [1000]
     prior_std = [0.5, 1.0]
 """
@@ -25,27 +25,27 @@ from __future__ import annotations
 import argparse
 import itertools
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vbnn.core.contracts import Method, TrainConfig
+from vbnn.core.runs import Algorithm, TrainConfig
 from vbnn.data.splits import parse_splits
 from vbnn.data.uci import DATASETS
 from vbnn.layers.registry import FAMILIES
+from vbnn.regression.methods import method_config, method_fields
 from vbnn.stores.results_db import LEFT_OUT_OF_HASH
 
 GRID_KEYS = {
     "datasets",
     "methods",
-    "families",
     "seeds",
     "splits",
     "splits_per_unit",
     "hyperparameters",
 }
 SEARCH_KEYS = {"trials", "batch", "workers", "storage", "split", "validation_fraction"}
-SET_BY_GRID = {"method", "family", "seed"}  # TrainConfig fields the grid sets itself
+SET_BY_GRID = {"family", "seed"}  # config fields the grid sets itself
 
 
 class GridError(ValueError):
@@ -95,13 +95,15 @@ def _list(table: dict[str, Any], key: str, path: Path, default: list | None = No
     return value
 
 
-def _combinations(hyperparameters: dict[str, Any], path: Path) -> list[dict[str, Any]]:
-    known = {f.name for f in fields(TrainConfig)} - SET_BY_GRID
+def _combinations(
+    hyperparameters: dict[str, Any], methods: list[str], path: Path
+) -> list[dict[str, Any]]:
+    known = set().union(*(method_fields(m) for m in methods)) - SET_BY_GRID
     for name, values in hyperparameters.items():
         if name not in known:
             raise GridError(
-                f"{path}: [grid.hyperparameters] {name!r} is not a setting; choose "
-                f"from {sorted(known)}"
+                f"{path}: [grid.hyperparameters] {name!r} is not a setting of methods "
+                f"{methods}; choose from {sorted(known)}"
             )
         if not isinstance(values, list) or not values:
             raise GridError(
@@ -122,30 +124,24 @@ def _combinations(hyperparameters: dict[str, Any], path: Path) -> list[dict[str,
 
 def _configs(table: dict[str, Any], path: Path) -> list[TrainConfig]:
     methods = _list(table, "methods", path)
-    unknown = [m for m in methods if m not in {m.value for m in Method}]
+    known = [a.value for a in Algorithm if a is not Algorithm.VI] + list(FAMILIES)
+    unknown = [m for m in methods if m not in known]
     if unknown:
-        raise GridError(
-            f"{path}: [grid] methods {unknown}: choose from {[m.value for m in Method]}"
-        )
-    families = table.get("families")
-    if "vi" in methods:
-        families = _list(table, "families", path)
-        bad = [f for f in families if f not in FAMILIES]
-        if bad:
-            raise GridError(f"{path}: [grid] families {bad}: choose from {list(FAMILIES)}")
-    elif families is not None:
-        raise GridError(f"{path}: [grid] families applies to method 'vi' only")
+        raise GridError(f"{path}: [grid] methods {unknown}: choose from es, map, sgld or a "
+                        f"family fitted by VI: {list(FAMILIES)}")  # fmt: skip
     seeds = _list(table, "seeds", path, [0])
     if not all(isinstance(s, int) and s >= 0 for s in seeds):
         raise GridError(f"{path}: [grid] seeds must be integers >= 0, got {seeds}")
-    combinations = _combinations(table.get("hyperparameters", {}), path)
-    pairs = [(m, f) for m in methods for f in (families if m == "vi" else [None])]
-    configs = []
-    for (method, family), values, seed in itertools.product(pairs, combinations, seeds):
+    combinations = _combinations(table.get("hyperparameters", {}), methods, path)
+    configs: list[TrainConfig] = []
+    for method, values, seed in itertools.product(methods, combinations, seeds):
+        taken = {k: v for k, v in values.items() if k in method_fields(method)}
         try:
-            configs.append(TrainConfig(method=method, family=family, seed=seed, **values))
+            config = method_config(method, seed=seed, **taken)
         except (TypeError, ValueError) as error:
-            raise GridError(f"{path}: {method} with {values}: {error}") from None
+            raise GridError(f"{path}: {method} with {taken}: {error}") from None
+        if config not in configs:  # a method that takes none of a varied setting runs once
+            configs.append(config)
     return configs
 
 

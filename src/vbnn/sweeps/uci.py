@@ -33,7 +33,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from vbnn.core.contracts import SplitResult, TrainConfig
+from vbnn.core.runs import SplitResult, TrainConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import group_by_size
 from vbnn.data.uci import RegressionDataset
@@ -44,6 +44,7 @@ from vbnn.regression.engine import (
     choose_chunk_size,
     run_splits,
 )
+from vbnn.regression.methods import method_config, method_fields
 from vbnn.regression.studies import (
     FINISHED,
     RUNNING,
@@ -75,14 +76,12 @@ def uci_jobs(
         dataset = load_uci(name, args.data_dir)
         chosen = list(splits or range(dataset.num_splits))
         for method, hidden in shapes(name):
-            config = TrainConfig(
-                method=method,
-                hidden=hidden,
-                iterations=iterations,
-                seed=args.seed,
-                compile=args.compile,
-                device=args.device,
-            )
+            values = {"hidden": hidden, "seed": args.seed, "device": args.device}
+            if iterations is not None:
+                values["iterations"] = iterations
+            if "compile" in method_fields(method):
+                values["compile"] = args.compile
+            config = method_config(method, **values)
             jobs.append((dataset, config, chosen))
     return jobs
 
@@ -237,7 +236,7 @@ def study_units(
             continue
         where = (None, stored) if remote else (storage,)
         hidden = hidden_label(config.hidden)
-        key = f"tune {dataset.name} {config.method.value} hidden {hidden} split {split}"
+        key = f"tune {dataset.name} {config.method} hidden {hidden} split {split}"
         units.append(Unit(key, tuning_unit, (dataset, split, config, tuning, *where), cpus))
     return units
 
@@ -286,7 +285,7 @@ def progress_table(
             runs = len(database.stored_splits(dataset.name, config, extra) & set(splits))
         rows.append({
             "data set": dataset.name,
-            "method": config.method.value,
+            "method": config.method,
             "hidden": hidden_label(config.hidden),
             "candidates": f"{sum(counts)}/{tuning.trials * len(names)}",
             "split runs": f"{runs}/{len(splits)}",

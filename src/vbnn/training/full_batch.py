@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode, Method, ParameterRole, TrainConfig
+from vbnn.core.contracts import ForwardMode, ParameterRole
 from vbnn.core.randomness import ModelGenerators, NoiseSource, NoiseTape
+from vbnn.core.runs import AdamConfig, Algorithm, ESConfig, ModelValues, VIConfig
 from vbnn.core.runtime import one_core_for_noise
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
@@ -24,7 +25,7 @@ from vbnn.training.loop import NonFiniteLossError, StepCallback, train_loop
 from vbnn.training.objectives import elbo, log_joint, log_likelihood
 from vbnn.training.optimizer import learning_rate_groups
 
-__all__ = ["FitInfo", "NonFiniteLossError", "StepCallback", "Validation", "fit"]
+__all__ = ["FitInfo", "NonFiniteLossError", "Problem", "StepCallback", "Validation", "fit"]
 
 Objective = Callable[[], dict[str, torch.Tensor]]
 
@@ -44,48 +45,48 @@ class FitInfo:
     stopped_iteration: torch.Tensor | None = None  # (M,) ES: iteration of the kept weights
 
 
-def make_objective(
-    config: TrainConfig,
-    model: MLP,
-    likelihood: GaussianLikelihood,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    noise: ModelGenerators,
-    prior_std: torch.Tensor | None = None,
-) -> Objective:
-    """The closure computing this method's objective terms on (x, y).
+@dataclass(frozen=True)
+class Problem:
+    """What one full-batch fit works on: the model stack, its likelihood and training data.
 
-    ``prior_std`` (M,) overrides ``config.prior_std`` model by model (tuning candidates).
+    x (M, N, I) and y (M, N): each model's own standardised training rows.
     """
-    prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
-    return lambda: objective_terms(config, model, likelihood, prior, x, y, noise)
+
+    model: MLP
+    likelihood: GaussianLikelihood
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def _prior(config: AdamConfig, values: ModelValues) -> GaussianPrior | None:
+    """The Gaussian prior (per-model stds from ``values``); ES has none."""
+    if config.algorithm is Algorithm.ES:
+        return None
+    return GaussianPrior(values.get(config, "prior_std"))
+
+
+def make_objective(
+    config: AdamConfig, problem: Problem, noise: ModelGenerators, values: ModelValues
+) -> Objective:
+    """The closure computing this algorithm's objective terms on the problem's data."""
+    prior = _prior(config, values)
+    return lambda: objective_terms(config, problem, prior, noise)
 
 
 def objective_terms(
-    config: TrainConfig,
-    model: MLP,
-    likelihood: GaussianLikelihood,
-    prior: GaussianPrior,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    noise: NoiseSource,
+    config: AdamConfig, problem: Problem, prior: GaussianPrior | None, noise: NoiseSource
 ) -> dict[str, torch.Tensor]:
-    """This method's objective terms on (x, y): ES log-likelihood, MAP log joint, or ELBO."""
-    if config.method is Method.ES:
-        return log_likelihood(model, likelihood, x, y)
-    if config.method in (Method.MAP, Method.SGLD):
+    """This algorithm's objective terms: ES log-likelihood, MAP log joint, or VI's ELBO."""
+    model, likelihood, x, y = problem.model, problem.likelihood, problem.x, problem.y
+    if isinstance(config, VIConfig):
+        return elbo(model, likelihood, prior, x, y, noise, config.kl_weight, config.train_samples)
+    if config.algorithm is Algorithm.MAP:
         return log_joint(model, likelihood, prior, x, y)
-    return elbo(model, likelihood, prior, x, y, noise, config.kl_weight, config.train_samples)
+    return log_likelihood(model, likelihood, x, y)
 
 
 def compiled_objective(
-    config: TrainConfig,
-    model: MLP,
-    likelihood: GaussianLikelihood,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    noise: ModelGenerators,
-    prior_std: torch.Tensor | None = None,
+    config: AdamConfig, problem: Problem, noise: ModelGenerators, values: ModelValues
 ) -> Objective:
     """The objective with its tensor maths in one ``torch.compile`` graph (forward and backward).
 
@@ -96,10 +97,10 @@ def compiled_objective(
     objective to float rounding.
     """
     recorder = NoiseTape(source=noise)
-    prior = GaussianPrior(config.prior_std if prior_std is None else prior_std)
+    prior = _prior(config, values)
 
     def with_noise(*blocks: torch.Tensor) -> dict[str, torch.Tensor]:
-        return objective_terms(config, model, likelihood, prior, x, y, NoiseTape(blocks))
+        return objective_terms(config, problem, prior, NoiseTape(blocks))
 
     # Dynamo caches graphs on the code object of ``with_noise``, which every call here shares:
     # after ``recompile_limit`` (8) stacks, a long sweep would silently fall back to eager.
@@ -112,15 +113,15 @@ def compiled_objective(
         nonlocal recorded
         if not recorded:  # the first step, eager, learns which blocks a step draws
             recorded = True
-            return objective_terms(config, model, likelihood, prior, x, y, recorder)
-        blocks = (noise.randn(*shape, dtype=dtype, device=x.device)
+            return objective_terms(config, problem, prior, recorder)
+        blocks = (noise.randn(*shape, dtype=dtype, device=problem.x.device)
                   for shape, dtype in recorder.calls)  # fmt: skip
         return graph(*blocks)
 
     return objective
 
 
-def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
+def parameter_groups(config: AdamConfig, modules: nn.Module) -> list[dict]:
     """Adam parameter groups: the correlation parameters (FC's off-diagonal Cholesky entries,
     ``ParameterRole.CORRELATION``) may get their own rate.
 
@@ -129,9 +130,10 @@ def parameter_groups(config: TrainConfig, modules: nn.Module) -> list[dict]:
     Monte-Carlo noise, so at the paper's rate they random-walk: on boston, after 250 steps the
     off-diagonal part alone gives each weight a variance near 1 (the prior's), and FC never
     recovers (reproductions/overpruning/README.md, "FC and Adam").
-    ``config.cholesky_learning_rate`` sets their rate apart; None keeps the paper's single rate.
+    VI's ``correlation_learning_rate`` sets their rate apart; None keeps the paper's single rate.
     """
-    rates = {ParameterRole.CORRELATION: config.cholesky_learning_rate}
+    rate = config.correlation_learning_rate if isinstance(config, VIConfig) else None
+    rates = {ParameterRole.CORRELATION: rate}
     return learning_rate_groups(modules, config.learning_rate, rates)
 
 
@@ -156,33 +158,35 @@ def _describe_non_finite(
     )
 
 
+# Parameters: the keyword options are independent: ES's validation rows, per-model values,
+# a step callback, and what a progress bar and an error message call the models.
 def fit(
-    config: TrainConfig,
-    model: MLP,
-    likelihood: GaussianLikelihood,
-    x: torch.Tensor,
-    y: torch.Tensor,
+    config: AdamConfig,
+    problem: Problem,
     noise: ModelGenerators,
+    *,
+    values: ModelValues | None = None,
     validation: Validation | None = None,
+    callback: StepCallback | None = None,
     labels: list[str] | None = None,
     progress: bool = False,
     description: str = "train",
-    callback: StepCallback | None = None,
-    prior_std: torch.Tensor | None = None,
 ) -> FitInfo:
-    """Optimise every model of the stack for ``config.resolved_iterations`` full-batch steps.
+    """Optimise every model of the stack for ``config.iterations`` full-batch steps.
 
     With ``validation`` (ES), the held-out log-likelihood of the mean network is checked every
-    ``config.eval_every`` steps and each model keeps the weights of its best check.
+    ``config.eval_every`` steps and each model keeps the weights of its best check. ``values``
+    holds per-model settings (tuning candidates).
 
     Raises:
         NonFiniteLossError: at the first step whose loss is NaN or inf.
     """
+    model, likelihood, x, y = problem.model, problem.likelihood, problem.x, problem.y
     if y.shape != x.shape[:2]:
         raise ValueError(f"fit: targets {tuple(y.shape)} must be (M, N) = {tuple(x.shape[:2])} "
                          "for inputs (M, N, I)")  # fmt: skip
-    for label, values in (("inputs", x), ("targets", y)):
-        bad = ~torch.isfinite(values.reshape(*values.shape[:2], -1)).all(-1)
+    for label, tensor in (("inputs", x), ("targets", y)):
+        bad = ~torch.isfinite(tensor.reshape(*tensor.shape[:2], -1)).all(-1)
         if bool(bad.any()):
             model_index, row = (int(i) for i in bad.nonzero()[0])
             raise ValueError(f"fit: {label} hold NaN or inf in model {model_index}, row {row}")
@@ -191,15 +195,16 @@ def fit(
         parameter_groups(config, modules), lr=config.learning_rate, betas=config.betas, fused=True
     )
     make = compiled_objective if config.compile else make_objective
-    objective = make(config, model, likelihood, x, y, noise, prior_std)
-    iterations = config.resolved_iterations
+    objective = make(config, problem, noise, values or ModelValues())
+    iterations = config.iterations
     scale = 1.0 / x.shape[1]
     callbacks = [] if callback is None else [callback]
     best = _BestState(modules, validation) if validation is not None else None
     if best is not None:
+        eval_every = config.eval_every if isinstance(config, ESConfig) else 1
 
         def check(iteration: int, terms: dict[str, torch.Tensor]) -> None:
-            if iteration % config.eval_every == 0 or iteration == iterations:
+            if iteration % eval_every == 0 or iteration == iterations:
                 best.update(iteration, model, likelihood)
 
         callbacks.append(check)

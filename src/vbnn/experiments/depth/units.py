@@ -88,16 +88,11 @@ class UnitSettings:
         return activation.value
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as stored and hashed into the unit's key. A NUTS unit leaves ``sampler``
-        out: units stored before there was a choice of sampler were NUTS units, and this keeps
-        their keys (:func:`stored_record` fills the field back in when reading a record)."""
+        """The settings as stored and hashed into the unit's key."""
         out = dataclasses.asdict(self)
         out["activation"] = Activation(self.activation).value
         out["chains"] = self.chains.to_dict()
-        if self.sampler is Sampler.NUTS:
-            del out["sampler"]
-        else:
-            out["sampler"] = self.sampler.value
+        out["sampler"] = self.sampler.value
         return out
 
 
@@ -192,15 +187,9 @@ def store_unit(settings: UnitSettings, out: Path, outcome: UnitOutcome) -> dict[
 
 
 def stored_record(settings: UnitSettings, out: Path) -> dict[str, Any] | None:
-    """The record of a finished unit, or None. Records stored before units named their sampler
-    and size are NUTS units (see ``UnitSettings.to_dict``); both fields are filled in here."""
+    """The record of a finished unit, or None."""
     stored = unit_store.load(out / "units", settings.to_dict())
-    if stored is None:
-        return None
-    record = stored[1]
-    record.setdefault("points", settings.points)
-    record.setdefault("sampler", settings.sampler.value)
-    return record
+    return None if stored is None else stored[1]
 
 
 def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vbnn.core.contracts import RunResult
+from vbnn.core.runs import RunResult
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.overpruning import figures as overpruning_figures
 from vbnn.experiments.overpruning.extension import (
@@ -208,7 +208,7 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
             missing = database.missing_splits(dataset.name, splits, config, extras[-1])
             for chunk in split_units(dataset, config, missing, None):
                 per_split = {k: values[k] for k in chunk} if args.tune != "none" else None
-                key = f"{dataset.name} {config.method.value} splits {chunk}"
+                key = f"{dataset.name} {config.method} splits {chunk}"
                 extra_of[key] = extras[-1]
                 units.append(Unit(key, train_unit, (dataset, chunk, config, per_split),
                                   args.cpus_per_unit))  # fmt: skip
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> None:
         print("quick mode: " + "; ".join(plan.cuts), file=sys.stderr)
     results = run_table(args, plan, out)
     chosen = [
-        f"{r.dataset} {r.config.method.value}: {r.notes[0]} (tuning: {args.tune}, split 0 shown)"
+        f"{r.dataset} {r.config.method}: {r.notes[0]} (tuning: {args.tune}, split 0 shown)"
         for r in results
     ]
     notes = [

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from vbnn.core.contracts import Method, TrainConfig
+from vbnn.core.runs import VIConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
 from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
@@ -66,7 +66,7 @@ def figure2_5(
     out = Path(out)
     iterations, splits, note = _setting(quick, iterations, splits, range(20))
     dataset = load_uci("boston", data_dir)
-    config = TrainConfig(method=Method.MF, iterations=iterations)
+    config = VIConfig(family="mf", iterations=iterations)
     trained = train_stack(config, stack_splits(dataset, splits), progress)
     metrics = {str(r.split): r.test_log_likelihood for r in trained.results}
     folder = save_model(out / "model-mf-boston", trained.model, trained.likelihood, config,
@@ -160,7 +160,7 @@ def figure4(
     iterations, splits, note = _setting(quick, iterations, splits, range(3))
     every = every or (100 if quick else 50)
     data = stack_splits(load_uci("boston", data_dir), splits)
-    config = TrainConfig(method=Method.MF, iterations=iterations)
+    config = VIConfig(family="mf", iterations=iterations)
     loggers: list[TrajectoryLogger] = []
 
     def make_logger(model, likelihood):

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 
 import torch
 
-from vbnn.core.contracts import ForwardMode, Method, TrainConfig
+from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import VIConfig
 from vbnn.diagnostics.pruning import count_pruned, diagnose_units
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import fit
+from vbnn.training.full_batch import Problem, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 
 SIZES = (5, 25, 100)
@@ -105,16 +106,16 @@ def fit_prior_network(
     generator = torch.Generator().manual_seed(seed)
     x_all, y_all = simulate(network, max(sizes), noise_std, generator)
     hidden = network.weight.shape[1]
-    config = TrainConfig(method=Method.MF, hidden=(hidden,), iterations=iterations,
-                         prior_std=prior_std, init_std=initial_std, noise_std=noise_std,
-                         seed=seed, dtype="float64")  # fmt: skip
+    config = VIConfig(family="mf", hidden=(hidden,), iterations=iterations,
+                      prior_std=prior_std, posterior_std=initial_std, noise_std=noise_std,
+                      seed=seed, dtype="float64")  # fmt: skip
     fits = []
     for rows in sizes:
         x, y = x_all[:rows], y_all[:rows]
         model, likelihood = build_stack(config, 1, [rows])
         initialise_at_truth(model, network)
-        fit(config, model, likelihood, x.unsqueeze(0), y.unsqueeze(0),
-            ModelGenerators.for_keys(seed, [rows], "train"))  # fmt: skip
+        problem = Problem(model, likelihood, x.unsqueeze(0), y.unsqueeze(0))
+        fit(config, problem, ModelGenerators.for_keys(seed, [rows], "train"))
         pruned = int(count_pruned(diagnose_units(model, x.unsqueeze(0), prior_std))[0])
         fits.append(SimulationFit(rows, x, y, model, likelihood, pruned))
     return fits

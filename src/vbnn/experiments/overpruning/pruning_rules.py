@@ -27,8 +27,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from vbnn.core.contracts import Method, TrainConfig
 from vbnn.core.randomness import ModelGenerators
+from vbnn.core.runs import VIConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
 from vbnn.diagnostics.pruning import KL_THRESHOLD, UnitDiagnostics, diagnose_units, pruned_units
@@ -79,7 +79,7 @@ def rule_counts(diagnostics: UnitDiagnostics, splits: Sequence[int]) -> pd.DataF
 
 def default_priors() -> dict[str, float]:
     """N(0, 1) (Figures 2 and 5) and boston MF's tuned prior std from the Table 1 run."""
-    tuned = preset("boston", Method.MF)[0]["prior_std"]
+    tuned = preset("boston", "mf")[0]["prior_std"]
     return {"N(0, 1)": 1.0, f"tuned N(0, {tuned:.4g}^2)": tuned}
 
 
@@ -102,7 +102,7 @@ def count_rules(
     dataset = load_uci("boston", data_dir)
     frames, fits = [], []
     for label, prior_std in priors.items():
-        config = TrainConfig(method=Method.MF, iterations=iterations, prior_std=prior_std,
+        config = VIConfig(family="mf", iterations=iterations, prior_std=prior_std,
                              seed=seed)  # fmt: skip
         trained = train_stack(config, stack_splits(dataset, list(splits)), progress)
         generators = ModelGenerators.for_keys(seed, list(splits), "eval")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vbnn.core.contracts import RunResult
+from vbnn.core.runs import RunResult
 from vbnn.data.paths import published_path
 from vbnn.plots import pyplot, save_figure
 from vbnn.regression.report import mean_and_standard_error
@@ -62,7 +62,7 @@ def summary_from_results(results: Iterable[RunResult]) -> pd.DataFrame:
     for result in results:
         values = [s.test_log_likelihood for s in result.splits]
         mean, sem = mean_and_standard_error(values)
-        method = getattr(result.config.method, "value", result.config.method)
+        method = result.config.method
         rows.append({"dataset": result.dataset, "method": str(method).upper(), "mean": mean,
                      "sem": sem, "splits": len(values)})  # fmt: skip
     return pd.DataFrame(rows)

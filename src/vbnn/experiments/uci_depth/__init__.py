@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vbnn.core.contracts import RunResult
+from vbnn.core.runs import RunResult
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.uci_depth.report import pruned_counts_metric, write_report
 from vbnn.regression.tuning import TuningConfig, tune
@@ -191,7 +191,7 @@ def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
             metric = pruned_counts_metric(config, values)
             for chunk in split_units(dataset, config, database.missing_splits(
                     dataset.name, splits, config, extra), None):  # fmt: skip
-                key = f"{dataset.name} {config.method.value} depth {len(config.hidden)} {chunk}"
+                key = f"{dataset.name} {config.method} depth {len(config.hidden)} {chunk}"
                 extra_of[key] = extra
                 arguments = (dataset, chunk, config, {k: chosen for k in chunk}, metric)
                 units.append(Unit(key, train_unit, arguments, args.cpus_per_unit))
@@ -207,7 +207,7 @@ def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
             stored = database.read_results(dataset.name, config, splits, extra)
             result = RunResult(dataset=dataset.name, config=config, splits=tuple(stored))
             metrics = database.read_metrics(dataset.name, config, splits, extra)
-            outputs.append({"dataset": dataset.name, "method": config.method.value,
+            outputs.append({"dataset": dataset.name, "method": config.method,
                             "depth": len(config.hidden), "values": chosen, "result": result,
                             "metrics": metrics})  # fmt: skip
     return outputs

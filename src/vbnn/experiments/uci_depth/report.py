@@ -20,14 +20,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from vbnn.core.contracts import Method, TrainConfig
+from vbnn.core.runs import TrainConfig, VIConfig
 from vbnn.diagnostics.layer_pruning import count_pruned_per_layer
 from vbnn.plots import pyplot, save_figure
 from vbnn.regression.engine import TrainedStack
 from vbnn.regression.report import mean_and_standard_error
 from vbnn.stores.markdown import markdown_table
 
-PRUNABLE = (Method.MF, Method.GD, Method.FC)  # methods with a posterior std (ES: a point)
 COMPARED = ("fc", "gd")  # MF's gap is measured to these
 
 
@@ -37,11 +36,11 @@ def pruned_counts_metric(
     """A ``stack_metrics`` hook: the pruned units of every hidden layer, per split.
 
     The KL refers to each split's prior std (its tuned value, else ``config.prior_std``).
-    ES has no posterior spread; it gets no count.
+    Point weights (ES) have no posterior spread; they get no count.
     """
 
     def metric(stack: TrainedStack) -> dict[int, dict[str, Any]]:
-        if config.method not in PRUNABLE:
+        if not isinstance(config, VIConfig):  # point weights have no posterior spread
             return {}
         keys = list(stack.data.split_ids)
         prior = torch.tensor([values.get(k, {}).get("prior_std", config.prior_std) for k in keys])

@@ -1,0 +1,58 @@
+"""Methods by name: ``es``, ``map``, ``sgld``, or a family of ``vbnn.layers.FAMILIES``, which VI
+fits (the overpruning paper's ``mf``, ``gd``, ``fc`` are three of them)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from vbnn.core.runs import CONFIGS, Algorithm, TrainConfig, VIConfig
+from vbnn.layers.registry import FAMILIES
+
+POINT_ALGORITHMS = tuple(a.value for a in Algorithm if a is not Algorithm.VI)
+
+
+def method_names() -> list[str]:
+    """Every method name: the point-weight algorithms, then the families VI fits."""
+    return [*POINT_ALGORITHMS, *FAMILIES]
+
+
+def check_method(method: str) -> str:
+    """``method`` if it names a method; a ValueError that lists the choices otherwise."""
+    if method not in method_names():
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(method_names())}")
+    return method
+
+
+def config_class(method: str) -> type[TrainConfig]:
+    """The config class of a method name: a point-weight algorithm (``es``, ``map``, ``sgld``) or a
+    family name, which spells VI with that family (``mf``, ``gd``, ``fc``, ...)."""
+    return CONFIGS[Algorithm(method)] if method in POINT_ALGORITHMS else VIConfig
+
+
+def method_config(method: str, **values: Any) -> TrainConfig:
+    """The config of ``method`` (``es``, ``map``, ``sgld``, or a family name for VI) with
+    ``values``; a value the method does not take is an error that names it."""
+    cls = config_class(check_method(str(method)))
+    if cls is VIConfig:
+        values = {"family": str(method), **values}
+    accepted = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - accepted)
+    if unknown:
+        raise ValueError(
+            f"method {method!r} ({cls.__name__}) takes no {', '.join(unknown)}; it takes "
+            f"{', '.join(sorted(accepted))}"
+        )
+    return cls(**values)
+
+
+def method_fields(method: str) -> set[str]:
+    """The settings ``method``'s config takes (``family`` included for VI)."""
+    return {f.name for f in dataclasses.fields(config_class(str(method)))}
+
+
+def taken_by(method: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` that ``method``'s config takes (settings given for several
+    methods at once: a command line, a grid)."""
+    accepted = method_fields(method)
+    return {name: value for name, value in values.items() if name in accepted}
