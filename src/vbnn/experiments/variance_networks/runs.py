@@ -164,8 +164,9 @@ def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress:
         eval_every=budget.eval_every,
     )  # fmt: skip
     checkpoint = checkpoint_path(out, name, budget, seed, device)
-    seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name,
-                               checkpoint)  # fmt: skip
+    seconds = train_classifier(model, prior, train_x, train_y, settings, callback=tracker,
+                               progress=progress, description=name,
+                               checkpoint=checkpoint)  # fmt: skip
     model.eval()
     record = {
         "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, spec.predictions),
