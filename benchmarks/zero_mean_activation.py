@@ -36,7 +36,7 @@ def main() -> None:
         model = LeNet5(LeNetConfig(families, activation), ModelGenerators.for_keys(0, [0], "init"))
         began = time.perf_counter()
         settings = ClassifierConfig(epochs=args.epochs, seed=0)
-        train_classifier(model, LogUniformPrior(), train_x, train_y, settings, None, False, "")
+        train_classifier(model, LogUniformPrior(), train_x, train_y, settings, progress=False)
         model.eval()
         scores = accuracies(model, test_x[:1000], test_y[:1000], 10, 0, PREDICTIONS)
         print(activation, {k: round(v, 1) for k, v in scores.items()},

@@ -18,6 +18,7 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments.adversarial.attack import (
     AttackConfig,
+    Prediction,
     entropy,
     fast_gradient_sign_step,
     predictive,
@@ -41,7 +42,8 @@ def test_step_matches_the_closed_form_gradient_of_a_linear_softmax():
     x = torch.rand(7, 5, dtype=torch.float64) * 0.8 + 0.1
     targets = torch.tensor([0, 1, 2, 0, 1, 2, 0])
     step = 0.05
-    out = fast_gradient_sign_step(linear, x, targets, step, ForwardMode.MEAN, 1, None)
+    means = Prediction(ForwardMode.MEAN)
+    out = fast_gradient_sign_step(linear, x, targets, step=step, prediction=means, noise=None)
     with torch.no_grad():
         p = torch.softmax(linear(x), -1)
         gradient = -(linear.weight[targets] - p @ linear.weight)
@@ -56,15 +58,17 @@ def test_step_matches_the_closed_form_gradient_of_a_linear_softmax():
 def test_clipping_keeps_pixels_in_the_unit_interval():
     linear = nn.Linear(4, 2)
     x = torch.tensor([[0.0, 1.0, 0.5, 0.999]])
-    out = fast_gradient_sign_step(linear, x, torch.tensor([1]), 0.5, ForwardMode.MEAN, 1, None)
+    out = fast_gradient_sign_step(linear, x, torch.tensor([1]), step=0.5,
+                                  prediction=Prediction(ForwardMode.MEAN), noise=None)  # fmt: skip
     assert float(out.min()) >= 0.0 and float(out.max()) <= 1.0
 
 
 def test_deep_ensemble_predictive_is_the_mean_of_its_members():
     stack = build(Training.DETERMINISTIC, 3, seed=1).eval()
     x = torch.rand(6, 1, 28, 28)
-    together = predictive(stack, x, ForwardMode.MEAN, 1, None)
-    alone = [predictive(member(stack, k), x, ForwardMode.MEAN, 1, None) for k in range(3)]
+    means = Prediction(ForwardMode.MEAN)
+    together = predictive(stack, x, means, None)
+    alone = [predictive(member(stack, k), x, means, None) for k in range(3)]
     torch.testing.assert_close(together, sum(alone) / 3)
     logits = stack(x.expand(3, *x.shape), ForwardMode.MEAN)
     torch.testing.assert_close(member(stack, 2)(x[None], ForwardMode.MEAN)[0], logits[2])
@@ -74,9 +78,9 @@ def test_stochastic_predictive_averages_k_draws_of_weights():
     model = build(Training.VARIANCE, 1, seed=0).eval()
     x = torch.rand(4, 1, 28, 28)
     draws = ModelGenerators([5])
-    k_draws = predictive(model, x, ForwardMode.WEIGHTS, 3, draws)
+    k_draws = predictive(model, x, Prediction(ForwardMode.WEIGHTS, 3), draws)
     again = ModelGenerators([5])
-    one_by_one = [predictive(model, x, ForwardMode.WEIGHTS, 1, again) for _ in range(3)]
+    one_by_one = [predictive(model, x, Prediction(ForwardMode.WEIGHTS), again) for _ in range(3)]
     torch.testing.assert_close(k_draws, sum(one_by_one) / 3)
     assert not torch.allclose(one_by_one[0], one_by_one[1])  # the draws differ
 
@@ -94,7 +98,7 @@ def test_attack_trace_starts_at_the_clean_images_and_succeeds_on_a_linear_model(
     x = torch.rand(50, 8)
     targets = random_targets(linear(x).argmax(-1), 4, seed=0)
     trace = targeted_attack(linear, x, targets, AttackConfig(step=0.1, iterations=20),
-                            ForwardMode.MEAN, 1)  # fmt: skip
+                            Prediction(ForwardMode.MEAN))  # fmt: skip
     assert trace.success_rate.shape == (21,) and trace.success_rate[0] == 0.0
     assert trace.success_rate[-1] > 0.5
 

@@ -136,8 +136,8 @@ def _lenet_run(checkpoint: Path | None, stop_after: int | None = None) -> dict:
             raise KeyboardInterrupt  # after epoch stop_after - 1's checkpoint, before its own
 
     with pytest.raises(KeyboardInterrupt) if stop_after else nullcontext():
-        train_classifier(model, LogUniformPrior(), images, labels, settings, interrupt, False,
-                         "", checkpoint)  # fmt: skip
+        train_classifier(model, LogUniformPrior(), images, labels, settings, callback=interrupt,
+                         progress=False, checkpoint=checkpoint)  # fmt: skip
     return model.state_dict()
 
 

@@ -134,7 +134,9 @@ def test_phase_transition_tracking_and_plot_work_for_a_converted_model(tmp_path)
     images, labels = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
     tracker = PhaseTransitionTracker(images[:16], labels[:16], samples=2)
     config = ClassifierConfig(epochs=2, batch_size=32)
-    train_classifier(model, vbnn.LogUniformPrior(), images, labels, config, tracker, False)
+    train_classifier(
+        model, vbnn.LogUniformPrior(), images, labels, config, callback=tracker, progress=False
+    )
     frame = tracker.frame()
     assert list(frame["epoch"]) == [1, 2]
     expected = float(model[3].mean_log_alpha().flatten()[0])

@@ -30,6 +30,7 @@ from vbnn.core.contracts import Activation
 from vbnn.core.runs import SplitResult
 from vbnn.experiments.variance_networks.budget import Budget
 from vbnn.experiments.variance_networks.runs import (
+    NetworkRun,
     checkpoint_path,
     compute_run,
     run_key,
@@ -211,13 +212,13 @@ def _vn_data() -> tuple[torch.Tensor, ...]:
     return images[:1000], labels[:1000], images[1000:], labels[1000:]
 
 
-def _compute_run_killed_once(name: str, data: tuple, out: Path, marks: Path):
+def _compute_run_killed_once(run: NetworkRun, data: tuple, out: Path, marks: Path):
     """compute_run on a worker; on the first attempt the worker kills itself (SIGKILL) as soon
     as epoch 1's checkpoint exists, keeping a copy of that checkpoint."""
     with (marks / "attempts").open("a") as attempts:
         attempts.write(f"{os.getpid()}\n")
     if len((marks / "attempts").read_text().split()) == 1:
-        checkpoint = checkpoint_path(out, name, VN_BUDGET, 0)
+        checkpoint = checkpoint_path(out, run)
 
         def kill_after_epoch_1() -> None:
             while not checkpoint.exists():
@@ -226,29 +227,30 @@ def _compute_run_killed_once(name: str, data: tuple, out: Path, marks: Path):
             os.kill(os.getpid(), signal.SIGKILL)
 
         threading.Thread(target=kill_after_epoch_1, daemon=True).start()
-    return compute_run(name, VN_BUDGET, data, 0, out)
+    return compute_run(run, data, out)
 
 
 def test_variance_network_on_ray_resumes_from_its_checkpoint_after_a_kill(
     cluster: str, tmp_path: Path
 ) -> None:
-    name = "table1-layer"  # tracked, with the kappa counter: both travel in the checkpoint
+    # table1-layer is tracked, with the kappa counter: both travel in the checkpoint
+    run = NetworkRun("table1-layer", VN_BUDGET, 0)
     data = _vn_data()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as on a Ray worker (one CPU a unit)
     try:
-        local_arrays, local_record = compute_run(name, VN_BUDGET, data, 0, tmp_path / "local")
+        local_arrays, local_record = compute_run(run, data, tmp_path / "local")
     finally:
         torch.set_num_threads(threads)
     out, marks = tmp_path / "ray", tmp_path / "marks"
     marks.mkdir()
-    unit = Unit(name, _compute_run_killed_once, (name, data, out, marks))
+    unit = Unit(run.name, _compute_run_killed_once, (run, data, out, marks))
     run_sweep(ExecutorSettings(kind=ExecutorKind.RAY), [unit],
-              lambda unit, outcome: store_run(name, VN_BUDGET, 0, out, outcome),
+              lambda unit, outcome: store_run(run, out, outcome),
               progress=False)  # fmt: skip
     assert len(set((marks / "attempts").read_text().split())) == 2  # killed, then retried
-    stored = unit_store.load(out / "runs", run_key(name, VN_BUDGET, 0))
-    assert stored is not None and not checkpoint_path(out, name, VN_BUDGET, 0).exists()
+    stored = unit_store.load(out / "runs", run_key(run))
+    assert stored is not None and not checkpoint_path(out, run).exists()
     arrays, record = stored
     # the retry continued after epoch 1: that epoch's time is the killed attempt's, not re-timed
     first = torch.load(marks / "epoch1.pt", weights_only=True)

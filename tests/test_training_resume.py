@@ -62,7 +62,8 @@ def pause(module, inputs):
             time.sleep(600)
 
 model.register_forward_pre_hook(pause)
-train_classifier(model, LogUniformPrior(), images, labels, settings, tracker, False, "", checkpoint)
+train_classifier(model, LogUniformPrior(), images, labels, settings, callback=tracker,
+                 progress=False, checkpoint=checkpoint)
 torch.save({"state": model.state_dict(), "rows": tracker.rows, "calls": calls}, result)
 """
 

@@ -14,7 +14,12 @@ import torch
 from vbnn.cli import main
 from vbnn.experiments.variance_networks import checked_device
 from vbnn.experiments.variance_networks.budget import BUDGETS
-from vbnn.experiments.variance_networks.runs import network_specs, protocol_config, run_key
+from vbnn.experiments.variance_networks.runs import (
+    NetworkRun,
+    network_specs,
+    protocol_config,
+    run_key,
+)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 EXPECTED = [
@@ -131,4 +136,6 @@ def test_batchnorm_ablation_differs_from_the_authors_protocol_only_in_batchnorm(
     with_norm, without_norm = protocol_config(spec, authors), protocol_config(spec, ablation)
     assert with_norm.batch_norm and not without_norm.batch_norm
     assert replace(without_norm, batch_norm=True) == with_norm
-    assert run_key("table1-layer", authors, 0) != run_key("table1-layer", ablation, 0)
+    assert run_key(NetworkRun("table1-layer", authors, 0)) != run_key(
+        NetworkRun("table1-layer", ablation, 0)
+    )

@@ -54,12 +54,14 @@ def save_figure(figure: Figure, path: str | Path, dpi: int = 120, close: bool = 
     return path
 
 
+# Parameters: a public plot; the curve, the optional data, then independent keyword-only options
 def plot_predictive_band(
     x: ArrayLike,
     mean: ArrayLike,
     std: ArrayLike,
     x_train: ArrayLike | None = None,
     y_train: ArrayLike | None = None,
+    *,
     path: str | Path | None = None,
     level: float = 2.0,
 ) -> Figure:

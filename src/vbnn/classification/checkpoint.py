@@ -19,6 +19,7 @@ the file) when they differ from the run asking for it.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,42 +39,44 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def save_checkpoint(
-    path: Path,
-    settings: dict[str, Any],
-    epoch: int,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    generators: ModelGenerators,
-    shuffle: torch.Generator,
-    seconds: list[float],
-    callback: object = None,
-) -> Path:
-    """Write the state after ``epoch`` (module docstring) to ``path`` atomically."""
+@dataclass(frozen=True)
+class ResumableRun:
+    """What a checkpoint of one run records and restores (module docstring).
+
+    Attributes:
+        settings: the run's settings; a file written under other settings is refused.
+        model, optimizer: their ``state_dict`` travels.
+        generators: the per-model training-noise streams.
+        shuffle: the data-order generator.
+        callback: the epoch callback; its state travels when it is ``Stateful``.
+    """
+
+    settings: dict[str, Any]
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    generators: ModelGenerators
+    shuffle: torch.Generator
+    callback: object = None
+
+
+def save_checkpoint(path: Path, run: ResumableRun, *, epoch: int, seconds: list[float]) -> Path:
+    """Write the state of ``run`` after ``epoch`` (module docstring) to ``path`` atomically."""
     state = {
-        "settings": json.dumps(settings, sort_keys=True, default=str),
+        "settings": json.dumps(run.settings, sort_keys=True, default=str),
         "epoch": epoch,
         "seconds": list(seconds),
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "generators": [g.get_state() for g in generators.generators],
-        "shuffle": shuffle.get_state(),
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "generators": [g.get_state() for g in run.generators.generators],
+        "shuffle": run.shuffle.get_state(),
         "torch_rng": torch.get_rng_state(),
-        "callback": callback.state_dict() if isinstance(callback, Stateful) else None,
+        "callback": run.callback.state_dict() if isinstance(run.callback, Stateful) else None,
     }
     return write_atomic(path, lambda file: torch.save(state, file))
 
 
-def load_checkpoint(
-    path: Path,
-    settings: dict[str, Any],
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    generators: ModelGenerators,
-    shuffle: torch.Generator,
-    callback: object = None,
-) -> tuple[int, list[float]] | None:
-    """Restore the state stored at ``path`` into the given objects; returns (epoch, seconds of
+def load_checkpoint(path: Path, run: ResumableRun) -> tuple[int, list[float]] | None:
+    """Restore the state stored at ``path`` into the objects of ``run``; returns (epoch, seconds of
     each epoch so far), or None when there is no checkpoint.
 
     Raises:
@@ -84,22 +87,22 @@ def load_checkpoint(
     if not path.is_file():
         return None
     state = torch.load(path, map_location="cpu", weights_only=True)
-    if state["settings"] != json.dumps(settings, sort_keys=True, default=str):
+    if state["settings"] != json.dumps(run.settings, sort_keys=True, default=str):
         raise ValueError(
             f"checkpoint {path}: written by a run with other settings ({state['settings']}); "
             "delete it or run with the settings it was made with"
         )
-    if len(state["generators"]) != len(generators):
+    if len(state["generators"]) != len(run.generators):
         raise ValueError(
             f"checkpoint {path}: holds {len(state['generators'])} noise streams, the run has "
-            f"{len(generators)}"
+            f"{len(run.generators)}"
         )
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    for generator, stream in zip(generators.generators, state["generators"], strict=True):
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    for generator, stream in zip(run.generators.generators, state["generators"], strict=True):
         generator.set_state(stream)
-    shuffle.set_state(state["shuffle"])
+    run.shuffle.set_state(state["shuffle"])
     torch.set_rng_state(state["torch_rng"])
-    if isinstance(callback, Stateful) and state["callback"] is not None:
-        callback.load_state_dict(state["callback"])
+    if isinstance(run.callback, Stateful) and state["callback"] is not None:
+        run.callback.load_state_dict(state["callback"])
     return int(state["epoch"]), [float(s) for s in state["seconds"]]

@@ -56,9 +56,11 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         progress: show a progress bar per epoch.
     """
 
+    # Parameters: scikit-learn wants one argument per hyper-parameter (get_params, clone, searches)
     def __init__(
         self,
         family: str = "mf",
+        *,
         hidden: tuple[int, ...] = (50,),
         activation: str = "tanh",
         epochs: int = 100,

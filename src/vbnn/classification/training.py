@@ -23,7 +23,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vbnn.classification.checkpoint import Stateful, load_checkpoint, save_checkpoint
+from vbnn.classification.checkpoint import (
+    ResumableRun,
+    Stateful,
+    load_checkpoint,
+    save_checkpoint,
+)
 from vbnn.classification.inference import PREDICTIONS, accuracy, as_input, predict
 from vbnn.core.contracts import ForwardMode, ParameterRole
 from vbnn.core.randomness import ModelGenerators
@@ -102,12 +107,14 @@ class ClassifierConfig:
         return epoch % self.eval_every == 0 or epoch == self.epochs
 
 
+# Parameters: what trains (model, prior, data, config), then independent keyword-only options
 def train_classifier(
     model: nn.Module,
     prior: object,
     images: torch.Tensor,
     labels: torch.Tensor,
     config: ClassifierConfig,
+    *,
     callback: EpochCallback | None = None,
     progress: bool = True,
     description: str = "train",
@@ -140,11 +147,10 @@ def train_classifier(
     count = len(labels)
     steps = -(-count // config.batch_size)
     settings = {"config": asdict(config), "examples": count, "models": models or 1}
+    run = ResumableRun(settings, model, optimizer, generators, shuffle, callback)
     done, seconds = 0, []
     if checkpoint is not None:
-        restored = load_checkpoint(
-            checkpoint, settings, model, optimizer, generators, shuffle, callback
-        )
+        restored = load_checkpoint(checkpoint, run)
         if restored is not None:
             done, seconds = restored
     order = torch.empty(0, dtype=torch.long)
@@ -184,8 +190,7 @@ def train_classifier(
             callback(epoch, model)
             model.train()
         if checkpoint is not None:
-            save_checkpoint(checkpoint, settings, epoch, model, optimizer, generators, shuffle,
-                            seconds, callback)  # fmt: skip
+            save_checkpoint(checkpoint, run, epoch=epoch, seconds=seconds)
     return seconds
 
 

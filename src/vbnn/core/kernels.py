@@ -25,6 +25,7 @@ class _LocalReparameterizationSample(torch.autograd.Function):
     """
 
     @staticmethod
+    # Parameters: autograd passes apply's inputs one by one and returns one gradient for each
     def forward(
         ctx: Any,
         x: torch.Tensor,

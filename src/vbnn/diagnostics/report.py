@@ -340,6 +340,7 @@ def _kept(gain_mean: float, gain_ensemble: float) -> float:
 
 
 @torch.no_grad()
+# Parameters: the public entry point; each option is an independent choice, keyword-only
 def diagnose(
     model: nn.Module,
     x: torch.Tensor,

@@ -46,12 +46,14 @@ class TrajectoryLogger:
     changes the training trajectory.
     """
 
+    # Parameters: what is logged (every, model, likelihood, data), then independent options
     def __init__(
         self,
         every: int,
         model: MLP,
         likelihood: GaussianLikelihood,
         data: StackedSplits,
+        *,
         samples: int = 20,
         seed: int = 0,
         stochastic: bool = True,

@@ -63,6 +63,7 @@ class MeanField(VariationalLayer):
 
     family_name = "mf"
 
+    # Parameters: the layer's shape, then the family's hyper-parameters, each an independent option
     def __init__(
         self,
         in_features: int,

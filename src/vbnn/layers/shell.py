@@ -100,6 +100,7 @@ class VariationalLayer(nn.Module):
     roles: Mapping[str, ParameterRole] = MappingProxyType({})
     family_name = ""
 
+    # Parameters: the layer's shape and the convolution options every family shares, keyword-only
     def __init__(
         self,
         in_features: int,

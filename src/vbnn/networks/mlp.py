@@ -63,6 +63,7 @@ class MLP(nn.Module):
 
     takes_mode = True  # forward(x, mode, noise), like the family layers
 
+    # Parameters: the family, sizes and activation, then independent options of every layer
     def __init__(
         self,
         family: str | FamilySpec | type[VariationalLayer],

@@ -74,6 +74,24 @@ class VGGLike(nn.Module):
     ) -> None:
         super().__init__()
         self.config = config = VGGConfig() if config is None else config
+
+        def layer(name: str | None, in_features: int, out_features: int, rate: float,
+                  kernel_size: int | None = None) -> nn.Module:  # fmt: skip
+            """A layer of family ``name`` (None or "point": deterministic, with binary dropout
+            ``rate`` on its input when > 0), a convolution with padding 1 when ``kernel_size``;
+            the network's ``generator`` and ``dtype``."""
+            shape = {"kernel_size": kernel_size, "padding": 1} if kernel_size else {}
+            if (name is None or name == "point") and rate > 0:
+                return BinaryDropout(
+                    in_features, out_features, generator, dtype=dtype, rate=rate, **shape
+                )
+            if name is None or name == "point":
+                return Point(in_features, out_features, generator, dtype=dtype, **shape)
+            bias = kernel_size is None  # BatchNorm follows every convolution: no conv bias
+            return family(name).build(
+                in_features, out_features, generator, dtype=dtype, bias=bias, **shape
+            )
+
         self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
         channels, index = 3, 0
         for item in LAYOUT:
@@ -83,33 +101,17 @@ class VGGLike(nn.Module):
             out = max(1, round(int(item) * config.width))
             name = config.family if index in STOCHASTIC_CONVS else None
             rate = INPUT_DROPOUT.get(index, 0.0) if config.dropout else 0.0
-            self.convs.append(self._layer(name, channels, out, rate, generator, dtype, 3))
+            self.convs.append(layer(name, channels, out, rate, kernel_size=3))
             self.norms.append(nn.BatchNorm2d(out, dtype=dtype))
             channels = out
         side = config.image_size // 32
         hidden = max(1, round(512 * config.width))
         dense_rate = DENSE_DROPOUT if config.dropout else 0.0
         stochastic_dense = config.family != "point"
-        self.dense1 = self._layer(
-            config.family, channels * side * side, hidden,
-            0.0 if stochastic_dense else dense_rate, generator, dtype, None,
-        )  # fmt: skip
+        self.dense1 = layer(config.family, channels * side * side, hidden,
+                            0.0 if stochastic_dense else dense_rate)  # fmt: skip
         self.dense_norm = nn.BatchNorm1d(hidden, dtype=dtype)
-        self.dense2 = self._layer(None, hidden, config.classes, dense_rate, generator, dtype, None)
-
-    @staticmethod
-    def _layer(name, in_features, out_features, rate, generator, dtype, kernel_size):
-        shape = {"kernel_size": kernel_size, "padding": 1} if kernel_size else {}
-        if (name is None or name == "point") and rate > 0:
-            return BinaryDropout(
-                in_features, out_features, generator, dtype=dtype, rate=rate, **shape
-            )
-        if name is None or name == "point":
-            return Point(in_features, out_features, generator, dtype=dtype, **shape)
-        bias = kernel_size is None  # BatchNorm follows every convolution: no conv bias
-        return family(name).build(
-            in_features, out_features, generator, dtype=dtype, bias=bias, **shape
-        )
+        self.dense2 = layer(None, hidden, config.classes, dense_rate)
 
     def forward(
         self,

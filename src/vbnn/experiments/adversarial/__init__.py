@@ -27,6 +27,7 @@ import torch
 from vbnn.data.mnist import load_images
 from vbnn.experiments.adversarial.attack import AttackConfig, random_targets, targeted_attack
 from vbnn.experiments.adversarial.models import (
+    StackRun,
     Training,
     TrainingBudget,
     as_predictor_model,
@@ -113,7 +114,7 @@ def attack_dataset(
     stacks, info = {}, {}
     for training in Training:
         stacks[training], info[training.value] = train_stack(
-            training, data, budget.training, dataset, args.seed, out / "runs",
+            StackRun(training, dataset, args.seed), data, budget.training, out / "runs",
             progress=not args.no_progress,
         )  # fmt: skip
     images, labels = test_x[: budget.images], test_y[: budget.images]
@@ -122,7 +123,7 @@ def attack_dataset(
     for predictor, spec in predictor_specs(budget.samples).items():
         started = time.perf_counter()
         model = as_predictor_model(stacks, spec)
-        trace = targeted_attack(model, images, targets, budget.attack, spec.mode, spec.samples)
+        trace = targeted_attack(model, images, targets, budget.attack, spec.prediction)
         seconds = time.perf_counter() - started
         info[f"attack_seconds_{predictor.value}"] = seconds
         for iteration, (rate, value) in enumerate(

@@ -47,6 +47,15 @@ class AttackConfig:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """How a model reports pbar: its forward ``mode`` and the number of passes K (``samples``)
+    averaged."""
+
+    mode: ForwardMode
+    samples: int = 1
+
+
+@dataclass(frozen=True)
 class AttackTrace:
     """Per iteration s = 0 .. S: share of images classified as their target, mean entropy."""
 
@@ -55,21 +64,17 @@ class AttackTrace:
 
 
 def predictive(
-    model: nn.Module,
-    x: torch.Tensor,
-    mode: ForwardMode,
-    samples: int,
-    noise: ModelGenerators | None,
+    model: nn.Module, x: torch.Tensor, prediction: Prediction, noise: ModelGenerators | None
 ) -> torch.Tensor:
-    """pbar (N, C) of images ``x`` (N, ...), averaged over the stack and ``samples`` passes
-    (differentiable in ``x``)."""
+    """pbar (N, C) of images ``x`` (N, ...), averaged over the stack and the K passes of
+    ``prediction`` (differentiable in ``x``)."""
     inputs = as_input(model, x)
     total = 0.0
     # not ``vbnn.sample``: the attack differentiates this average in x, and sample runs no_grad
-    for _ in range(samples):
-        probabilities = torch.softmax(network_output(model, inputs, mode, noise), -1)
+    for _ in range(prediction.samples):
+        probabilities = torch.softmax(network_output(model, inputs, prediction.mode, noise), -1)
         total = total + (probabilities if stack_size(model) is None else probabilities.mean(0))
-    return total / samples
+    return total / prediction.samples
 
 
 def entropy(probabilities: torch.Tensor) -> torch.Tensor:
@@ -88,14 +93,14 @@ def fast_gradient_sign_step(
     model: nn.Module,
     x: torch.Tensor,
     targets: torch.Tensor,
+    *,
     step: float,
-    mode: ForwardMode,
-    samples: int,
+    prediction: Prediction,
     noise: ModelGenerators | None,
 ) -> torch.Tensor:
     """One targeted step: x - step * sign(grad_x -log pbar(target | x)), clipped to [0, 1]."""
     x = x.detach().requires_grad_(True)
-    probabilities = predictive(model, x, mode, samples, noise)
+    probabilities = predictive(model, x, prediction, noise)
     chosen = probabilities.gather(-1, targets[:, None]).clamp_min(torch.finfo(x.dtype).tiny)
     (gradient,) = torch.autograd.grad(-torch.log(chosen).sum(), x)
     return (x.detach() - step * gradient.sign()).clamp(0.0, 1.0)
@@ -106,8 +111,7 @@ def targeted_attack(
     images: torch.Tensor,
     targets: torch.Tensor,
     config: AttackConfig,
-    mode: ForwardMode,
-    samples: int,
+    prediction: Prediction,
 ) -> AttackTrace:
     """Run the attack on ``images`` (N, ...) towards ``targets`` (N,); see the module docstring.
 
@@ -121,9 +125,11 @@ def targeted_attack(
     x = images.detach().clone()
     for iteration in range(config.iterations + 1):
         with torch.no_grad():
-            judged = predictive(model, x, mode, samples, judge_noise)
+            judged = predictive(model, x, prediction, judge_noise)
         success.append(float((judged.argmax(-1) == targets).float().mean()))
         entropies.append(float(entropy(judged).mean()))
         if iteration < config.iterations:
-            x = fast_gradient_sign_step(model, x, targets, config.step, mode, samples, attack_noise)
+            x = fast_gradient_sign_step(
+                model, x, targets, step=config.step, prediction=prediction, noise=attack_noise
+            )
     return AttackTrace(np.asarray(success), np.asarray(entropies))

@@ -35,6 +35,7 @@ from vbnn.classification.inference import PREDICTIONS
 from vbnn.classification.training import ClassifierConfig, accuracies, train_classifier
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.experiments.adversarial.attack import Prediction
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
@@ -74,27 +75,24 @@ class Predictor(str, Enum):
 
 @dataclass(frozen=True)
 class PredictorSpec:
-    """Which training run, how many of its members, the forward mode and the samples K."""
+    """Which training run, how many of its members, and how it predicts (forward mode, K)."""
 
     training: Training
     members: int
-    mode: ForwardMode
-    samples: int
+    prediction: Prediction
 
 
 def predictor_specs(samples: int) -> dict[Predictor, PredictorSpec]:
     """Each predictor; ``samples`` is K of the stochastic ones (10 in Neklyudov et al. 2019)."""
-    weights = ForwardMode.WEIGHTS  # one weight (mask) draw per model, shared by the examples
+    means = Prediction(ForwardMode.MEAN)
+    # one weight (mask) draw per model and pass, shared by the examples
+    draws = Prediction(ForwardMode.WEIGHTS, samples)
     return {
-        Predictor.DETERMINISTIC: PredictorSpec(Training.DETERMINISTIC, 1, ForwardMode.MEAN, 1),
-        Predictor.DROPOUT: PredictorSpec(Training.DROPOUT, 1, weights, samples),
-        Predictor.DEEP_ENSEMBLE: PredictorSpec(
-            Training.DETERMINISTIC, ENSEMBLE_SIZE, ForwardMode.MEAN, 1
-        ),
-        Predictor.VARIANCE: PredictorSpec(Training.VARIANCE, 1, weights, samples),
-        Predictor.VARIANCE_ENSEMBLE: PredictorSpec(
-            Training.VARIANCE, ENSEMBLE_SIZE, weights, samples
-        ),
+        Predictor.DETERMINISTIC: PredictorSpec(Training.DETERMINISTIC, 1, means),
+        Predictor.DROPOUT: PredictorSpec(Training.DROPOUT, 1, draws),
+        Predictor.DEEP_ENSEMBLE: PredictorSpec(Training.DETERMINISTIC, ENSEMBLE_SIZE, means),
+        Predictor.VARIANCE: PredictorSpec(Training.VARIANCE, 1, draws),
+        Predictor.VARIANCE_ENSEMBLE: PredictorSpec(Training.VARIANCE, ENSEMBLE_SIZE, draws),
     }
 
 
@@ -107,6 +105,16 @@ class TrainingBudget:
     learning_rate: float = 1e-3
     log_alpha_learning_rate: float = 0.1
     batch_size: int = 100
+
+
+@dataclass(frozen=True)
+class StackRun:
+    """One training run on one data set with its seed: with the ``TrainingBudget``, what its
+    stored stack is keyed by."""
+
+    training: Training
+    dataset: str
+    seed: int
 
 
 def build(training: Training, members: int, seed: int) -> LeNet5:
@@ -124,19 +132,20 @@ def member(stack: LeNet5, index: int) -> LeNet5:
 
 
 def train_stack(
-    training: Training,
+    run: StackRun,
     data: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
     budget: TrainingBudget,
-    dataset: str,
-    seed: int,
     store: Path,
+    *,
     progress: bool = False,
 ) -> tuple[LeNet5, dict]:
-    """Train (or load from ``store``, ``stores.unit_store``) one run; returns (stack, info).
+    """Train (or load from ``store``, ``stores.unit_store``) one run on ``data`` (train images,
+    train labels, test images, test labels); returns (stack, info).
 
     ``info``: training seconds, test accuracy of member 0 in each inference mode (K = 10), the mean
     log alpha of dense1 of member 0 (variance run).
     """
+    training, dataset, seed = run.training, run.dataset, run.seed
     train_x, train_y, test_x, test_y = data
     members = MEMBERS[training]
     settings = {"dataset": dataset, "training": training.value, "members": members,

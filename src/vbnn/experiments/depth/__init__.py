@@ -207,7 +207,12 @@ def run(args: argparse.Namespace) -> None:
     table.to_csv(out / "depth_gap.csv", index=False)
     plot_depth_gap(table, out / "depth_gap.png", args.quick)
     fashion = None if args.no_fashion else run_fashion(out, args)
-    write_summary(out, args, note, shared, product, table, fashion)
+    results = {
+        "product_support": product,
+        "gap_table": table.to_dict(orient="records"),
+        "fashion": fashion,
+    }
+    write_summary(out, args, note, shared, results)
     shown = {
         "activation": "activation",
         "depth": "depth",

@@ -264,10 +264,10 @@ def write_summary(
     args: argparse.Namespace,
     note: str,
     shared: dict[str, Any],
-    product: list[dict[str, Any]],
-    table: pd.DataFrame,
-    fashion: dict[str, Any] | None,
+    results: dict[str, Any],
 ) -> None:
+    """``out/summary.json``: the run's note, arguments and shared settings, then the
+    ``results`` sections (product_support, gap_table, fashion) as given."""
     summary = {
         "quick": bool(args.quick),
         "note": note,
@@ -276,8 +276,6 @@ def write_summary(
             k: (v.to_dict() if hasattr(v, "to_dict") else getattr(v, "__dict__", v))
             for k, v in shared.items()
         },
-        "product_support": product,
-        "gap_table": table.to_dict(orient="records"),
-        "fashion": fashion,
+        **results,
     }
     write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str))

@@ -148,13 +148,13 @@ def _plan(args: argparse.Namespace) -> Plan:
 
 
 def tuned_values(
-    dataset, config, plan: Plan, protocol: str, splits: list[int], storage, seed: int
+    dataset, config, splits: list[int], *, protocol: str, tuning: TuningConfig, storage
 ) -> dict[int, dict[str, float]]:
-    """Each split's hyper-parameter values under the protocol (empty dicts for 'none')."""
+    """Each split's hyper-parameter values under the protocol (empty dicts for 'none'), from the
+    studies of ``tuning`` in ``storage``."""
 
     if protocol == "none":
         return {k: {} for k in splits}
-    tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=seed)
     if protocol == "once":
         values = tune(dataset, 0, config, tuning, storage)
         return {k: values for k in splits}
@@ -179,7 +179,8 @@ def print_status(args: argparse.Namespace, plan: Plan, out: Path) -> None:
     tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
 
     def provenance(storage, dataset, config, splits) -> dict:
-        values = tuned_values(dataset, config, plan, args.tune, splits, storage, args.seed)
+        values = tuned_values(dataset, config, splits, protocol=args.tune, tuning=tuning,
+                              storage=storage)  # fmt: skip
         return {"tune": args.tune, "trials": plan.trials, "values": values}
 
     heading = f" (tuning: {args.tune})"
@@ -203,7 +204,8 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
     with ResultsDatabase(database_path) as database:
         units, extras, extra_of = [], [], {}
         for dataset, config, splits in jobs:  # the studies are complete: values read back
-            values = tuned_values(dataset, config, plan, args.tune, splits, storage, args.seed)
+            values = tuned_values(dataset, config, splits, protocol=args.tune, tuning=tuning,
+                                  storage=storage)  # fmt: skip
             extras.append({"tune": args.tune, "trials": plan.trials, "values": values})
             missing = database.missing_splits(dataset.name, splits, config, extras[-1])
             for chunk in split_units(dataset, config, missing, None):
@@ -235,8 +237,8 @@ def run(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if args.pruning_rules:
         splits = parse_splits(args.splits) if args.splits else range(20)
-        count_rules(out, args.data_dir, args.iterations or 5000, list(splits), seed=args.seed,
-                    progress=not args.no_progress)  # fmt: skip
+        count_rules(out, args.data_dir, iterations=args.iterations or 5000, splits=list(splits),
+                    seed=args.seed, progress=not args.no_progress)  # fmt: skip
         print((out / "pruning_rules.md").read_text())
         return
     plan = _plan(args)
@@ -262,11 +264,11 @@ def run(args: argparse.Namespace) -> None:
         quick = bool(plan.cuts)
         figure_args = {"iterations": plan.figure_iterations, "splits": [0] if quick else None}
         written += overpruning_figures.figure2_5(
-            out, quick, args.data_dir, progress=not args.no_progress, **figure_args
+            out, quick=quick, data_dir=args.data_dir, progress=not args.no_progress, **figure_args
         )
         written += overpruning_figures.figure3(out, quick, plan.figure_iterations, args.seed)
         written += overpruning_figures.figure4(
-            out, quick, args.data_dir, progress=not args.no_progress, **figure_args
+            out, quick=quick, data_dir=args.data_dir, progress=not args.no_progress, **figure_args
         )
     seconds = time.perf_counter() - start
     info = {"seconds": round(seconds, 1), "plan": plan.__dict__, "tune": args.tune}

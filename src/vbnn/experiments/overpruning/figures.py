@@ -47,8 +47,10 @@ def _setting(
     return iterations, splits, note
 
 
+# Parameters: a figure's entry point; quick mode, data folder and the overrides are independent
 def figure2_5(
     out: str | Path,
+    *,
     quick: bool = False,
     data_dir: str | Path | None = None,
     iterations: int | None = None,
@@ -139,8 +141,10 @@ def figure3(
     return paths
 
 
+# Parameters: a figure's entry point; quick mode, data folder and the overrides are independent
 def figure4(
     out: str | Path,
+    *,
     quick: bool = False,
     data_dir: str | Path | None = None,
     iterations: int | None = None,

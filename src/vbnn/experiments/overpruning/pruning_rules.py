@@ -83,9 +83,11 @@ def default_priors() -> dict[str, float]:
     return {"N(0, 1)": 1.0, f"tuned N(0, {tuned:.4g}^2)": tuned}
 
 
+# Parameters: the study's entry point; each option is independent (the CLI maps flags onto them)
 def count_rules(
     out: str | Path,
     data_dir: str | Path | None = None,
+    *,
     iterations: int = 5000,
     splits: Sequence[int] = tuple(range(20)),
     priors: Mapping[str, float] | None = None,

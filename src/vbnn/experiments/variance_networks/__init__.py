@@ -45,6 +45,7 @@ from vbnn.experiments.variance_networks.budget import (
     resolve_budget,
 )
 from vbnn.experiments.variance_networks.runs import (
+    NetworkRun,
     network_specs,
     run_missing,
     select_networks,
@@ -140,8 +141,9 @@ def run(args: argparse.Namespace) -> None:
         return
     if args.batchnorm_diagnostic:
         names = select_networks(args.networks or ",".join(BATCHNORM_NETWORKS))
-        frame = diagnose(names, budget, test_x[: budget.test_size], test_y[: budget.test_size],
-                         args.seed, Path(args.out), device)  # fmt: skip
+        runs = [NetworkRun(name, budget, args.seed, device) for name in names]
+        frame = diagnose(runs, test_x[: budget.test_size], test_y[: budget.test_size],
+                         Path(args.out))  # fmt: skip
         write_atomic(Path(args.out) / "batchnorm_diagnostic.csv", frame.to_csv(index=False))
         print(f"mean propagation (%) of the stored networks, {budget.test_size} test images:")
         print(markdown(frame.set_index("network")))
@@ -154,9 +156,11 @@ def run(args: argparse.Namespace) -> None:
     names = select_networks(args.networks) if args.networks is not None else None
     if executor.kind is not ExecutorKind.LOCAL:  # train the networks as units; the rest reads
         wanted = names or (["phase-only-layer"] if args.phase_only else table_networks())
-        run_missing(wanted, budget, data, args.seed, out, executor, device)
+        run_missing([NetworkRun(name, budget, args.seed, device) for name in wanted], data, out,
+                    executor)  # fmt: skip
     if names is not None:
-        frame = train_selected(names, budget, data, args.seed, out, not args.no_progress, device)
+        runs = [NetworkRun(name, budget, args.seed, device) for name in names]
+        frame = train_selected(runs, data, out, not args.no_progress)
         print(f"budget {budget.name}, protocol {budget.protocol}, {budget.epochs} epochs:")
         print(markdown(frame.set_index("network")))
         return

@@ -27,8 +27,7 @@ import torch
 
 from vbnn.classification.inference import accuracy, as_input
 from vbnn.core.contracts import ForwardMode
-from vbnn.experiments.variance_networks.budget import Budget
-from vbnn.experiments.variance_networks.runs import load_stored
+from vbnn.experiments.variance_networks.runs import NetworkRun, load_stored
 from vbnn.networks.lenet import LeNet5
 
 DENSE1 = 2  # index of dense1 in LeNet5.layers
@@ -74,12 +73,11 @@ def batchnorm_diagnostic(model: LeNet5, images: torch.Tensor, labels: torch.Tens
     }
 
 
-def diagnose(names: list[str], budget: Budget, test_images: torch.Tensor,
-             test_labels: torch.Tensor, seed: int, out: Path, device: str = "cpu"
-             ) -> pd.DataFrame:  # fmt: skip
-    """The diagnostic for each stored network of ``names``, one row each."""
+def diagnose(runs: list[NetworkRun], test_images: torch.Tensor, test_labels: torch.Tensor,
+             out: Path) -> pd.DataFrame:  # fmt: skip
+    """The diagnostic for the stored network of each of ``runs``, one row each."""
     rows = []
-    for name in names:
-        model = load_stored(name, budget, seed, out, device)
-        rows.append({"network": name, **batchnorm_diagnostic(model, test_images, test_labels)})
+    for run in runs:
+        model = load_stored(run, out)
+        rows.append({"network": run.name, **batchnorm_diagnostic(model, test_images, test_labels)})
     return pd.DataFrame(rows)

@@ -183,9 +183,18 @@ def plot_kappa_histograms(store: dict, path: Path) -> None:
     save_figure(figure, path, dpi=110)
 
 
-def sparse_ensemble_study(model, layer_index, kappa, images, labels, samples, seed):
-    """Accuracy of the ensemble with low-kappa weights set to means / zeros (Neklyudov et al. 2018
-    Fig. 5)."""
+def sparse_ensemble_study(
+    model: nn.Module,
+    layer_index: int,
+    kappa: torch.Tensor,
+    data: tuple[torch.Tensor, torch.Tensor],
+    *,
+    samples: int,
+    seed: int,
+) -> pd.DataFrame:
+    """Accuracy of the ensemble on ``data`` (images, labels) with low-kappa weights set to means /
+    zeros (Neklyudov et al. 2018 Fig. 5); ``samples`` passes, seeded by ``seed``."""
+    images, labels = data
     layer = model.layers[layer_index]
     logs = np.log10(np.maximum(kappa.flatten().numpy(), 1e-25))
     thresholds = np.unique(np.quantile(logs, [0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0]))
@@ -202,8 +211,17 @@ def sparse_ensemble_study(model, layer_index, kappa, images, labels, samples, se
     return pd.DataFrame(rows)
 
 
-def variance_pruning_study(model, layer_index, images, labels, samples, seed):
-    """Ensemble accuracy after zeroing sigma below thresholds (Neklyudov et al. 2019 Fig. 5)."""
+def variance_pruning_study(
+    model: nn.Module,
+    layer_index: int,
+    data: tuple[torch.Tensor, torch.Tensor],
+    *,
+    samples: int,
+    seed: int,
+) -> pd.DataFrame:
+    """Ensemble accuracy on ``data`` (images, labels) after zeroing sigma below thresholds
+    (Neklyudov et al. 2019 Fig. 5); ``samples`` passes, seeded by ``seed``."""
+    images, labels = data
     layer = model.layers[layer_index]
     sigma = layer.weight_log_std.detach().exp().flatten().numpy()
     rows = []

@@ -121,31 +121,42 @@ def protocol_config(spec: NetworkSpec, budget: Budget) -> LeNetConfig:
                    batch_norm=protocol.batch_norm)  # fmt: skip
 
 
-def run_key(name: str, budget: Budget, seed: int, device: str = "cpu") -> dict[str, Any]:
+@dataclass(frozen=True)
+class NetworkRun:
+    """One training run: network ``name`` (``network_specs``) under ``budget`` and ``seed``,
+    trained on ``device`` (initial weights always drawn on the CPU)."""
+
+    name: str
+    budget: Budget
+    seed: int
+    device: str = "cpu"
+
+
+def run_key(run: NetworkRun) -> dict[str, Any]:
     """The settings a stored network (and its checkpoint) is keyed by. A run on an accelerator
     draws its training noise from that device's generators (other numbers than on the CPU), so
     it is a run of its own: its device type joins the key (CPU keys stay as they were)."""
-    config = protocol_config(network_specs()[name], budget)
-    key = {"name": name, "budget": asdict(budget), "config": repr(config), "seed": seed}
-    kind = torch.device(device).type
+    config = protocol_config(network_specs()[run.name], run.budget)
+    key = {"name": run.name, "budget": asdict(run.budget), "config": repr(config), "seed": run.seed}
+    kind = torch.device(run.device).type
     return key if kind == "cpu" else {**key, "device": kind}
 
 
-def checkpoint_path(out: Path, name: str, budget: Budget, seed: int, device: str = "cpu") -> Path:
-    key = run_key(name, budget, seed, device)
-    return out / "runs" / f"{unit_store.settings_key(key)}.checkpoint.pt"
+def checkpoint_path(out: Path, run: NetworkRun) -> Path:
+    return out / "runs" / f"{unit_store.settings_key(run_key(run))}.checkpoint.pt"
 
 
-def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress: bool = False,
-                device: str = "cpu") -> tuple[dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
-    """Train (or resume from its checkpoint) network ``name`` on ``device`` (initial weights
-    drawn on the CPU, as everywhere); returns (weights and the kappa of the histogram epochs as
-    CPU arrays, result record). Stores no result (:func:`store_run` does)."""
+def compute_run(run: NetworkRun, data, out: Path, progress: bool = False
+                ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+    """Train (or resume from its checkpoint) the network of ``run``; returns (weights and the
+    kappa of the histogram epochs as CPU arrays, result record). Stores no result
+    (:func:`store_run` does)."""
+    name, budget, seed = run.name, run.budget, run.seed
     spec = network_specs()[name]
     protocol = PROTOCOLS[TrainingProtocol(budget.protocol)]
-    train_x, train_y, test_x, test_y = (tensor.to(device) for tensor in data)
+    train_x, train_y, test_x, test_y = (tensor.to(run.device) for tensor in data)
     model = LeNet5(protocol_config(spec, budget), ModelGenerators.for_keys(seed, [0], "init"))
-    model.to(device)
+    model.to(run.device)
     tracker, counter = None, None
     if spec.track:
         if spec.kappa:
@@ -163,9 +174,9 @@ def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress:
         log_alpha_learning_rate=budget.log_alpha_learning_rate, schedule=protocol.schedule,
         eval_every=budget.eval_every,
     )  # fmt: skip
-    checkpoint = checkpoint_path(out, name, budget, seed, device)
-    seconds = train_classifier(model, prior, train_x, train_y, settings, tracker, progress, name,
-                               checkpoint)  # fmt: skip
+    seconds = train_classifier(model, prior, train_x, train_y, settings, callback=tracker,
+                               progress=progress, description=name,
+                               checkpoint=checkpoint_path(out, run))  # fmt: skip
     model.eval()
     record = {
         "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, spec.predictions),
@@ -181,84 +192,81 @@ def compute_run(name: str, budget: Budget, data, seed: int, out: Path, progress:
     return arrays, record
 
 
-def store_run(name: str, budget: Budget, seed: int, out: Path,
-              outcome: tuple[dict[str, np.ndarray], dict[str, Any]], device: str = "cpu"
-              ) -> None:  # fmt: skip
+def store_run(run: NetworkRun, out: Path,
+              outcome: tuple[dict[str, np.ndarray], dict[str, Any]]) -> None:  # fmt: skip
     """Store a computed network (``OUT/runs/``), then delete its checkpoint."""
-    unit_store.save(out / "runs", run_key(name, budget, seed, device), *outcome)
-    checkpoint_path(out, name, budget, seed, device).unlink(missing_ok=True)
+    unit_store.save(out / "runs", run_key(run), *outcome)
+    checkpoint_path(out, run).unlink(missing_ok=True)
 
 
-def train_run(name: str, budget: Budget, data, seed: int, out: Path, progress: bool,
-              device: str = "cpu"):  # fmt: skip
-    """Train on ``device`` (resume, or reload the stored result of) network ``name``; returns
-    (model on the CPU, result dict, kappa of the histogram epochs {epoch: array}, empty unless
-    the spec tracks kappa)."""
-    stored = unit_store.load(out / "runs", run_key(name, budget, seed, device))
+def train_run(run: NetworkRun, data, out: Path, progress: bool):
+    """Train (resume, or reload the stored result of) the network of ``run``; returns (model on
+    the CPU, result dict, kappa of the histogram epochs {epoch: array}, empty unless the spec
+    tracks kappa)."""
+    stored = unit_store.load(out / "runs", run_key(run))
     if stored is None:
-        stored = compute_run(name, budget, data, seed, out, progress, device)
-        store_run(name, budget, seed, out, stored, device)
+        stored = compute_run(run, data, out, progress)
+        store_run(run, out, stored)
     else:  # a checkpoint is left when a kill came between storing and deleting
-        checkpoint_path(out, name, budget, seed, device).unlink(missing_ok=True)
+        checkpoint_path(out, run).unlink(missing_ok=True)
     arrays, record = stored
     kappa = {
         int(k[len(KAPPA_PREFIX) :]): v for k, v in arrays.items() if k.startswith(KAPPA_PREFIX)
     }
-    return network_from_arrays(name, budget, seed, arrays), record, kappa
+    return network_from_arrays(run, arrays), record, kappa
 
 
-def network_from_arrays(name: str, budget: Budget, seed: int, arrays: dict[str, np.ndarray]
-                        ) -> LeNet5:  # fmt: skip
-    """Network ``name`` (a stack of one, as trained, in eval mode on the CPU) with the weights of
-    a stored unit's arrays."""
+def network_from_arrays(run: NetworkRun, arrays: dict[str, np.ndarray]) -> LeNet5:
+    """The network of ``run`` (a stack of one, as trained, in eval mode on the CPU) with the
+    weights of a stored unit's arrays."""
     state = {k: torch.from_numpy(v) for k, v in arrays.items() if not k.startswith(KAPPA_PREFIX)}
-    model = LeNet5(protocol_config(network_specs()[name], budget),
-                   ModelGenerators.for_keys(seed, [0], "init"))  # fmt: skip
+    model = LeNet5(protocol_config(network_specs()[run.name], run.budget),
+                   ModelGenerators.for_keys(run.seed, [0], "init"))  # fmt: skip
     model.load_state_dict(state)
     return model.eval()
 
 
-def load_stored(name: str, budget: Budget, seed: int, out: Path, device: str = "cpu") -> LeNet5:
-    """The stored network ``name`` of ``out/runs`` without training it.
+def load_stored(run: NetworkRun, out: Path) -> LeNet5:
+    """The stored network of ``run`` in ``out/runs`` without training it.
 
     Raises:
         FileNotFoundError: it has not been trained to the end (names the folder and the run).
     """
-    stored = unit_store.load(out / "runs", run_key(name, budget, seed, device))
+    stored = unit_store.load(out / "runs", run_key(run))
     if stored is None:
         raise FileNotFoundError(
-            f"{out / 'runs'}: no finished {name!r} run (budget {budget.name}, protocol"
-            f" {budget.protocol}, seed {seed}, device {device}); train it with --networks {name}"
+            f"{out / 'runs'}: no finished {run.name!r} run (budget {run.budget.name}, protocol"
+            f" {run.budget.protocol}, seed {run.seed}, device {run.device}); train it with"
+            f" --networks {run.name}"
         )
-    return network_from_arrays(name, budget, seed, stored[0])
+    return network_from_arrays(run, stored[0])
 
 
-def run_missing(names: list[str], budget: Budget, data, seed: int, out: Path,
-                executor: ExecutorSettings, device: str = "cpu") -> None:  # fmt: skip
-    """Train the networks of ``names`` not yet stored as units on ``executor``; store each as it
-    comes back (the workers write only their checkpoints and tracking files under ``out``)."""
+def run_missing(runs: list[NetworkRun], data, out: Path, executor: ExecutorSettings) -> None:
+    """Train the ``runs`` not yet stored as units on ``executor``; store each as it comes back
+    (the workers write only their checkpoints and tracking files under ``out``)."""
     out, cpus = out.resolve(), executor.cpus_per_unit
     units = [
-        Unit(name, compute_run, (name, budget, data, seed, out, False, device), cpus)
-        for name in names
-        if unit_store.load(out / "runs", run_key(name, budget, seed, device)) is None
+        Unit(run.name, compute_run, (run, data, out, False), cpus)
+        for run in runs
+        if unit_store.load(out / "runs", run_key(run)) is None
     ]
 
     def store(unit: Unit, outcome: tuple[dict, dict]) -> None:
-        store_run(unit.arguments[0], budget, seed, out, outcome, device)
+        store_run(unit.arguments[0], out, outcome)
 
     run_sweep(executor, units, store, "LeNet-5 runs")
 
 
-def train_selected(names: list[str], budget: Budget, data, seed: int, out: Path,
-                   progress: bool, device: str = "cpu") -> pd.DataFrame:  # fmt: skip
-    """Train (or resume, or skip when stored) the named networks one after the other. Writes,
-    per network, ``OUT/<name>_summary.csv`` (final accuracy in each mode, mean log alpha, epoch
+def train_selected(runs: list[NetworkRun], data, out: Path, progress: bool) -> pd.DataFrame:
+    """Train (or resume, or skip when stored) the ``runs`` one after the other. Writes, per
+    network, ``OUT/<name>_summary.csv`` (final accuracy in each mode, mean log alpha, epoch
     seconds) and, when tracked, ``<name>_tracking.csv``, ``<name>_phase_transition.png`` and
     ``<name>_kappa_histograms.png``; returns the summary rows."""
     rows = []
-    for name in names:
-        _, record, kappa = train_run(name, budget, data, seed, out, progress, device)
+    for run in runs:
+        name = run.name
+        _, record, kappa = train_run(run, data, out, progress)
         if record["tracking"] is not None:
             tracking = pd.DataFrame(record["tracking"])
             write_atomic(out / f"{name}_tracking.csv", tracking.to_csv(index=False))
@@ -267,7 +275,7 @@ def train_selected(names: list[str], budget: Budget, data, seed: int, out: Path,
             plot_kappa_histograms(kappa, out / f"{name}_kappa_histograms.png")
         seconds = record["epoch_seconds"]
         alphas = {f"log alpha {k}": v for k, v in record["mean_log_alpha"].items()}
-        row = {"network": name, "protocol": budget.protocol, "epochs": len(seconds),
+        row = {"network": name, "protocol": run.budget.protocol, "epochs": len(seconds),
                "mean epoch s": float(np.mean(seconds)), **record["accuracy"], **alphas}  # fmt: skip
         write_atomic(out / f"{name}_summary.csv", pd.DataFrame([row]).to_csv(index=False))
         rows.append(row)

@@ -19,7 +19,7 @@ from vbnn.experiments.variance_networks.parts import (
     sparse_ensemble_study,
     variance_pruning_study,
 )
-from vbnn.experiments.variance_networks.runs import DENSE1, train_run
+from vbnn.experiments.variance_networks.runs import DENSE1, NetworkRun, train_run
 from vbnn.stores.atomic import write_atomic
 
 
@@ -53,8 +53,10 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
                 device: str = "cpu") -> None:  # fmt: skip
     reference = published()
     sections = []
-    args = (budget, data, seed, out, progress, device)
     train_x, train_y, test_x, test_y = data
+
+    def train(name: str):
+        return train_run(NetworkRun(name, budget, seed, device), data, out, progress)
 
     # Table 1 of Neklyudov et al. 2019 (other layers deterministic; non-linearity per row:
     # TABLE1_ACTIVATION)
@@ -62,7 +64,7 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     for label in TABLE1:
         activation = TABLE1_ACTIVATION.get(label, "softplus")
         is_layer = label == "layer"
-        model, record, kappa_store = train_run(f"table1-{label}", *args)
+        model, record, kappa_store = train(f"table1-{label}")
         paper = reference.get("variance_networks_parameterizations", {}).get(label, [None] * 5)
         elbo = record["elbo"]
         rows[label] = {
@@ -80,7 +82,8 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
             kappa = lenet_kappa(model, DENSE1, train_x[: budget.kappa_size],
                                 train_y[: budget.kappa_size])  # fmt: skip
             study = (test_x[: budget.study_size], test_y[: budget.study_size])
-            sparse = sparse_ensemble_study(model, DENSE1, kappa, *study, budget.samples, seed)
+            sparse = sparse_ensemble_study(model, DENSE1, kappa, study, samples=budget.samples,
+                                           seed=seed)  # fmt: skip
             write_atomic(out / "sparse_ensemble.csv", sparse.to_csv(index=False))
             plot_curves(sparse, "log10_threshold",
                         ["ensemble_acc_mean", "ensemble_acc_zero"], out / "sparse_ensemble.png",
@@ -90,7 +93,8 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
             )
         if label == "zero-mean":
             study = (test_x[: budget.study_size], test_y[: budget.study_size])
-            pruning = variance_pruning_study(model, DENSE1, *study, budget.samples, seed)
+            pruning = variance_pruning_study(model, DENSE1, study, samples=budget.samples,
+                                             seed=seed)  # fmt: skip
             write_atomic(out / "variance_pruning.csv", pruning.to_csv(index=False))
             plot_curves(pruning, "sparsity", ["ensemble"], out / "variance_pruning.png",
                         "pruning by sigma (Neklyudov et al. 2019 Fig. 5)")  # fmt: skip
@@ -106,7 +110,7 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     published_2 = reference.get("variance_networks_accuracy", {}).get("LeNet5_MNIST", {})
     rows = {}
     for label in ("Dropout", "Variance"):
-        _, record, _ = train_run(f"table2-{label.lower()}", *args)
+        _, record, _ = train(f"table2-{label.lower()}")
         accuracy = record["accuracy"]
         paper = published_2.get(label, [None] * 3)
         rows[label] = {"1 sample": accuracy["sample"], "deterministic": accuracy["deterministic"],
@@ -130,7 +134,7 @@ def make_tables(out: Path, budget: Budget, data, seed: int, progress: bool = Tru
     published_c = reference.get("variance_networks_other", {}).get("tanh_no_bias_LeNet5_MNIST", {})
     rows = {}
     for label in TANH:
-        _, record, _ = train_run(f"tanh-{label}", *args)
+        _, record, _ = train(f"tanh-{label}")
         paper = published_c.get(label, [None, None])
         rows[label] = {"stochastic": record["accuracy"]["sample"],
                        "ensemble": record["accuracy"]["ensemble"],
@@ -157,5 +161,6 @@ def phase_transition_only(out: Path, budget: Budget, data, seed: int, progress: 
     """The Table 1 layer-wise run alone, tracked every ``eval_every`` epochs (accuracy in four
     modes, mean log alpha, count of log10 kappa > 1.5); writes phase_only_tracking.csv and its
     plot."""
-    _, record, store = train_run("phase-only-layer", budget, data, seed, out, progress, device)
+    run = NetworkRun("phase-only-layer", budget, seed, device)
+    _, record, store = train_run(run, data, out, progress)
     return write_tracking(record, store, out, "phase_only_", "phase_only_")
