@@ -9,7 +9,9 @@ holds any of these (searched recursively). Each file is rewritten in place; noth
 What version 1 -> 2 changed (this module is where that history lives):
 
 * UCI runs: FC runs of the factor L = diag(s) + A (stored before FC named its factor) have no
-  current config; they move to the table ``superseded_runs`` of the same file, with the reason.
+  current config, and a configuration stored twice (under two older keys) has one current key,
+  which the newest run keeps; the others move to the table ``superseded_runs`` of the same file,
+  with the reason.
   Every other run: one config per algorithm (``core.runs``) replaced the one ``TrainConfig``
   with every algorithm's fields, so a run's stored hyper-parameters (and its hash) hold only its
   algorithm's fields and name the algorithm; ``method="vi"`` with ``family`` became the family
@@ -18,10 +20,14 @@ What version 1 -> 2 changed (this module is where that history lives):
   ``{data}/split{k}/{method}/hidden{widths}/seed{s}`` (before: the hidden widths only when not
   50, and suffixes ``/scaled-unit`` for FC and ``/step-size`` for SGLD; the studies without
   them searched what vbnn no longer runs and are renamed ``superseded/...``).
-* Unit stores: the key hashes the key version with the settings. Depth units always name their
-  sampler (NUTS units left it out) and their records carry ``points`` and ``sampler``;
-  variance-network runs always name their device (CPU runs left it out). Layer options that
-  meant the initial posterior std became ``init_std`` (the fixed std of ``gd``: ``std``).
+* Unit stores: the key hashes the key version with the settings. Depth units of the Pyro NUTS
+  era (settings ``nuts`` instead of ``chains``) have no current settings and stay as they are.
+  Depth units always name their sampler (NUTS units left it out) and their records carry
+  ``points`` and ``sampler``;
+  variance-network runs always name their device (CPU runs left it out) and their networks'
+  deterministic layers ``point`` (they said ``deterministic``); the depth units' mean-field
+  pretraining names its initial std ``init_std`` (it said ``posterior_std``); exploration cells
+  always name their baseline (``episode`` cells left it out).
 * Saved models: format version 3 holds the per-algorithm config.
 """
 
@@ -106,9 +112,12 @@ def migrate_database(path: Path) -> str:
         if row is not None and int(row[0]) == KEY_VERSION:
             return f"{path}: already key version {KEY_VERSION}"
         connection.execute("BEGIN IMMEDIATE")
-        runs = connection.execute("SELECT id, hyperparameters FROM runs").fetchall()
-        updated, superseded = 0, 0
-        for run_id, text in runs:
+        runs = connection.execute(
+            "SELECT id, dataset, split, seed, hyperparameters FROM runs ORDER BY created_at DESC, "
+            "id DESC"
+        ).fetchall()
+        updated, superseded, keys = 0, 0, set()
+        for run_id, dataset, split, seed, text in runs:  # the newest first
             values = json.loads(text)
             if "method" not in values:  # not a UCI-engine run (a comparison's classifier)
                 continue
@@ -119,6 +128,12 @@ def migrate_database(path: Path) -> str:
                 _set_aside(connection, run_id, str(reason))
                 superseded += 1
                 continue
+            key = (dataset, split, config.method, config_hash(config, extra), seed)
+            if key in keys:  # one configuration stored twice under two older keys
+                _set_aside(connection, run_id, "an earlier run of the same configuration")
+                superseded += 1
+                continue
+            keys.add(key)
             stored = config_dict(config)
             if extra:
                 stored["extra"] = extra
@@ -167,41 +182,36 @@ def _set_aside(connection: sqlite3.Connection, run_id: int, reason: str) -> None
     connection.execute("DELETE FROM runs WHERE id=?", (run_id,))
 
 
-def _rename_std_options(value: Any) -> Any:
-    """Layer options in stored settings: ``posterior_std`` -> ``init_std`` (``gd``: ``std``)."""
-    if isinstance(value, dict):
-        fixed = value.get("family") == "gd" or value.get("method") == "gd"
-        return {
-            ("std" if fixed else "init_std") if k == "posterior_std" else k: _rename_std_options(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_rename_std_options(v) for v in value]
-    if isinstance(value, str):
-        return value.replace("posterior_std=", "init_std=")
-    return value
-
-
 def _unit_settings(settings: dict[str, Any], info: dict[str, Any]) -> None:
     """Version 1 -> 2 of one unit's settings and record, in place."""
     if {"depth", "chains", "pretrain"} <= set(settings):  # a depth unit
         settings.setdefault("sampler", "nuts")
+        pretrain = settings["pretrain"]
+        if "posterior_std" in pretrain:  # the mean-field pretraining's initial std
+            pretrain["init_std"] = pretrain.pop("posterior_std")
         info.setdefault("points", settings.get("points"))
         info.setdefault("sampler", settings["sampler"])
+    if {"environment", "policy", "seeds"} <= set(settings):  # an exploration cell
+        settings.setdefault("baseline", "episode")  # cells stored before the option existed
     if {"name", "budget", "config", "seed"} <= set(settings):  # a variance-network run
         settings.setdefault("device", "cpu")
+        # the one deterministic family is named "point" (it was "deterministic")
+        settings["config"] = settings["config"].replace("'deterministic'", "'point'")
 
 
 def migrate_unit_store(directory: Path) -> str:
     """Re-key every version-1 unit of ``directory`` (its JSON, arrays and checkpoint)."""
-    moved = 0
+    moved, left = 0, 0
     for record_path in sorted(directory.glob("*.json")):
         record = json.loads(record_path.read_text())
         if not isinstance(record, dict) or "settings" not in record:
             continue
         if record.get("key_version", 1) == unit_store.KEY_VERSION:
             continue
-        settings = _rename_std_options(record["settings"])
+        settings = record["settings"]
+        if {"depth", "nuts"} <= set(settings):  # a depth unit of the Pyro sampler: no current
+            left += 1  # settings describe it, so it stays as it is (and reads as stale)
+            continue
         _unit_settings(settings, record["info"])
         key = unit_store.settings_key(settings)
         old = record_path.stem
@@ -216,7 +226,8 @@ def migrate_unit_store(directory: Path) -> str:
             record_path.unlink()
         moved += 1
     unit_store._stale_units.cache_clear()
-    return f"{directory}: {moved} units re-keyed"
+    kept = f", {left} units of a superseded schema left as they are" if left else ""
+    return f"{directory}: {moved} units re-keyed{kept}"
 
 
 def migrate_saved_model(folder: Path) -> str:

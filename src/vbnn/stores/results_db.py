@@ -71,12 +71,14 @@ class ResultsDatabaseError(RuntimeError):
 
 
 def _plain(value: Any) -> Any:
+    """``value`` as JSON holds it (dict keys as strings: a split id 3 is "3"), so that a key
+    hashed from it and one hashed from its stored JSON agree."""
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v) for k, v in value.items()}
     return value
 
 

@@ -66,8 +66,6 @@ def train_cell(
     """Scores (seeds, episodes) and training seconds of one cell, from the store when present."""
     settings = {"environment": environment.value, "policy": noise.value, "seeds": seeds,
                 **asdict(config)}  # fmt: skip
-    if config.baseline is Baseline.EPISODE:
-        del settings["baseline"]  # the key of cells stored before the option existed
     stored = unit_store.load(store, settings)
     if stored is not None:
         arrays, info = stored

@@ -135,11 +135,10 @@ class NetworkRun:
 def run_key(run: NetworkRun) -> dict[str, Any]:
     """The settings a stored network (and its checkpoint) is keyed by. A run on an accelerator
     draws its training noise from that device's generators (other numbers than on the CPU), so
-    it is a run of its own: its device type joins the key (CPU keys stay as they were)."""
+    the device type is part of the key."""
     config = protocol_config(network_specs()[run.name], run.budget)
     key = {"name": run.name, "budget": asdict(run.budget), "config": repr(config), "seed": run.seed}
-    kind = torch.device(run.device).type
-    return key if kind == "cpu" else {**key, "device": kind}
+    return {**key, "device": torch.device(run.device).type}
 
 
 def checkpoint_path(out: Path, run: NetworkRun) -> Path:
