@@ -95,7 +95,7 @@ def test_minibatch_elbo_is_unbiased_for_the_full_batch_elbo_of_a_linear_model() 
 
 def test_elbo_runs_on_a_user_sequential_and_sums_every_layer_kl() -> None:
     torch.manual_seed(1)
-    net = nn.Sequential(vbnn.MeanField(2, 5), nn.Tanh(), vbnn.VariationalDropout(5, 1))
+    net = nn.Sequential(vbnn.MeanField(2, 5), nn.Tanh(), vbnn.LayerDropout(5, 1))
     prior = vbnn.GaussianPrior(1.0)
     expected_kl = (net[0].kl(prior) + net[2].kl(prior))[0]  # one network: a scalar
     torch.testing.assert_close(kl(net, prior), expected_kl)

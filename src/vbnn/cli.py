@@ -15,7 +15,7 @@ import torch
 
 from vbnn.comparison import command as compare_command
 from vbnn.core.contracts import Activation
-from vbnn.core.runs import TABLE1_METHODS, Algorithm, RunResult, SGLDConfig, TrainConfig, VIConfig
+from vbnn.core.runs import TABLE1_METHODS, RunResult, SGLDConfig, TrainConfig, VIConfig
 from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
 from vbnn.data.cifar import CifarDataset, download_cifar
 from vbnn.data.download import DEFAULT_BASE_URL, check, download
@@ -36,7 +36,7 @@ from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
 from vbnn.regression.engine import add_runtime_arguments, run_splits
 from vbnn.regression.estimator import BayesianRegressor
-from vbnn.regression.methods import method_config, method_fields
+from vbnn.regression.methods import method_config, method_fields, method_names
 from vbnn.regression.presets import GD_POSTERIOR_STD, preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
 from vbnn.regression.saved_models import load_model
@@ -52,7 +52,7 @@ def parse_methods(text: str) -> list[str]:
     """``all`` (Table 1's six), or comma-separated methods: es, map, sgld, or a family name,
     which VI fits (mf, gd, fc, vd-layer, ...)."""
     names = list(TABLE1_METHODS) if text == "all" else [n.strip() for n in text.split(",")]
-    known = [a.value for a in Algorithm if a is not Algorithm.VI] + list(FAMILIES)
+    known = method_names()
     unknown = [name for name in names if name not in known]
     if unknown:
         raise argparse.ArgumentTypeError(

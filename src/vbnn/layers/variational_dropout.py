@@ -54,18 +54,19 @@ def log_alpha_shape(weight_shape: tuple[int, ...], sharing: AlphaSharing, conv: 
 class VariationalDropout(VariationalLayer):
     """Gaussian dropout posterior N(mu, alpha mu^2); dense, or a convolution with ``kernel_size``.
 
+    The base of ``LayerDropout``, ``NeuronDropout`` and ``WeightDropout``, which say how alpha is
+    shared (``sharing``); it is not built itself.
+
     Args:
         in_features: as ``VariationalLayer``.
         out_features: as ``VariationalLayer``.
         generators: as ``VariationalLayer``.
         dtype: parameter dtype (None: torch's default).
         log_alpha: initial log alpha of every weight (alpha = var / mu^2).
-        sharing: one alpha per layer, per output neuron (channel) or per weight.
         **shell: kernel_size, stride, padding, dilation, bias (a point bias), num_models.
     """
 
-    sharing = AlphaSharing.LAYER
-    family_name = "vd"
+    sharing: AlphaSharing  # one alpha per layer, per output neuron (channel) or per weight
     roles = MappingProxyType({"log_alpha": ParameterRole.LOG_ALPHA})
     default_prior: object = LogUniformPrior()  # Neklyudov et al. 2019 eq. 6
 
@@ -77,19 +78,20 @@ class VariationalDropout(VariationalLayer):
         dtype: torch.dtype | None = None,
         *,
         log_alpha: float = DEFAULT_LOG_ALPHA,
-        sharing: AlphaSharing | str | None = None,
         **shell: Any,
     ) -> None:
+        if type(self) is VariationalDropout:
+            raise TypeError(
+                "VariationalDropout is the base of LayerDropout, NeuronDropout and "
+                "WeightDropout (alpha per layer, output neuron or weight): build one of them"
+            )
         super().__init__(in_features, out_features, generators, **shell)
-        if sharing is not None:
-            self.sharing = AlphaSharing(sharing)
         if not math.isfinite(log_alpha):
-            raise ValueError(f"VariationalDropout: log_alpha must be finite, got {log_alpha}")
+            raise ValueError(f"{type(self).__name__}: log_alpha must be finite, got {log_alpha}")
         self.point_bias(dtype)
         self.weight_mean = nn.Parameter(self.initial_mean(dtype))
         shape = log_alpha_shape(tuple(self.weight_mean.shape), self.sharing, self.operator.is_conv)
         self.log_alpha = nn.Parameter(torch.full(shape, log_alpha, dtype=self.weight_mean.dtype))
-        self.family_name = f"vd-{self.sharing.value}"
 
     def clipped_log_alpha(self) -> torch.Tensor:
         return clip_log_alpha(self.log_alpha)

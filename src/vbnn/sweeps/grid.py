@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vbnn.core.runs import Algorithm, TrainConfig
+from vbnn.core.runs import TrainConfig
 from vbnn.data.splits import parse_splits
 from vbnn.data.uci import DATASETS
 from vbnn.layers.registry import FAMILIES
-from vbnn.regression.methods import method_config, method_fields
+from vbnn.regression.methods import method_config, method_fields, method_names
 from vbnn.stores.results_db import LEFT_OUT_OF_HASH
 
 GRID_KEYS = {
@@ -124,8 +124,7 @@ def _combinations(
 
 def _configs(table: dict[str, Any], path: Path) -> list[TrainConfig]:
     methods = _list(table, "methods", path)
-    known = [a.value for a in Algorithm if a is not Algorithm.VI] + list(FAMILIES)
-    unknown = [m for m in methods if m not in known]
+    unknown = [m for m in methods if m not in method_names()]
     if unknown:
         raise GridError(f"{path}: [grid] methods {unknown}: choose from es, map, sgld or a "
                         f"family fitted by VI: {list(FAMILIES)}")  # fmt: skip

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vbnn.core.runs import RunResult
+from vbnn.core.runs import TABLE1_METHODS, RunResult
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.overpruning import figures as overpruning_figures
 from vbnn.experiments.overpruning.extension import (
@@ -64,7 +64,7 @@ from vbnn.sweeps.uci import (
 DESCRIPTION = "overpruning paper (000_*): tuned Table 1 with SGLD, Figures 1-5"
 
 DATASETS = ("boston", "concrete", "energy", "power", "wine", "yacht")
-METHODS = ("es", "map", "mf", "gd", "fc", "sgld")
+METHODS = TABLE1_METHODS
 
 
 @dataclass(frozen=True)
