@@ -12,7 +12,9 @@ from torch.distributions import MultivariateNormal, kl_divergence
 from vbnn.references.gaussian_gap import (
     closest_diagonal_variance,
     diagonal_gap,
+    draws_for_floor,
     empirical_covariance,
+    expected_kl_floor,
     gaussian_kl,
     kl_closest_diagonal,
     kl_closest_diagonal_chain_null,
@@ -150,3 +152,25 @@ def test_chain_null_matches_the_estimator_on_uncorrelated_autocorrelated_chains(
     assert np.mean(coupled) > 2 * np.mean(coupled_null)
     with pytest.raises(ValueError, match="chains must be"):
         kl_closest_diagonal_chain_null(np.ones((300, dim)))
+
+
+def test_the_floor_in_closed_form_is_the_mean_of_the_null_estimator() -> None:
+    """Wishart moments against Monte Carlo: the mean of 20 null KLs within 4 standard errors."""
+    for dim, draws in [(5, 12), (40, 60), (200, 1000)]:
+        floors = [
+            kl_closest_diagonal_null(np.ones(dim), draws, jitter=0.0, seed=s) for s in range(20)
+        ]
+        error = np.std(floors, ddof=1) / np.sqrt(len(floors))
+        assert abs(np.mean(floors) - expected_kl_floor(dim, draws)) < 4 * error, (dim, draws)
+    dim = 30  # far more draws than dimensions: the asymptote D (D - 1) / (4 (N - 1))
+    assert expected_kl_floor(dim, 10**6) == pytest.approx(
+        dim * (dim - 1) / (4 * (10**6 - 1)), rel=1e-3
+    )
+    with pytest.raises(ValueError, match="dimension 10 and 10 draws"):
+        expected_kl_floor(10, 10)
+
+
+def test_draws_for_floor_is_the_fewest_that_reach_it() -> None:
+    for dim, floor in [(10, 0.5), (997, 21.1), (300, 3.0)]:
+        draws = draws_for_floor(dim, floor)
+        assert expected_kl_floor(dim, draws) <= floor < expected_kl_floor(dim, draws - 1)

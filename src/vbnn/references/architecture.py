@@ -31,7 +31,7 @@ from vbnn.references.nuts import FlatParameters, Potential, call_with, module_po
 PIECEWISE_LINEAR = (Activation.RELU, Activation.LEAKY_RELU, Activation.IDENTITY)
 
 
-class Likelihood(str, Enum):
+class ObservationModel(str, Enum):
     """BERNOULLI: one logit per input, labels in {0, 1}."""
 
     BERNOULLI = "bernoulli"
@@ -54,12 +54,12 @@ class MLPArchitecture:
     activation: Activation
     negative_slope: float = 0.01
     prior_std: float = 1.0
-    likelihood: Likelihood = Likelihood.BERNOULLI
+    likelihood: ObservationModel = ObservationModel.BERNOULLI
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(int(size) for size in self.sizes))
         object.__setattr__(self, "activation", Activation(self.activation))
-        object.__setattr__(self, "likelihood", Likelihood(self.likelihood))
+        object.__setattr__(self, "likelihood", ObservationModel(self.likelihood))
         if len(self.sizes) < 2 or min(self.sizes) < 1:
             raise ValueError(f"MLPArchitecture: sizes must be >= 2 positive widths: {self.sizes}")
         if self.activation not in PIECEWISE_LINEAR:
@@ -67,7 +67,7 @@ class MLPArchitecture:
                 f"MLPArchitecture: activation must be one of {[a.value for a in PIECEWISE_LINEAR]},"
                 f" got {self.activation.value!r}"
             )
-        if self.likelihood is Likelihood.BERNOULLI and self.sizes[-1] != 1:
+        if self.likelihood is ObservationModel.BERNOULLI and self.sizes[-1] != 1:
             raise ValueError(f"MLPArchitecture: bernoulli needs one output, sizes {self.sizes}")
         if not self.prior_std > 0 or not self.negative_slope >= 0:
             raise ValueError(

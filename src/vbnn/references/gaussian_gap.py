@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
+from scipy.special import digamma
 
 
 def _check_square(name: str, covariance: np.ndarray) -> np.ndarray:
@@ -193,6 +194,54 @@ def kl_closest_diagonal_null(
     rng = np.random.default_rng(seed)
     samples = rng.standard_normal((draws, len(variances))) * np.sqrt(variances)
     return kl_closest_diagonal(empirical_covariance(samples, jitter)[1])
+
+
+def expected_kl_floor(dimension: int, draws: int) -> float:
+    """The mean of :func:`kl_closest_diagonal_null` without jitter, in closed form.
+
+    With ``draws`` N independent draws of a D-dimensional Gaussian with diagonal covariance, the
+    empirical covariance is S = W / nu with W ~ Wishart(nu = N - 1, diag) (the KL is unchanged by
+    a diagonal rescaling, so take the identity). Then E log det W = sum_{i=1}^{D} psi((nu - i +
+    1) / 2) + D log 2, and 1 / (W^-1)_ii, the residual of coordinate i given the others, is
+    chi^2 with nu - D + 1 degrees of freedom, so E log (W^-1)_ii = -psi((nu - D + 1) / 2) - log 2:
+
+        E KL = 1/2 [ sum_{i=1}^{D} psi((nu - i + 1) / 2) - D psi((nu - D + 1) / 2) ],
+
+    about D (D - 1) / (4 nu) when nu >> D (psi(x) ~ log x).
+
+    Raises:
+        ValueError: ``draws <= dimension`` (the empirical covariance is singular) or D < 1.
+    """
+    if dimension < 1 or draws <= dimension:
+        raise ValueError(
+            f"expected_kl_floor: needs 1 <= dimension < draws, got dimension {dimension} and "
+            f"{draws} draws"
+        )
+    nu = draws - 1
+    rows = np.arange(1, dimension + 1)
+    return float(
+        0.5 * (digamma((nu - rows + 1) / 2).sum() - dimension * digamma((nu - dimension + 1) / 2))
+    )
+
+
+def draws_for_floor(dimension: int, floor: float) -> int:
+    """The fewest independent draws N whose :func:`expected_kl_floor` is at most ``floor``.
+
+    The floor falls monotonically in N; bisection from the asymptote D (D - 1) / (4 (N - 1)),
+    which is below the exact value, so N >= 1 + D (D - 1) / (4 floor).
+    """
+    if floor <= 0:
+        raise ValueError(f"draws_for_floor: floor must be positive, got {floor}")
+    low = dimension  # expected_kl_floor is infinite at N = D
+    high = max(dimension + 1, int(np.ceil(1 + 2 * dimension * dimension / floor)))
+    while expected_kl_floor(dimension, high) > floor:
+        high *= 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (
+            (low, middle) if expected_kl_floor(dimension, middle) <= floor else (middle, high)
+        )
+    return high
 
 
 def kl_closest_diagonal_chain_null(
