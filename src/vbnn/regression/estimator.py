@@ -96,6 +96,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
             from the same CPU streams on any device, so the numbers agree to float rounding.
     """
 
+    # Parameters: scikit-learn wants one argument per hyper-parameter (get_params, clone, searches)
     def __init__(
         self,
         family: str = "mf",

@@ -226,6 +226,8 @@ def _evaluate_stack(
     return scores
 
 
+# Parameters: what is searched (data set, split, configs), then where the study is stored and
+# which of its sharing workers this is
 def tune(
     dataset: RegressionDataset,
     split: int,
