@@ -3,7 +3,7 @@
 The conjugate problem has the size of a UCI first layer's input (13 correlated inputs, 455 rows,
 like boston's training split), a known noise std and a N(0, 1) prior, so the exact posterior
 N(m*, S*) is known in closed form and is the optimum of the ELBO over full-covariance Gaussians.
-Training uses the UCI settings of the overpruning paper (Trippe & Turner 2017, appendix A):
+Training uses the UCI settings of Trippe & Turner 2017 (appendix A):
 Adam 0.005 with betas (0.9, 0.99), 5000 full-batch steps, one weight sample a step, posterior std
 1e-4 at the start.
 

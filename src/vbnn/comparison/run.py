@@ -97,6 +97,8 @@ def executor_settings(executor: str | ExecutorSettings) -> ExecutorSettings:
     return ExecutorSettings(kind=ExecutorKind(executor))
 
 
+# Parameters: the public entry point: the data, then keyword-only options that the CLI's flags
+# mirror; ``settings`` are ``CompareConfig``'s fields
 def compare(
     data: Any,
     y: Any = None,
@@ -193,6 +195,7 @@ def compare(
     )
 
 
+# Parameters: the pieces ``compare`` has resolved and checked for a regression (one call site)
 def _regression_folds(
     dataset: RegressionDataset,
     names: tuple[str, ...],
@@ -270,6 +273,7 @@ def _regression_folds(
     return pd.DataFrame(rows).astype({"coverage": float})
 
 
+# Parameters: the pieces ``compare`` has resolved and checked for a classification (one call site)
 def _classification_folds(
     name: str,
     x: np.ndarray,

@@ -71,8 +71,8 @@ def batched_affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) ->
     """x (M, N, I) @ weight (M, I, O) + bias (M, O) -> (M, N, O).
 
     With O = 1 (the output layer of a regression network) and several models, a broadcast product
-    and a sum: CPU batched matrix-vector products run about 3x slower than that for M = 20, but
-    faster for M = 1 (benchmarks/README.md).
+    and a sum: on CPU, batched matrix-vector products are slower than that for many models and
+    faster for one (measured: benchmarks/README.md).
     """
     if weight.shape[-1] == 1 and weight.shape[0] > 1:
         return (x * weight.transpose(1, 2)).sum(-1, keepdim=True).add_(bias.unsqueeze(1))
@@ -173,7 +173,7 @@ class _Tanh(torch.autograd.Function):
 def tanh(x: torch.Tensor) -> torch.Tensor:
     """tanh(x) = 2 sigmoid(2x) - 1, fused with its backward.
 
-    torch's CPU tanh is about four times slower than its sigmoid (benchmarks/README.md); this form
-    agrees with torch.tanh to float32 rounding (absolute error < 1e-6, tested).
+    torch's CPU tanh is slower than its sigmoid (measured: benchmarks/README.md); this form agrees
+    with torch.tanh to float32 rounding (absolute error < 1e-6, tested).
     """
     return _Tanh.apply(x)

@@ -21,8 +21,8 @@ import torch
 
 PURPOSES = {"init": 0, "train": 1, "eval": 2, "validation": 3, "tuning": 4, "folds": 5}
 
-# torch's CPU normal_ runs on one thread at a few ns a draw; above this many draws in one call the
-# models' streams are filled on parallel threads (each stream is still read in the same order).
+# torch's CPU normal_ runs on one thread; above this many draws in one call the models' streams
+# are filled on parallel threads (each stream is still read in the same order).
 PARALLEL_DRAWS = 1 << 16
 
 
@@ -108,12 +108,12 @@ class ModelGenerators:
 
         Inside the context each ``randn(*shape)`` returns a block drawn earlier and queues the
         draw of the next block of the same shape, so the noise of step t+1 is generated while
-        step t computes (torch's ``normal_`` is a serial Mersenne twister, ~2.5 ns a draw: the
-        largest single cost of an LRT training step). All draws run in submission order on one
-        thread, so every model's stream sees the same sequence of requests as without batching
-        and the numbers are reproducible; they differ from those drawn without the context,
-        because the look-ahead blocks are taken from the stream earlier. The blocks drawn ahead
-        and never used are discarded on exit.
+        step t computes (torch's ``normal_`` is a serial Mersenne twister and the largest single
+        cost of an LRT training step; measured: benchmarks/README.md). All draws run in
+        submission order on one thread, so every model's stream sees the same sequence of requests
+        as without batching and the numbers are reproducible; they differ from those drawn
+        without the context, because the look-ahead blocks are taken from the stream earlier. The
+        blocks drawn ahead and never used are discarded on exit.
         """
         if self._ahead is not None:
             raise RuntimeError("ModelGenerators.drawing_ahead: already drawing ahead")

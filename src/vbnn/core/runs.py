@@ -2,8 +2,8 @@
 in a base), the results of its splits.
 
 A method is an algorithm with a family: ES, MAP and SGLD fit point weights; VI fits any family of
-``vbnn.layers.FAMILIES``. The overpruning paper's names (Trippe & Turner 2017, Table 1) are
-spellings of these: ``es``, ``map``, ``sgld``, and ``mf``, ``gd``, ``fc`` for VI with that family
+``vbnn.layers.FAMILIES``. The method names of Trippe & Turner 2017 (Table 1) are spellings of
+these: ``es``, ``map``, ``sgld``, and ``mf``, ``gd``, ``fc`` for VI with that family
 (``regression.methods.method_config``, :attr:`TrainConfig.method`). Any other family name
 spells VI with it.
 
@@ -32,7 +32,7 @@ class Algorithm(str, Enum):
     VI = "vi"  # maximise the ELBO of a variational family
 
 
-# The six methods of the overpruning paper's Table 1, in its column order ("all" on the CLI).
+# The six methods of Table 1 of Trippe & Turner 2017, in its column order ("all" on the CLI).
 TABLE1_METHODS = ("es", "map", "mf", "gd", "fc", "sgld")
 SGLD_SAMPLES = 100  # samples SGLD keeps by default (the predictive averages over them)
 DEFAULT_LEARNING_RATE = 0.005

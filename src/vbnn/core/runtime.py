@@ -39,9 +39,8 @@ def one_core_for_noise() -> Iterator[int]:
     """Leave one of torch's intra-op threads to the background noise thread while training.
 
     ``ModelGenerators.drawing_ahead`` draws the next step's noise on its own thread; with torch
-    also using every core, the two compete: on 2 cores, one compute thread plus the noise thread
-    is faster than two compute threads plus the noise thread (benchmarks/README.md). Yields the
-    thread count used.
+    also using every core, the two compete for the cores, so torch gets one thread fewer
+    (measured: benchmarks/README.md). Yields the thread count used.
     """
     before = torch.get_num_threads()
     threads = max(1, before - 1)

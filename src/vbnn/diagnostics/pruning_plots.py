@@ -51,6 +51,8 @@ def _draw_unit(axes: Sequence, diagnostics: UnitDiagnostics, model: int, unit: i
         axis.set_yticks([])
 
 
+# Parameters: a figure's entry point: what to plot and where, then independent options;
+# ``thresholds`` go to ``pruned_units``
 def plot_units(
     diagnostics: UnitDiagnostics,
     units: Sequence[int],

@@ -41,6 +41,8 @@ class BernoulliVariance(VariationalLayer):
     default_prior: object = LogUniformPrior()
     noise_variance = 1.0  # Var(2 eps - 1)
 
+    # Parameters: the layer's shape, then the family's options, each a named parameter: the
+    # registry reads a family's options from this signature (``FamilySpec.accepted_options``)
     def __init__(
         self,
         in_features: int,

@@ -1,10 +1,10 @@
 """GD: factorised Gaussian with one fixed, user-set standard deviation; only means are learned.
 
-q(W_ij) = N(mu_ij, s^2), and likewise for every bias. The overpruning paper
-(Trippe & Turner 2017) calls this Gaussian dropout after its equivalence to that model
-(Kingma et al. 2015); it is also "fast dropout". With every variance equal, the LRT variance of a
-dense output j is s^2 (1 + sum_i x_i^2): one reduction over the inputs instead of a second matrix
-product (the shell's general LRT computes the same for convolutions and layers without a bias).
+q(W_ij) = N(mu_ij, s^2), and likewise for every bias. Trippe & Turner 2017 call this Gaussian
+dropout after its equivalence to that model (Kingma et al. 2015); it is also "fast dropout". With
+every variance equal, the LRT variance of a dense output j is s^2 (1 + sum_i x_i^2): one reduction
+over the inputs instead of a second matrix product (the shell's general LRT computes the same for
+convolutions and layers without a bias).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ q(W_ij) = N(mu_ij, sigma_ij^2), and likewise for every bias. Two parameterizatio
 
 * ``"log"`` (default): sigma = exp(rho). The KL's log sigma term is exact and Adam moves sigma on a
   relative scale (Trippe & Turner 2017 appendix A initialises sigma to 1e-4).
-* ``"softplus"``: sigma = softplus(rho), as in Blundell et al. and the depth paper
-  (Farquhar et al. 2020 appendix B: sigma initialised to 1e-6, He-normal means).
+* ``"softplus"``: sigma = softplus(rho), as in Blundell et al. 2015 and Farquhar et al. 2020
+  (appendix B: sigma initialised to 1e-6, He-normal means).
 
 Dense layers with the log parameterization run the LRT through a fused kernel with a hand-written
 backward (``vbnn.core.kernels.local_reparameterization_sample``); every other case uses the

@@ -155,8 +155,8 @@ class Operator:
         models, rows, channels = x.shape[:3]
         folded = x.transpose(0, 1).reshape(rows, models * channels, *x.shape[3:])
         if self.rank == 2:
-            # channels-last: oneDNN's convolution and, above all, its backward run 1.3-3x faster
-            # in this layout on CPU for LeNet-5's shapes (benchmarks/README.md, variance networks)
+            # channels-last: oneDNN's convolution and, above all, its backward run faster in this
+            # layout on CPU for LeNet-5's shapes (measured: benchmarks/README.md, variance networks)
             folded = folded.contiguous(memory_format=torch.channels_last)
         kernel = weight.reshape(models * self.out_features, channels, *self.kernel_size)
         flat_bias = None if bias is None else bias.reshape(-1)

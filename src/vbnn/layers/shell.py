@@ -142,9 +142,8 @@ class VariationalLayer(nn.Module):
         dtype = dtype or torch.get_default_dtype()
         shape = self.operator.weight_shape(self.num_models)
         draw = self.init_noise.randn(*shape[1:], dtype=dtype)
-        # LeCun divides by sqrt(fan_in) (the correctly rounded draw / sqrt(fan_in)), He multiplies
-        # by sqrt(2 / fan_in): the two round differently, and these are the expressions the
-        # trained results of the package were computed with
+        # Each case in the fewest float roundings: gain 1 (LeCun) divides the draw by
+        # sqrt(fan_in); another gain (He: 2) multiplies it by sqrt(gain / fan_in), one square root
         if gain == 1.0:
             return draw / math.sqrt(self.operator.fan_in())
         return draw * math.sqrt(gain / self.operator.fan_in())

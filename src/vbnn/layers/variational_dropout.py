@@ -70,6 +70,8 @@ class VariationalDropout(VariationalLayer):
     roles = MappingProxyType({"log_alpha": ParameterRole.LOG_ALPHA})
     default_prior: object = LogUniformPrior()  # Neklyudov et al. 2019 eq. 6
 
+    # Parameters: the layer's shape, then the family's options, each a named parameter: the
+    # registry reads a family's options from this signature (``FamilySpec.accepted_options``)
     def __init__(
         self,
         in_features: int,

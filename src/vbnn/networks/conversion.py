@@ -5,8 +5,8 @@
 network, no model dimension), its posterior means set from the original weights and biases
 (``VariationalLayer.load_means``), on the original device and dtype. The rest of the module
 (activations, pooling, normalisation, the ``forward``) is untouched, so the converted model is
-called exactly as before: it samples in training mode and uses the posterior means in eval mode or
-under ``vbnn.mode``.
+called as the original module: it samples in training mode and uses the posterior means in eval
+mode or under ``vbnn.mode``.
 
 No layer is left deterministic in silence:
 

@@ -2,9 +2,8 @@
 
 NumPyro's ``NUTS(potential_fn=...)`` (Hoffman & Gelman 2014; multinomial NUTS, step size by dual
 averaging, diagonal or dense mass matrix adapted in warm-up) compiles the whole sampler with XLA;
-on a small depth-experiment network it gave 4.2x (log density) to 21x (worst parameter) Pyro's
-bulk ESS per second
-(benchmarks/README.md). Pyro (``vbnn.references.nuts``) stays for arbitrary torch modules; this
+on a small depth-experiment network it gives several times Pyro's bulk ESS per second (measured:
+benchmarks/README.md). Pyro (``vbnn.references.nuts``) stays for arbitrary torch modules; this
 runner takes potentials generated from an ``MLPArchitecture`` (``vbnn.references.jax_potential``).
 
 Chains start at ``initial`` (C, D), e.g. the MFVI means plus independent jitter (Farquhar et al.

@@ -255,6 +255,8 @@ def _save(trained: TrainedStack, folder: Path, dataset: RegressionDataset) -> Pa
     )
 
 
+# Parameters: the one entry point of UCI training: what trains, then independent options; the
+# keyword-only ones say where the runs are stored and what is stored with them
 def run_splits(
     dataset: RegressionDataset,
     split_ids: Sequence[int] | None,

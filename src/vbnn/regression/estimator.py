@@ -1,7 +1,7 @@
 """``BayesianRegressor``: a scikit-learn estimator around the UCI engine's training.
 
 ``fit(X, y)`` standardises X and y (the scalers are kept), trains one network of any family by
-full-batch Adam on the ELBO (``training.full_batch.fit``, the settings of the overpruning paper
+full-batch Adam on the ELBO (``training.full_batch.fit``, the settings of Trippe & Turner 2017
 by default), and ``predict(X, return_std=True)`` gives the mean and the total std of the
 predictive mixture over K samples,
 
@@ -96,6 +96,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
             from the same CPU streams on any device, so the numbers agree to float rounding.
     """
 
+    # Parameters: scikit-learn wants one argument per hyper-parameter (get_params, clone, searches)
     def __init__(
         self,
         family: str = "mf",

@@ -44,6 +44,7 @@ def predictive_log_likelihood(
 
 
 @torch.no_grad()
+# Parameters: the trained stack, the standardised test data and its scale, then how to predict
 def evaluate(
     model: MLP,
     likelihood: GaussianLikelihood,

@@ -1,5 +1,5 @@
 """Methods by name: ``es``, ``map``, ``sgld``, or a family of ``vbnn.layers.FAMILIES``, which VI
-fits (the overpruning paper's ``mf``, ``gd``, ``fc`` are three of them)."""
+fits (``mf``, ``gd`` and ``fc`` of Trippe & Turner 2017 are three of them)."""
 
 from __future__ import annotations
 

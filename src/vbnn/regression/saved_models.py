@@ -51,6 +51,8 @@ class SavedModel:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+# Parameters: one per field of ``SavedModel`` (what ``load_model`` returns); callers hold the
+# pieces, not the record
 def save_model(
     folder: str | Path,
     model: MLP,

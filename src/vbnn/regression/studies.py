@@ -4,8 +4,9 @@ A search stores a trial as RUNNING when it asks for a candidate, and as COMPLETE
 training diverged) once the candidate is scored. A process killed in a round leaves that round's
 unscored candidates RUNNING for good. Left so, they harm the resumed search twice: TPE's
 constant liar counts every running trial as the worst score, so the search steers away from the
-candidates it had just chosen; and a sampler seeded as before draws its earlier candidates again
-(protein's MF study trained five start-up candidates twice this way, about 7 min each).
+candidates it had just chosen; and a sampler seeded as in the killed run draws its earlier
+candidates again, each trained a second time (observed: reproductions/overpruning/README.md,
+"Killed rounds").
 
 When one process owns the study, :func:`requeue_unfinished` marks its running trials failed
 with the user attribute ``abandoned`` (TPE ignores failed trials; the budget does not count
@@ -19,9 +20,9 @@ a worker that the executor runs again after its process died requeues only its o
 trials as spent, so concurrent workers together stop at the budget.
 
 :func:`sampler_seed` gives a resumed search a seed of its own; a new study keeps the study's
-seed, so an uninterrupted search proposes what it always did. :func:`used_budget` counts a
-candidate scored twice once, so a study that replayed candidates before this module still gets
-its budget of different ones.
+seed, so an uninterrupted search's candidates depend on that seed alone. :func:`used_budget`
+counts a candidate scored twice once, so a stored study that replayed candidates still gets its
+budget of different ones.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def is_abandoned(trial: optuna.trial.FrozenTrial) -> bool:
 
 
 def used_budget(trials: Sequence[optuna.trial.FrozenTrial]) -> int:
-    """Candidates that count towards a search's budget: each one scored (once, though a replay
-    before this module may have scored it twice) or diverged, none abandoned."""
+    """Candidates that count towards a search's budget: each one scored (once, though a stored
+    study that replayed candidates may hold it scored twice) or diverged, none abandoned."""
     scored = {
         tuple(sorted(t.params.items()))
         for t in trials

@@ -1,8 +1,8 @@
 """Hyper-parameter search by Bayesian optimisation (Optuna's TPE), candidates trained as a stack.
 
-The overpruning paper (Trippe & Turner 2017, experimental details) tuned with Spearmint on one
-split: the prior std of MAP, MF, GD and FC, GD's posterior std, and ES's learning rate. It gives no
-SGLD settings at all; here SGLD's step size eta is searched together with its prior std. Here:
+Trippe & Turner 2017 (experimental details) tuned with Spearmint on one split: the prior std of MAP,
+MF, GD and FC, GD's posterior std, and ES's learning rate. It gives no SGLD settings at all; here
+SGLD's step size eta is searched together with its prior std. Here:
 
 - the objective is the log-likelihood of a *validation* part carved from a split's training rows
   (``TuningConfig.validation_fraction``, seeded), standardised with the remaining rows' statistics;
@@ -226,6 +226,8 @@ def _evaluate_stack(
     return scores
 
 
+# Parameters: what is searched (data set, split, configs), then where the study is stored and
+# which of its sharing workers this is
 def tune(
     dataset: RegressionDataset,
     split: int,

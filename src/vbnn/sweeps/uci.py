@@ -3,8 +3,8 @@ return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for T
 ``experiments.uci_depth``).
 
 - :func:`split_units` cuts the splits a configuration still lacks into the stacks the engine
-  would train together (``engine.choose_chunk_size``), so a unit is one chunk: a local run
-  stores what it stored before, chunk by chunk.
+  would train together (``engine.choose_chunk_size``), so a unit is one chunk: a sweep trains
+  and stores the stacks that ``engine.run_splits`` would, chunk by chunk.
 - :func:`train_unit` trains one chunk (``engine.run_splits``) and returns its ``SplitResult`` rows
   and, given ``stack_metrics``, further per-split metrics of the trained stack (e.g. pruned
   units per layer), stored with the rows.
@@ -15,7 +15,7 @@ return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for T
 - :func:`tuning_unit` runs (the rest of) one Optuna study (:func:`study_units` makes the units
   of the studies still short of their trials, :func:`trial_keeper` is the driver's callback).
   Given the study's storage (this process) it writes there as it goes, as ``tuning.tune``
-  always did; given none (a Ray worker), it continues an in-memory copy of every trial stored so
+  does; given none (a Ray worker), it continues an in-memory copy of every trial stored so
   far (a killed search's unfinished ones too) and returns the trials it finished, which the
   driver adds to its storage (:func:`store_trials`), retiring its own unfinished ones. The
   sampler sees the same history with the same seed either way, so it proposes the same

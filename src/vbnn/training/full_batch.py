@@ -127,9 +127,9 @@ def parameter_groups(config: AdamConfig, modules: nn.Module) -> list[dict]:
 
     Adam moves every coordinate by about the learning rate whatever the size of its gradient.
     The D (D - 1) / 2 off-diagonal entries of an FC layer's Cholesky factor receive almost pure
-    Monte-Carlo noise, so at the paper's rate they random-walk: on boston, after 250 steps the
-    off-diagonal part alone gives each weight a variance near 1 (the prior's), and FC never
-    recovers (reproductions/overpruning/README.md, "FC and Adam").
+    Monte-Carlo noise, so at the paper's rate they random-walk until the off-diagonal part alone
+    gives each weight about the prior's variance, and the fit does not recover (measured:
+    reproductions/overpruning/README.md, "FC and Adam").
     VI's ``correlation_learning_rate`` sets their rate apart; None keeps the paper's single rate.
     """
     rate = config.correlation_learning_rate if isinstance(config, VIConfig) else None

@@ -93,6 +93,7 @@ def log_prior(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
     return _per_network(model, total)
 
 
+# Parameters: those of the objectives that call it, plus the forward mode each of them fixes
 def _summed_log_likelihood(
     model: nn.Module,
     likelihood: Likelihood,
@@ -138,8 +139,8 @@ def expected_log_likelihood(
     return _summed_log_likelihood(model, likelihood, x, y, ForwardMode.LOCAL, noise, samples)
 
 
-# an ELBO takes the model, its likelihood and prior, the batch and how it is drawn: the nine
-# parameters are the terms of the module docstring's formula, each with its default
+# Parameters: the terms of the module docstring's formula (model, likelihood, prior, batch) and
+# how it is drawn, each with its default
 def elbo(
     model: nn.Module,
     likelihood: Likelihood,

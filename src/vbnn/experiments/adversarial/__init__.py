@@ -40,7 +40,9 @@ from vbnn.stores.markdown import markdown_table
 
 __all__ = ["BUDGETS", "DESCRIPTION", "Budget", "add_arguments", "run"]
 
-DESCRIPTION = "Adversarial attacks (Neklyudov et al. 6.3): iterative FGSM vs variance networks"
+DESCRIPTION = (
+    "Adversarial attacks (Neklyudov et al. 2018, 2019 sec. 6.3): iterative FGSM, variance networks"
+)
 DEFAULT_OUT = "results/adversarial"
 DATASETS = ("mnist", "fashion-mnist")
 

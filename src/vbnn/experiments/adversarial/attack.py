@@ -1,7 +1,7 @@
 """Targeted iterative fast gradient sign attacks on (ensembles of) stochastic classifiers.
 
 Neklyudov et al. 2019 section 6.3 and Neklyudov et al. 2018 section 6.3 (Goodfellow et al.
-2014): for a target class t != the true class, iterate with a fixed step epsilon
+2015): for a target class t != the true class, iterate with a fixed step epsilon
 
     x_{s+1} = clip_[0, 1]( x_s - epsilon * sign( grad_x L(x_s) ) ),   L(x) = -log pbar(t | x),
 

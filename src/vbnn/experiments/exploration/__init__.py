@@ -37,7 +37,7 @@ from vbnn.stores.markdown import markdown_table
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
-DESCRIPTION = "RL exploration (Neklyudov et al. 6.2): REINFORCE with variance-layer noise"
+DESCRIPTION = "RL exploration (Neklyudov et al. 2019 sec. 6.2): REINFORCE, variance-layer noise"
 DEFAULT_OUT = "results/exploration"
 SEEDS, EPISODES, QUICK_SEEDS, QUICK_EPISODES = 9, 1000, 3, 20
 

@@ -1,11 +1,10 @@
-"""``vbnn reproduce overpruning``: Table 1 and Figures 1-5 of the overpruning paper.
+"""``vbnn reproduce overpruning``: Table 1 and Figures 1-5 of Trippe & Turner 2017.
 
-Paper: Trippe & Turner 2017 (protocol in its appendix A). For every data set
-and method: tune on training data only (Optuna, ``vbnn.regression.tuning``), then train and evaluate
-on the
-20 standard splits; every finished chunk of splits is stored in ``OUT/results.sqlite`` (with the
-Optuna studies), so re-running the command resumes a killed run and recomputes nothing. Then the
-table (``table1.md``, ``table1.csv``), the bar chart (``figure1.png``) and Figures 2-5 are written.
+Protocol: the paper's appendix A. For every data set and method: tune on training data only (Optuna,
+``vbnn.regression.tuning``), then train and evaluate on the 20 standard splits; every finished chunk
+of splits is stored in ``OUT/results.sqlite`` (with the Optuna studies), so re-running the command
+resumes a killed run and recomputes nothing. Then the table (``table1.md``, ``table1.csv``), the bar
+chart (``figure1.png``) and Figures 2-5 are written.
 
     vbnn reproduce overpruning --out results/overpruning           # the full run
     vbnn reproduce overpruning --quick --out results/overpruning-quick
@@ -61,7 +60,7 @@ from vbnn.sweeps.uci import (
     uci_jobs,
 )
 
-DESCRIPTION = "overpruning paper (000_*): tuned Table 1 with SGLD, Figures 1-5"
+DESCRIPTION = "Trippe & Turner 2017: tuned Table 1 with SGLD, Figures 1-5"
 
 DATASETS = ("boston", "concrete", "energy", "power", "wine", "yacht")
 METHODS = TABLE1_METHODS

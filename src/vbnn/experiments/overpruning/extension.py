@@ -1,9 +1,9 @@
 """Table 1 extended to the other three UCI sets (kin8nm, naval, protein): beyond the paper.
 
-The overpruning paper (Trippe & Turner 2017) reports six of the nine standard UCI sets. The
+Trippe & Turner 2017 report six of the nine standard UCI sets. The
 extension runs the same machinery (same methods, tuning and training protocol) on kin8nm, naval
 and protein with the width of the PBP / deep-ensembles literature: one hidden layer of 50 units,
-100 for protein (``HIDDEN_WIDTHS``). There is no overpruning-paper value to compare with, so the
+100 for protein (``HIDDEN_WIDTHS``). There is no Trippe & Turner 2017 value to compare with, so the
 table puts our cells beside the published PBP (Hernandez-Lobato & Adams 2015) and deep-ensembles
 (Lakshminarayanan et al. 2017) test log-likelihoods on the same splits, each column citing its
 source; those numbers live in ``reproductions/overpruning/published_extension.json``.

@@ -90,6 +90,7 @@ class SimulationFit:
     pruned: int
 
 
+# Parameters: the simulation's settings, each independent; defaults the paper's (noise std ours)
 def fit_prior_network(
     network: PriorNetwork,
     sizes: Sequence[int] = SIZES,

@@ -1,6 +1,6 @@
 """How many of boston's 50 MF units are pruned, under each counting rule and two priors.
 
-The overpruning paper (Trippe & Turner 2017, section 3 and Figures 2, 5) counts 39 of 50
+Trippe & Turner 2017 (section 3 and Figures 2, 5) count 39 of 50
 units of one MF network on boston whose "output weight [is] confidently around zero with all
 incoming weights sitting precisely at the prior"; it states no numerical rule. Our default rule
 (``diagnostics.pruning.pruned_units``) counts 43.9 with the N(0, 1) prior of Figure 2. This module

@@ -1,16 +1,15 @@
 """``vbnn reproduce uci-depth``: does mean-field's gap to FC and GD shrink with depth on UCI?
 
-Farquhar et al. 2020 (section 5) argues that the mean-field restriction costs less in
-deeper networks; the overpruning paper (Trippe & Turner 2017) measured the gap with one hidden
-layer only. This experiment trains ES (the non-Bayesian reference), MF, GD and FC with 1, 2 and 3
-hidden layers of 50 tanh units on the six paper sets and their 20 splits (FC only at the depths
-of ``--fc-depths``, by default 1: its full covariance over the 2,550 weights of a 50 x 50 layer
-makes a step about 100 times slower than MF's), every (data set, method, depth) tuned as in
-Table 1 (Optuna TPE on validation rows carved from split 0's training
-rows, ``--tune once``; the hidden widths enter the config hash and the study names). Stored per
-split: test log-likelihood, RMSE and the pruned-unit count of every hidden layer
-(``diagnostics.layer_pruning``). Every finished chunk is in ``OUT/results.sqlite``: a second
-invocation trains only what is missing.
+Farquhar et al. 2020 (section 5) argues that the mean-field restriction costs less in deeper
+networks; Trippe & Turner 2017 measured the gap with one hidden layer only. This experiment trains
+ES (the non-Bayesian reference), MF, GD and FC with 1, 2 and 3 hidden layers of 50 tanh units on the
+six paper sets and their 20 splits (FC only at the depths of ``--fc-depths``, by default 1: its full
+covariance over the 2,550 weights of a 50 x 50 layer makes a step far costlier than MF's; measured:
+reproductions/uci-depth/README.md), every (data set, method, depth) tuned as in Table 1 (Optuna TPE
+on validation rows carved from split 0's training rows, ``--tune once``; the hidden widths enter the
+config hash and the study names). Stored per split: test log-likelihood, RMSE and the pruned-unit
+count of every hidden layer (``diagnostics.layer_pruning``). Every finished chunk is in
+``OUT/results.sqlite``: a second invocation trains only what is missing.
 
 Writes ``depth_table.md`` / ``depth_table.csv`` (test LL and pruned units per layer),
 ``depth_gaps.csv`` (MF - FC and MF - GD per depth, paired over splits) and ``depth_figure.png``.
@@ -73,7 +72,7 @@ class Plan:
     datasets: tuple[str, ...]
     methods: tuple[str, ...]
     depths: tuple[int, ...]
-    fc_depths: tuple[int, ...]  # FC's full covariance over a 50 x 50 layer costs ~50x MF
+    fc_depths: tuple[int, ...]  # FC's full covariance over a 50 x 50 layer costs far more than MF
     splits: tuple[int, ...] | None  # None: all 20
     iterations: int | None  # None: the paper's (5000, ES 2000)
     trials: int

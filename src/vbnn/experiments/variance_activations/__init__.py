@@ -39,7 +39,7 @@ from vbnn.stores.markdown import markdown_table
 
 __all__ = ["DESCRIPTION", "activation_moments", "add_arguments", "class_densities", "run"]
 
-DESCRIPTION = "Appendix D (Neklyudov et al.): per-class activations of a variance layer, MNIST"
+DESCRIPTION = "Neklyudov et al. 2019 appendix D: per-class activations of a variance layer, MNIST"
 DEFAULT_OUT = "results/variance-activations"
 DENSE1 = 2  # index of dense1 in LeNet5.layers
 BUDGETS = {"quick": TrainingBudget(train_size=3000, epochs=3),

@@ -60,7 +60,9 @@ from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, settings
 
 __all__ = ["BUDGETS", "DESCRIPTION", "Budget", "add_arguments", "run", "time_epochs"]
 
-DESCRIPTION = "Variance networks (Neklyudov et al.): LeNet-5 tables, toy bottleneck, kappa"
+DESCRIPTION = (
+    "Variance networks (Neklyudov et al. 2018, 2019): LeNet-5 tables, toy bottleneck, kappa"
+)
 BATCHNORM_NETWORKS = ("table1-layer", "table2-variance")
 DEFAULT_OUT = "results/variance-networks"
 
