@@ -177,17 +177,26 @@ class TorchNoise:
 
 
 class NoiseTape:
-    """The noise blocks of one step, recorded from a source or replayed from tensors.
+    """The noise blocks of a pass, recorded from a source or replayed from tensors.
 
-    A compiled training step (``TrainConfig.compile``) cannot call the generators' Python code.
-    Its first, eager step draws through ``NoiseTape(source=generators)``, which records the
-    (shape, dtype) of every ``randn`` call in ``calls``; every later step draws those blocks from
-    the generators in the same order and passes them into the compiled graph, where the layers
-    read them back from ``NoiseTape(blocks)`` in the order they would have drawn them.
+    A recording tape, ``NoiseTape(source=generators)``, draws every ``randn`` from ``source``,
+    keeps the block and its call, (shape, dtype), in ``calls``; ``replay()`` is a tape that hands
+    the same blocks back, in order, to a later pass making the same calls. Two uses:
+
+    * A compiled training step (``TrainConfig.compile``) cannot call the generators' Python code.
+      Its first, eager step draws through a recording tape; every later step draws the blocks of
+      its ``calls`` from the generators in the same order and passes them into the compiled
+      graph, where the layers read them back from ``NoiseTape(blocks)``.
+    * Weights fixed for an episode (``experiments.exploration``): the rollout draws them through
+      a recording tape and the policy-gradient pass replays it, so both use the same numbers.
 
     Args:
         blocks: the blocks to replay, in order (replaying tape).
         source: the noise source to draw from and record (recording tape).
+
+    Raises:
+        RuntimeError: a replaying tape asked for more blocks than it holds, or for a shape other
+            than that of the block at its position (a pass that draws differently).
     """
 
     def __init__(
@@ -204,7 +213,18 @@ class NoiseTape:
     ) -> torch.Tensor:
         if self.source is not None:
             self.calls.append((shape, dtype))
-            return self.source.randn(*shape, dtype=dtype, device=device)
+            self.blocks.append(self.source.randn(*shape, dtype=dtype, device=device))
+            return self.blocks[-1]
+        if self.index == len(self.blocks):
+            raise RuntimeError(f"NoiseTape: asked for block {self.index} of {shape}; the tape "
+                               f"holds {len(self.blocks)}")  # fmt: skip
         block = self.blocks[self.index]
+        if tuple(block.shape[1:]) != shape:
+            raise RuntimeError(f"NoiseTape: asked for {shape} at block {self.index}, the tape "
+                               f"holds {tuple(block.shape[1:])}")  # fmt: skip
         self.index += 1
         return block
+
+    def replay(self) -> NoiseTape:
+        """A tape that hands back this tape's blocks from the first."""
+        return NoiseTape(self.blocks)
