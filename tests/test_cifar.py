@@ -121,7 +121,9 @@ def test_vgg_like_reads_the_synthetic_file_and_learns_it(tmp_path):
     _cifar10_folder(tmp_path, count=8)
     x, y = load_cifar("cifar10", "test", tmp_path, verify=False)
     torch.manual_seed(0)
-    model = VGGLike(VGGConfig(classes=10, width=1 / 16), torch.Generator().manual_seed(0))
+    model = VGGLike(
+        VGGConfig(classes=10, width=1 / 16), generators=torch.Generator().manual_seed(0)
+    )
     assert [type(layer).__name__ for layer in model.convs[-3:]] == ["LayerDropout"] * 3
     assert type(model.dense1).__name__ == "LayerDropout"
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from vbnn.cli import main
-from vbnn.core.randomness import ModelGenerators
-from vbnn.experiments.exploration.policy import EpisodeNoise, Policy, PolicyNoise
+from vbnn.core.randomness import ModelGenerators, NoiseTape
+from vbnn.experiments.exploration.policy import Policy, PolicyNoise
 from vbnn.experiments.exploration.reinforce import (
     Baseline,
     Environment,
@@ -61,40 +61,42 @@ def test_running_baseline_ignores_an_episode_that_repeats_and_episode_baseline_d
     assert (np.diff(per_episode) > 0).all() and per_episode[0] < -0.5 and per_episode[-1] > 2
 
 
-def test_episode_noise_replays_its_draws_until_a_new_episode():
-    noise = EpisodeNoise(ModelGenerators([1, 2]))
-    noise.new_episode()
-    first = [noise.randn(3, 4), noise.randn(5)]
-    noise.start_pass()
-    torch.testing.assert_close(noise.randn(3, 4), first[0])
-    torch.testing.assert_close(noise.randn(5), first[1])
-    noise.new_episode()
-    assert not torch.allclose(noise.randn(3, 4), first[0])
-    noise.start_pass()
-    with pytest.raises(RuntimeError, match=r"asked for \(5,\) at draw 0"):
-        noise.randn(5)
+def test_a_replayed_tape_hands_back_the_recorded_draws_in_order():
+    source = ModelGenerators([1, 2])
+    tape = NoiseTape(source=source)
+    first = [tape.randn(3, 4), tape.randn(5)]
+    expected = ModelGenerators([1, 2])
+    torch.testing.assert_close(first, [expected.randn(3, 4), expected.randn(5)], rtol=0, atol=0)
+    assert tape.calls == [((3, 4), torch.float32), ((5,), torch.float32)]
+    for replay in (tape.replay(), tape.replay()):
+        assert replay.randn(3, 4) is first[0] and replay.randn(5) is first[1]
+    assert not torch.allclose(NoiseTape(source=source).randn(3, 4), first[0])  # a new episode
+    with pytest.raises(RuntimeError, match=r"asked for \(5,\) at block 0, the tape holds \(3, 4\)"):
+        tape.replay().randn(5)
+    replay = tape.replay()
+    replay.randn(3, 4)
+    replay.randn(5)
+    with pytest.raises(RuntimeError, match=r"asked for block 2 of \(5,\); the tape holds 2"):
+        replay.randn(5)
 
 
 @pytest.mark.parametrize("kind", list(PolicyNoise))
 def test_fast_policy_path_equals_the_layers_own_forward(kind):
     policy = Policy(4, 2, kind, ModelGenerators.for_keys(0, range(3), "init"))
-    noise = EpisodeNoise(ModelGenerators.for_keys(0, range(3), "train"))
-    noise.new_episode()
+    tape = NoiseTape(source=ModelGenerators.for_keys(0, range(3), "train"))
     x = torch.randn(3, 7, 4)
     with torch.no_grad():
-        fast = policy.logits(x, policy.weights(noise))
-        torch.testing.assert_close(policy(x, noise), fast)
-        torch.testing.assert_close(policy.logits(x, policy.weights(noise)), fast)  # replayed
+        fast = policy.logits(x, policy.weights(tape))
+        torch.testing.assert_close(policy(x, tape.replay()), fast)
+        torch.testing.assert_close(policy.logits(x, policy.weights(tape.replay())), fast)
 
 
 def test_variance_layer_draws_are_zero_mean_with_the_layer_std():
     policy = Policy(4, 2, PolicyNoise.VARIANCE, ModelGenerators([0]))
-    noise = EpisodeNoise(ModelGenerators([1]))
     layer = policy.layers[1]
     std = layer.weight_log_std.exp()
     with torch.no_grad():
-        noise.new_episode()
-        standardised = policy.weights(noise)[1][0] / std
+        standardised = policy.weights(ModelGenerators([1]))[1][0] / std
     count = standardised.numel()  # 65536 N(0, 1) draws: mean within 5 standard errors
     assert abs(float(standardised.mean())) < 5 / math.sqrt(count)
     assert abs(float(standardised.var()) - 1.0) < 5 * math.sqrt(2 / count)
@@ -141,7 +143,7 @@ def test_noise_and_signal_separates_draw_noise_from_state_signal():
     draws, across_states = noise_and_signal(PolicyNoise.DETERMINISTIC, states, draws=5)
     policy = Policy(4, 2, PolicyNoise.DETERMINISTIC, ModelGenerators.for_keys(0, [0], "init"))
     with torch.no_grad():
-        by_hand = torch.softmax(policy(states[None], EpisodeNoise(ModelGenerators([0]))), -1)
+        by_hand = torch.softmax(policy(states[None], ModelGenerators([0])), -1)
     assert draws == 0.0
     assert across_states == pytest.approx(by_hand[0, :, 0].double().std(correction=0).item())
     noisy, _ = noise_and_signal(PolicyNoise.VARIANCE, states, draws=5)

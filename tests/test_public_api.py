@@ -11,6 +11,8 @@ from torch import nn
 import vbnn
 import vbnn.regression
 from vbnn.core.gaussian import kl_diagonal_gaussian
+from vbnn.core.randomness import ModelGenerators
+from vbnn.layers.modes import network_output
 from vbnn.layers.shell import VariationalLayer
 from vbnn.networks import LeNet5, LeNetConfig
 
@@ -102,15 +104,30 @@ def test_sample_moments_of_a_linear_model_match_the_exact_predictive() -> None:
     assert relative.abs().max() < 4 * math.sqrt(2 / 3999)
 
 
-def test_sample_in_weights_mode_keeps_one_function_per_sample_across_chunks() -> None:
+@pytest.mark.parametrize("mode", ["weights", "zero-mean"])
+@pytest.mark.parametrize("source", ["global", "use_noise", "explicit"])
+def test_sample_keeps_one_function_per_sample_across_chunks(source: str, mode: str) -> None:
+    """A pass in "weights" (or "zero-mean") mode draws one weight sample, so sample k is one
+    function f_k: the K samples are K passes in a row from the layers' noise source, and cut
+    into chunks they are the same numbers, whichever source the layers draw from (torch's
+    global RNG, the ``use_noise`` source or an explicit ``noise``)."""
     original = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
     model = vbnn.convert(original, "mf", init_std=0.3)
     x = torch.randn(9, 2)
-    torch.manual_seed(5)
-    whole = vbnn.sample(model, x, 3)
-    torch.manual_seed(5)
-    chunked = vbnn.sample(model, x, 3, batch_size=4)
-    torch.testing.assert_close(chunked, whole)
+
+    def draws(draw):
+        torch.manual_seed(5)
+        streams = ModelGenerators([7])
+        if source == "explicit":
+            return draw(streams)
+        with vbnn.use_noise(model, streams if source == "use_noise" else None):
+            return draw(None)
+
+    whole = draws(lambda noise: vbnn.sample(model, x, 3, mode, noise=noise))
+    chunked = draws(lambda noise: vbnn.sample(model, x, 3, mode, batch_size=4, noise=noise))
+    passes = draws(lambda noise: [network_output(model, x, mode, noise) for _ in range(3)])
+    assert torch.equal(whole, torch.stack(passes))
+    assert torch.equal(chunked, whole)
     assert not torch.equal(whole[0], whole[1])
     with vbnn.mode(model, "mean"):
         torch.testing.assert_close(model(x), model.eval()(x))

@@ -159,6 +159,12 @@ class Float64Noise:
     def randn(self, *shape, dtype=torch.float32, device=None) -> torch.Tensor:
         return self.generators.randn(*shape, dtype=torch.float64).to(dtype)
 
+    def get_state(self) -> list[torch.Tensor]:
+        return self.generators.get_state()
+
+    def set_state(self, state: list[torch.Tensor]) -> None:
+        self.generators.set_state(state)
+
 
 def test_lenet_gradients_in_float32_agree_with_float64() -> None:
     # the convolutions run channels-last (a speed choice): the float32 forward and gradients of

@@ -166,7 +166,7 @@ def test_tanh_network_without_biases_is_odd_in_the_zero_mean_layer_noise(bias: b
     recorder = NoiseTape(source=ModelGenerators([1]))
     model(images, ForwardMode.LOCAL, recorder)
     assert len(recorder.calls) == 1  # dense1's LRT noise is the only draw
-    noise = [torch.randn(*shape, dtype=dtype) for shape, dtype in recorder.calls]
+    noise = [torch.randn(1, *shape, dtype=dtype) for shape, dtype in recorder.calls]  # M = 1
     logits = model(images, ForwardMode.LOCAL, NoiseTape(noise))
     flipped = model(images, ForwardMode.LOCAL, NoiseTape([-block for block in noise]))
     odd = torch.allclose(flipped, -logits)

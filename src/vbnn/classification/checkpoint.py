@@ -67,7 +67,7 @@ def save_checkpoint(path: Path, run: ResumableRun, *, epoch: int, seconds: list[
         "seconds": list(seconds),
         "model": run.model.state_dict(),
         "optimizer": run.optimizer.state_dict(),
-        "generators": [g.get_state() for g in run.generators.generators],
+        "generators": run.generators.get_state(),
         "shuffle": run.shuffle.get_state(),
         "torch_rng": torch.get_rng_state(),
         "callback": run.callback.state_dict() if isinstance(run.callback, Stateful) else None,
@@ -99,8 +99,7 @@ def load_checkpoint(path: Path, run: ResumableRun) -> tuple[int, list[float]] | 
         )
     run.model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
-    for generator, stream in zip(run.generators.generators, state["generators"], strict=True):
-        generator.set_state(stream)
+    run.generators.set_state(state["generators"])
     run.shuffle.set_state(state["shuffle"])
     torch.set_rng_state(state["torch_rng"])
     if isinstance(run.callback, Stateful) and state["callback"] is not None:

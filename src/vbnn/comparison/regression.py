@@ -23,6 +23,7 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import Algorithm, TrainConfig, VIConfig
 from vbnn.metrics import interval_coverage
+from vbnn.networks.predictive import sample
 from vbnn.regression.engine import TrainedStack
 from vbnn.regression.methods import method_config, method_fields
 from vbnn.regression.presets import preset
@@ -96,12 +97,8 @@ def interval_coverages(stack: TrainedStack, level: float = 0.95) -> dict[int, di
             for m, k in enumerate(keys)
         }
     streams = ModelGenerators.for_keys(config.seed, keys, "eval")
-    draws = torch.stack(
-        [
-            stack.model(data.x_test, ForwardMode.LOCAL, streams).squeeze(-1)
-            for _ in range(config.test_samples)
-        ]
-    )  # (K, M, N)
+    draws = sample(stack.model, data.x_test, config.test_samples, ForwardMode.LOCAL, noise=streams)
+    draws = draws.squeeze(-1)  # (K, M, N)
     return {
         k: {COVERAGE: float(interval_coverage(draws[:, m], noise[m], data.y_test[m], level))}
         for m, k in enumerate(keys)

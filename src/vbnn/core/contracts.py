@@ -12,11 +12,12 @@ Shapes used throughout:
 The pieces:
     * :class:`ForwardMode` - how a variational layer maps inputs to outputs.
     * :class:`ParameterRole` - what a layer's parameter holds, for per-role learning rates.
-    * :class:`VariationalLayer` - the family contract every layer under ``vbnn.layers`` obeys.
     * :class:`Prior` - what a family needs from a prior to report its KL.
     * :class:`Activation` - the hidden non-linearities.
 
-The settings and results of a UCI-engine run (one config per algorithm) are in ``core.runs``.
+The family contract every layer obeys is the ``VariationalLayer`` shell in ``layers.shell``; the
+noise contract, ``NoiseSource``, is in ``core.randomness``. The settings and results of a
+UCI-engine run (one config per algorithm) are in ``core.runs``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from enum import Enum
 from typing import Protocol, runtime_checkable
 
 import torch
-
-from vbnn.core.randomness import NoiseSource
 
 
 class ForwardMode(str, Enum):
@@ -98,38 +97,6 @@ class Prior(Protocol):
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         """log p(value), summed over all but the leading model dim -> (M,)."""
-        ...
-
-
-@runtime_checkable
-class VariationalLayer(Protocol):
-    """The family contract: one dense layer holding a distribution over (weight, bias).
-
-    A layer maps ``x`` of shape (M, N, I) to (M, N, O). Weights are stored as (M, I, O) so that
-    the output is ``x @ weight + bias`` with batched matrix products.
-    """
-
-    in_features: int
-    out_features: int
-    num_models: int
-
-    def forward(
-        self, x: torch.Tensor, mode: ForwardMode | None = None, noise: NoiseSource | None = None
-    ) -> torch.Tensor:
-        """Output (M, N, O); ``noise`` None draws from the ``use_noise`` source, else from torch's
-        global RNG."""
-        ...
-
-    def kl(self, prior: Prior) -> torch.Tensor:
-        """KL(q || prior) of this layer's weights and biases, one value per model: (M,)."""
-        ...
-
-    def posterior_mean(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior means: weight (M, I, O), bias (M, O)."""
-        ...
-
-    def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior marginal standard deviations: weight (M, I, O), bias (M, O)."""
         ...
 
 

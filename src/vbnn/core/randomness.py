@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import cache
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -125,6 +125,34 @@ class ModelGenerators:
             self._ahead = None
             self._pending.clear()
 
+    def get_state(self) -> list[torch.Tensor]:
+        """The state of every model's generator, in model order (for ``set_state``).
+
+        Raises:
+            RuntimeError: inside ``drawing_ahead`` (the streams are already past the blocks
+                drawn ahead).
+        """
+        self._check_not_ahead("get_state")
+        return [generator.get_state() for generator in self.generators]
+
+    def set_state(self, state: Sequence[torch.Tensor]) -> None:
+        """Put every model's generator back to a state of ``get_state``.
+
+        Raises:
+            ValueError: ``state`` holds another number of streams than there are models.
+            RuntimeError: inside ``drawing_ahead``.
+        """
+        self._check_not_ahead("set_state")
+        if len(state) != len(self.generators):
+            raise ValueError(f"ModelGenerators.set_state: {len(state)} streams for "
+                             f"{len(self.generators)} models")  # fmt: skip
+        for generator, stream in zip(self.generators, state, strict=True):
+            generator.set_state(stream)
+
+    def _check_not_ahead(self, caller: str) -> None:
+        if self._ahead is not None:
+            raise RuntimeError(f"ModelGenerators.{caller}: not while drawing ahead")
+
     def permutation(self, n: int) -> list[torch.Tensor]:
         """One random permutation of range(n) per model."""
         return [torch.randperm(n, generator=g, device=self.device) for g in self.generators]
@@ -139,7 +167,13 @@ class ModelGenerators:
 
 
 class NoiseSource(Protocol):
-    """Anything that hands out standard normal blocks of shape (M, *shape) like ModelGenerators."""
+    """Anything that hands out standard normal blocks of shape (M, *shape) like ModelGenerators,
+    and can be put back to an earlier position of its streams.
+
+    ``get_state()`` returns the position, ``set_state(state)`` returns to it: the draws after
+    ``set_state`` repeat those made after the ``get_state`` (``vbnn.sample`` runs the chunks of
+    one sample from the same state, so in "weights" mode they share the sample's weights).
+    """
 
     def randn(
         self,
@@ -147,6 +181,10 @@ class NoiseSource(Protocol):
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> torch.Tensor: ...
+
+    def get_state(self) -> Any: ...
+
+    def set_state(self, state: Any) -> None: ...
 
 
 class TorchNoise:
@@ -175,19 +213,45 @@ class TorchNoise:
         out = torch.randn(size, dtype=dtype, device=self.generator.device, generator=self.generator)
         return out if device is None else out.to(device)
 
+    def get_state(self) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """The generator's state; with none, torch's global CPU state and that of every CUDA
+        device torch has initialised."""
+        if self.generator is not None:
+            return self.generator.get_state()
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+        return torch.get_rng_state(), cuda
+
+    def set_state(self, state: torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]) -> None:
+        if self.generator is not None:
+            self.generator.set_state(state)
+            return
+        cpu, cuda = state
+        torch.set_rng_state(cpu)
+        if cuda:
+            torch.cuda.set_rng_state_all(cuda)
+
 
 class NoiseTape:
-    """The noise blocks of one step, recorded from a source or replayed from tensors.
+    """The noise blocks of a pass, recorded from a source or replayed from tensors.
 
-    A compiled training step (``TrainConfig.compile``) cannot call the generators' Python code.
-    Its first, eager step draws through ``NoiseTape(source=generators)``, which records the
-    (shape, dtype) of every ``randn`` call in ``calls``; every later step draws those blocks from
-    the generators in the same order and passes them into the compiled graph, where the layers
-    read them back from ``NoiseTape(blocks)`` in the order they would have drawn them.
+    A recording tape, ``NoiseTape(source=generators)``, draws every ``randn`` from ``source``,
+    keeps the block and its call, (shape, dtype), in ``calls``; ``replay()`` is a tape that hands
+    the same blocks back, in order, to a later pass making the same calls. Two uses:
+
+    * A compiled training step (``TrainConfig.compile``) cannot call the generators' Python code.
+      Its first, eager step draws through a recording tape; every later step draws the blocks of
+      its ``calls`` from the generators in the same order and passes them into the compiled
+      graph, where the layers read them back from ``NoiseTape(blocks)``.
+    * Weights fixed for an episode (``experiments.exploration``): the rollout draws them through
+      a recording tape and the policy-gradient pass replays it, so both use the same numbers.
 
     Args:
         blocks: the blocks to replay, in order (replaying tape).
         source: the noise source to draw from and record (recording tape).
+
+    Raises:
+        RuntimeError: a replaying tape asked for more blocks than it holds, or for a shape other
+            than that of the block at its position (a pass that draws differently).
     """
 
     def __init__(
@@ -204,7 +268,31 @@ class NoiseTape:
     ) -> torch.Tensor:
         if self.source is not None:
             self.calls.append((shape, dtype))
-            return self.source.randn(*shape, dtype=dtype, device=device)
+            self.blocks.append(self.source.randn(*shape, dtype=dtype, device=device))
+            return self.blocks[-1]
+        if self.index == len(self.blocks):
+            raise RuntimeError(f"NoiseTape: asked for block {self.index} of {shape}; the tape "
+                               f"holds {len(self.blocks)}")  # fmt: skip
         block = self.blocks[self.index]
+        if tuple(block.shape[1:]) != shape:
+            raise RuntimeError(f"NoiseTape: asked for {shape} at block {self.index}, the tape "
+                               f"holds {tuple(block.shape[1:])}")  # fmt: skip
         self.index += 1
         return block
+
+    def get_state(self) -> tuple[int, int, Any]:
+        """(position of a replaying tape, blocks recorded, the source's state)."""
+        source = None if self.source is None else self.source.get_state()
+        return self.index, len(self.blocks), source
+
+    def set_state(self, state: tuple[int, int, Any]) -> None:
+        """Back to ``state``: a recording tape forgets the blocks drawn since and puts its source
+        back, so it records the same calls again."""
+        self.index, recorded, source = state
+        if self.source is not None:
+            del self.blocks[recorded:], self.calls[recorded:]
+            self.source.set_state(source)
+
+    def replay(self) -> NoiseTape:
+        """A tape that hands back this tape's blocks from the first."""
+        return NoiseTape(self.blocks)

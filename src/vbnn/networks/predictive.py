@@ -9,8 +9,9 @@ function-level correlation across examples). An ensemble prediction (Neklyudov e
 averages a function of these samples, e.g. the softmax (``classification.inference``).
 
 Passes run without autograd, ``batch_size`` examples at a time, into one preallocated output, so
-memory is the output plus one pass whatever K; every chunk of sample k restarts the random
-streams from the same state, so in "weights" mode the chunks of one sample share its weights.
+memory is the output plus one pass whatever K; every chunk of sample k restarts the noise sources
+the layers draw from (``NoiseSource.get_state``/``set_state``) and torch's global RNG at the same
+state, so in "weights" mode the chunks of one sample share its weights.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ForwardMode
-from vbnn.core.randomness import NoiseSource
+from vbnn.core.randomness import NoiseSource, TorchNoise
 from vbnn.layers.modes import network_output, stack_size, variational_layers
 
 
@@ -56,13 +57,14 @@ def sample(
     dim = 0 if stack_size(model) is None else 1  # the examples' dimension of x
     rows = x.shape[dim]
     step = batch_size or rows
-    streams = _streams(x.device, noise)
+    sources = _noise_sources(model, noise) if step < rows else []
     out: torch.Tensor | None = None
     for k in range(num_samples):
-        states = [stream.get_state() for stream in streams]
+        states = [source.get_state() for source in sources]
         for start in range(0, rows, step):
-            for stream, state in zip(streams, states, strict=True):
-                stream.set_state(state)
+            if start > 0:  # every chunk of sample k draws from where its first chunk began
+                for source, state in zip(sources, states, strict=True):
+                    source.set_state(state)
             chunk = x.narrow(dim, start, min(step, rows - start))
             value = network_output(model, chunk, mode, noise)
             if out is None:
@@ -74,10 +76,10 @@ def sample(
     return out
 
 
-def _streams(device: torch.device, noise: NoiseSource | None) -> list[torch.Generator]:
-    """Every ``torch.Generator`` a pass may draw from: torch's global ones and ``noise``'s."""
-    streams = [torch.default_generator]
-    if device.type == "cuda":
-        streams.append(torch.cuda.default_generators[device.index or 0])
-    streams += list(getattr(noise, "generators", []))
-    return list({id(stream): stream for stream in streams}.values())
+def _noise_sources(model: nn.Module, noise: NoiseSource | None) -> list[NoiseSource]:
+    """Every noise source a pass of ``model`` may draw from, each once: torch's global RNG
+    (other random modules, e.g. ``nn.Dropout``) and the source each family layer resolves
+    (``noise``, else its ``use_noise`` source, else torch's global RNG)."""
+    resolved = [layer.resolve_noise(noise) for layer in variational_layers(model)]
+    seeded = [s for s in resolved if not (isinstance(s, TorchNoise) and s.generator is None)]
+    return list({id(source): source for source in [TorchNoise(1), *seeded]}.values())

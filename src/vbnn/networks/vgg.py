@@ -62,14 +62,21 @@ class VGGConfig:
 
 
 class VGGLike(nn.Module):
-    """The VGG-like network (see the module docstring): images (N, 3, S, S) -> logits (N, C)."""
+    """The VGG-like network (see the module docstring): images (N, 3, S, S) -> logits (N, C).
+
+    Args:
+        config: the classes, family, dropout and width (None: ``VGGConfig()``).
+        generators: the ``torch.Generator`` that initialises every layer, passed on as the
+            layers' ``generators`` (None: torch's global RNG).
+        dtype: the parameters' dtype.
+    """
 
     takes_mode = True  # forward(x, mode, noise), like the family layers
 
     def __init__(
         self,
         config: VGGConfig | None = None,
-        generator: torch.Generator | None = None,
+        generators: torch.Generator | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
@@ -79,17 +86,17 @@ class VGGLike(nn.Module):
                   kernel_size: int | None = None) -> nn.Module:  # fmt: skip
             """A layer of family ``name`` (None or "point": deterministic, with binary dropout
             ``rate`` on its input when > 0), a convolution with padding 1 when ``kernel_size``;
-            the network's ``generator`` and ``dtype``."""
+            the network's ``generators`` and ``dtype``."""
             shape = {"kernel_size": kernel_size, "padding": 1} if kernel_size else {}
             if (name is None or name == "point") and rate > 0:
                 return BinaryDropout(
-                    in_features, out_features, generator, dtype=dtype, rate=rate, **shape
+                    in_features, out_features, generators, dtype=dtype, rate=rate, **shape
                 )
             if name is None or name == "point":
-                return Point(in_features, out_features, generator, dtype=dtype, **shape)
+                return Point(in_features, out_features, generators, dtype=dtype, **shape)
             bias = kernel_size is None  # BatchNorm follows every convolution: no conv bias
             return family(name).build(
-                in_features, out_features, generator, dtype=dtype, bias=bias, **shape
+                in_features, out_features, generators, dtype=dtype, bias=bias, **shape
             )
 
         self.convs, self.norms = nn.ModuleList(), nn.ModuleList()

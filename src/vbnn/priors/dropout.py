@@ -31,6 +31,14 @@ Student-t with nu degrees of freedom (Neklyudov et al. 2018 eq. 25, Neklyudov et
          + (nu+1)/2 E log(nu + w^2) - (nu+1)/2 log nu,
 
 estimated with one Monte Carlo sample of eps per weight (the papers use nu = 1e-16).
+
+The one-sample estimates (``LogUniformPrior`` with ``KLEstimator.ONE_SAMPLE``, ``StudentTPrior``)
+are the one noise source outside the layers' rule (a call's ``noise``, else the ``use_noise``
+source, else torch's global RNG): the ``Prior`` contract passes no noise to its KLs, so each
+prior draws eps from a ``torch.Generator`` of its own, made from its ``seed`` field when it is
+built (the generator is not a constructor argument). A prior's estimates are the same for the
+same seed and sequence of calls. One block is drawn for the whole stack, so a model's estimate
+depends on the stack it is in.
 """
 
 from __future__ import annotations
@@ -147,12 +155,13 @@ class LogUniformPrior:
 
     Args:
         estimator: the sigmoid approximation or the one-sample estimate.
-        seed: seeds the generator of the one-sample estimate.
+        seed: seeds the prior's own generator, that of the one-sample estimate (module
+            docstring).
     """
 
     estimator: KLEstimator = KLEstimator.APPROXIMATION
     seed: int = 0
-    generator: torch.Generator = field(default=None, compare=False, repr=False)
+    generator: torch.Generator = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "estimator", KLEstimator(self.estimator))
@@ -186,11 +195,17 @@ class LogUniformPrior:
 @dataclass(frozen=True)
 class StudentTPrior:
     """Student-t prior with ``nu`` degrees of freedom; KL by one-sample Monte Carlo (Neklyudov et
-    al. 2019 eq. 10)."""
+    al. 2019 eq. 10).
+
+    Args:
+        nu: the degrees of freedom, > 0.
+        seed: seeds the prior's own generator, that of the one-sample estimate (module
+            docstring).
+    """
 
     nu: float = 1e-16
     seed: int = 0
-    generator: torch.Generator = field(default=None, compare=False, repr=False)
+    generator: torch.Generator = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.nu > 0:

@@ -26,6 +26,7 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import VIConfig
 from vbnn.metrics import gaussian_mixture_log_likelihood
+from vbnn.networks.predictive import sample
 from vbnn.regression.engine import training_device
 from vbnn.regression.saved_models import load_model, save_model
 from vbnn.regression.stack import build_stack
@@ -177,9 +178,8 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0)
         inputs = inputs.to(self.likelihood_.log_std.device)
         noise = ModelGenerators.for_keys(self.seed, [0], "eval")
-        outputs = torch.stack(
-            [self.model_(inputs, ForwardMode.LOCAL, noise)[0, :, 0] for _ in range(self.samples)]
-        ).cpu()
+        outputs = sample(self.model_, inputs, self.samples, ForwardMode.LOCAL, noise=noise)
+        outputs = outputs[:, 0, :, 0].cpu()  # (K, N)
         return outputs * self.y_scale_ + self.y_mean_, float(
             self.likelihood_.std()[0]
         ) * self.y_scale_

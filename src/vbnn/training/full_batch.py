@@ -96,7 +96,6 @@ def compiled_objective(
     elementwise passes into a few loops (benchmarks/README.md); results agree with the eager
     objective to float rounding.
     """
-    recorder = NoiseTape(source=noise)
     prior = _prior(config, values)
 
     def with_noise(*blocks: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -107,15 +106,17 @@ def compiled_objective(
     # One compiled objective is live at a time, so the old graphs are dropped.
     torch._dynamo.reset()
     graph = torch.compile(with_noise, dynamic=False)
-    recorded = False
+    calls: list[tuple[tuple[int, ...], torch.dtype]] | None = None
 
     def objective() -> dict[str, torch.Tensor]:
-        nonlocal recorded
-        if not recorded:  # the first step, eager, learns which blocks a step draws
-            recorded = True
-            return objective_terms(config, problem, prior, recorder)
+        nonlocal calls
+        if calls is None:  # the first step, eager, learns which blocks a step draws
+            recorder = NoiseTape(source=noise)
+            terms = objective_terms(config, problem, prior, recorder)
+            calls = recorder.calls
+            return terms
         blocks = (noise.randn(*shape, dtype=dtype, device=problem.x.device)
-                  for shape, dtype in recorder.calls)  # fmt: skip
+                  for shape, dtype in calls)  # fmt: skip
         return graph(*blocks)
 
     return objective

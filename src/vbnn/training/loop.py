@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 import torch
 from tqdm.auto import tqdm
 
-from vbnn.core.randomness import ModelGenerators
+from vbnn.core.randomness import NoiseSource
 
 Terms = dict[str, torch.Tensor]
 Objective = Callable[[int], Terms]
@@ -95,7 +95,7 @@ class LangevinDynamics(torch.optim.Optimizer):
         self,
         params: Iterable[torch.Tensor],
         step_size: Callable[[int], float | torch.Tensor],
-        noise: ModelGenerators,
+        noise: NoiseSource,
     ) -> None:
         super().__init__(params, {})
         self.step_size, self.noise, self.iteration = step_size, noise, 0

@@ -28,7 +28,7 @@ from torch import nn
 
 from vbnn.classification.inference import as_input
 from vbnn.core.contracts import ForwardMode
-from vbnn.core.randomness import ModelGenerators
+from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.modes import network_output, stack_size
 
 
@@ -64,7 +64,7 @@ class AttackTrace:
 
 
 def predictive(
-    model: nn.Module, x: torch.Tensor, prediction: Prediction, noise: ModelGenerators | None
+    model: nn.Module, x: torch.Tensor, prediction: Prediction, noise: NoiseSource | None
 ) -> torch.Tensor:
     """pbar (N, C) of images ``x`` (N, ...), averaged over the stack and the K passes of
     ``prediction`` (differentiable in ``x``)."""
@@ -96,7 +96,7 @@ def fast_gradient_sign_step(
     *,
     step: float,
     prediction: Prediction,
-    noise: ModelGenerators | None,
+    noise: NoiseSource | None,
 ) -> torch.Tensor:
     """One targeted step: x - step * sign(grad_x -log pbar(target | x)), clipped to [0, 1]."""
     x = x.detach().requires_grad_(True)

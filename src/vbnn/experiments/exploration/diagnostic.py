@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from vbnn.core.randomness import ModelGenerators
-from vbnn.experiments.exploration.policy import EpisodeNoise, Policy, PolicyNoise
+from vbnn.experiments.exploration.policy import Policy, PolicyNoise
 from vbnn.experiments.exploration.reinforce import Environment, make_environment
 
 
@@ -41,12 +41,11 @@ def noise_and_signal(
     """(std of p(a_0 | s) across draws at fixed s, root-mean over s; std across s of the mean
     over draws) for one freshly initialised policy with 2 actions."""
     policy = Policy(states.shape[-1], 2, noise, ModelGenerators.for_keys(seed, [0], "init"))
-    episode_noise = EpisodeNoise(ModelGenerators.for_keys(seed, [0], "train"))
+    streams = ModelGenerators.for_keys(seed, [0], "train")
     probabilities = []
     with torch.no_grad():
         for _ in range(draws):
-            episode_noise.new_episode()
-            logits = policy.logits(states[None], policy.weights(episode_noise))
+            logits = policy.logits(states[None], policy.weights(streams))  # one episode's draw
             probabilities.append(torch.softmax(logits, -1)[0, :, 0])
     table = torch.stack(probabilities).double()  # (draws, states)
     across_draws = table.var(0, correction=0).mean().sqrt().item()

@@ -11,8 +11,8 @@ softmax over the actions. The second hidden layer is one of
 (``zero-mean``).
 
 "Individual samples of noise per episode": one weight matrix is drawn per model at the start of an
-episode and kept for every step and for the policy-gradient pass (``EpisodeNoise``), through
-``ForwardMode.WEIGHTS``.
+episode, through ``ForwardMode.WEIGHTS``, and kept for every step; the rollout draws it through a
+recording ``NoiseTape`` and the policy-gradient pass replays the tape.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ForwardMode
-from vbnn.core.randomness import ModelGenerators
+from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.registry import family
 
 HIDDEN = 256
@@ -45,39 +45,6 @@ FAMILY_OF = {
 }
 
 
-class EpisodeNoise:
-    """A noise source that replays its draws: the k-th ``randn`` of every pass returns the same
-    block until ``new_episode``, so the sampled weights stay fixed for an episode.
-
-    Call ``start_pass`` before every forward pass of the network.
-    """
-
-    def __init__(self, generators: ModelGenerators) -> None:
-        self.generators = generators
-        self.blocks: list[torch.Tensor] = []
-        self.position = 0
-
-    def __len__(self) -> int:
-        return len(self.generators)
-
-    def new_episode(self) -> None:
-        self.blocks, self.position = [], 0
-
-    def start_pass(self) -> None:
-        self.position = 0
-
-    def randn(self, *shape: int, dtype=torch.float32, device=None) -> torch.Tensor:
-        if self.position == len(self.blocks):
-            self.blocks.append(self.generators.randn(*shape, dtype=dtype, device=device))
-        block = self.blocks[self.position]
-        if tuple(block.shape[1:]) != shape:
-            drawn = tuple(block.shape[1:])
-            raise RuntimeError(f"EpisodeNoise: pass asked for {shape} at draw {self.position}, "
-                               f"the episode's first pass drew {drawn}")  # fmt: skip
-        self.position += 1
-        return block
-
-
 class Policy(nn.Module):
     """A stack of M policies: observations (M, N, D) -> action logits (M, N, A)."""
 
@@ -95,11 +62,11 @@ class Policy(nn.Module):
             for index, (i, o) in enumerate(sizes)
         )
 
-    def weights(self, noise: EpisodeNoise) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-        """The episode's (weight, bias) of every layer: the noisy layer's draw (replayed from
-        ``noise``), the others' point weights. Drawn once per episode for the rollout and once,
-        with gradients, for the update (the same numbers)."""
-        noise.start_pass()
+    def weights(self, noise: NoiseSource) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """The episode's (weight, bias) of every layer: the noisy layer's draw from ``noise``, the
+        others' point weights. Drawn once per episode for the rollout (through a recording
+        ``NoiseTape``) and once, with gradients, for the update (from its replay: the same
+        numbers)."""
         noisy = 1 if self.noise is not PolicyNoise.DETERMINISTIC else None
         return [
             layer.effective_sample(noise) if index == noisy else layer.effective_means()
@@ -117,10 +84,10 @@ class Policy(nn.Module):
                 x = torch.relu(x)
         return x
 
-    def forward(self, x: torch.Tensor, noise: EpisodeNoise) -> torch.Tensor:
-        """Logits through every layer's own forward in ``ForwardMode.WEIGHTS``, the replayed
-        noise (slow: draws the weights again; ``logits`` with ``weights`` is the fast path)."""
-        noise.start_pass()
+    def forward(self, x: torch.Tensor, noise: NoiseSource) -> torch.Tensor:
+        """Logits through every layer's own forward in ``ForwardMode.WEIGHTS``, drawing from
+        ``noise`` (slow: ``logits`` with ``weights`` is the fast path; a replayed tape gives the
+        episode's weights)."""
         for index, layer in enumerate(self.layers):
             x = layer(x, ForwardMode.WEIGHTS, noise)
             if index < len(self.layers) - 1:

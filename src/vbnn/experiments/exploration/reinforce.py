@@ -32,8 +32,8 @@ from enum import Enum
 import numpy as np
 import torch
 
-from vbnn.core.randomness import ModelGenerators, derive_seed
-from vbnn.experiments.exploration.policy import EpisodeNoise, Policy, PolicyNoise
+from vbnn.core.randomness import ModelGenerators, NoiseTape, derive_seed
+from vbnn.experiments.exploration.policy import Policy, PolicyNoise
 from vbnn.training.loop import train_loop
 
 
@@ -151,14 +151,14 @@ def run_episodes(
     keys = range(models)
     initial = ModelGenerators.for_keys(config.seed, keys, "init")
     policy = Policy(observations, actions, noise, initial)
-    episode_noise = EpisodeNoise(ModelGenerators.for_keys(config.seed, keys, "train"))
+    streams = ModelGenerators.for_keys(config.seed, keys, "train")
     choosers = [np.random.default_rng(derive_seed(config.seed, m, "eval")) for m in keys]
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     baselines = [RunningBaseline(config.discount) for _ in keys]
     scores = np.zeros((models, config.episodes))
     started = time.perf_counter()
     for episode in range(config.episodes):
-        episode_noise.new_episode()
+        episode_noise = NoiseTape(source=streams)  # the episode's weights, replayed by the update
         states = [
             env.reset(seed=derive_seed(config.seed, m, "validation") % 2**32 if episode == 0
                       else None)[0]
@@ -198,7 +198,7 @@ def run_episodes(
 def update(policy, episode_noise, optimizer, trajectories, advantages: list[np.ndarray]) -> None:
     """One Adam step (``vbnn.train_loop``, one iteration) on the summed REINFORCE objectives of
     the models, sum_t A_t log pi(a_t | s_t) with each model's A_t (T_m,), padded to the longest
-    episode with zero weights."""
+    episode with zero weights; W_m is replayed from the rollout's tape ``episode_noise``."""
     longest = max(len(t[1]) for t in trajectories)
     models, dimension = len(trajectories), len(trajectories[0][0][0])
     states = torch.zeros(models, longest, dimension)
@@ -211,7 +211,7 @@ def update(policy, episode_noise, optimizer, trajectories, advantages: list[np.n
         weights[m, :steps] = torch.as_tensor(advantage)
 
     def objective(iteration: int) -> dict[str, torch.Tensor]:
-        logits = policy.logits(states, policy.weights(episode_noise))
+        logits = policy.logits(states, policy.weights(episode_noise.replay()))
         chosen = torch.log_softmax(logits, -1).gather(-1, actions[..., None])[..., 0]
         return {"objective": (weights * chosen).sum(-1)}  # (M,)
 

@@ -1,0 +1,56 @@
+"""The noise sources of core.randomness: every one can be put back to an earlier state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vbnn.core.randomness import ModelGenerators, NoiseTape, TorchNoise
+
+
+def replaying_tape() -> NoiseTape:
+    generator = torch.Generator().manual_seed(4)
+    return NoiseTape([torch.randn(2, 3, generator=generator) for _ in range(3)])
+
+
+NOISE_SOURCES = {
+    "model-generators": lambda: ModelGenerators([1, 2]),
+    "torch-global": lambda: TorchNoise(2),
+    "torch-generator": lambda: TorchNoise(2, torch.Generator().manual_seed(3)),
+    "recording-tape": lambda: NoiseTape(source=ModelGenerators([1, 2])),
+    "replaying-tape": replaying_tape,
+}
+
+
+@pytest.mark.parametrize("name", list(NOISE_SOURCES))
+def test_every_noise_source_repeats_its_draws_after_set_state(name: str) -> None:
+    noise = NOISE_SOURCES[name]()
+    noise.randn(3)
+    state = noise.get_state()
+    first = [noise.randn(3), noise.randn(3)]
+    noise.set_state(state)
+    again = [noise.randn(3), noise.randn(3)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not torch.equal(first[0], first[1])
+
+
+def test_a_rewound_recording_tape_records_each_call_once() -> None:
+    tape = NoiseTape(source=ModelGenerators([1]))
+    tape.randn(3)
+    state = tape.get_state()
+    drawn = tape.randn(4, dtype=torch.float64)
+    tape.set_state(state)
+    tape.randn(4, dtype=torch.float64)
+    assert tape.calls == [((3,), torch.float32), ((4,), torch.float64)]
+    replay = tape.replay()
+    replay.randn(3)
+    assert torch.equal(replay.randn(4), drawn)
+
+
+def test_model_generators_state_is_one_stream_per_model_and_not_taken_while_drawing_ahead():
+    generators = ModelGenerators([1, 2])
+    with pytest.raises(ValueError, match="1 streams for 2 models"):
+        generators.set_state(ModelGenerators([1]).get_state())
+    ahead = pytest.raises(RuntimeError, match="get_state: not while drawing ahead")
+    with generators.drawing_ahead(), ahead:
+        generators.get_state()
