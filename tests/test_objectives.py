@@ -23,7 +23,7 @@ from vbnn.training.likelihoods import (
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_prior
-from vbnn.training.optimizer import learning_rate_groups
+from vbnn.training.optimizer import learning_rate_groups, parameters_with_role
 
 
 def test_gaussian_likelihood_is_the_normal_density_for_one_network_and_a_stack() -> None:
@@ -261,3 +261,10 @@ def test_learning_rate_groups_follow_the_roles_the_families_declare() -> None:
         id(dropout[2].log_alpha),
     ]
     assert len(learning_rate_groups(dropout, 1e-3, {ParameterRole.LOG_ALPHA: None})) == 1
+    groups = learning_rate_groups(dropout, 1e-3, {ParameterRole.MEAN: 1e-2})
+    log_alphas = [id(dropout[0].log_alpha), id(dropout[2].log_alpha)]
+    means = [id(p) for p in dropout.parameters() if id(p) not in log_alphas]
+    assert {id(dropout[0].weight_mean), id(dropout[0].bias)} <= set(means)
+    assert [id(p) for p in groups[1]["params"]] == means
+    assert [id(p) for p in parameters_with_role(dropout, "mean")] == means
+    assert [id(p) for p in groups[0]["params"]] == log_alphas

@@ -9,10 +9,12 @@ product (the shell's general LRT computes the same for convolutions and layers w
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 from torch import nn
 
-from vbnn.core.contracts import Prior
+from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
 
@@ -28,6 +30,7 @@ class FixedVariance(VariationalLayer):
     """
 
     family_name = "gd"
+    roles = MappingProxyType({"weight_mean": ParameterRole.MEAN, "bias_mean": ParameterRole.MEAN})
 
     def __init__(
         self,

@@ -58,7 +58,9 @@ class LowRankCovariance(JointGaussianLayer):
     """
 
     family_name = "fc-low-rank"
-    roles = MappingProxyType({"scale_factor": ParameterRole.CORRELATION})
+    roles = MappingProxyType(
+        {"mean": ParameterRole.MEAN, "scale_factor": ParameterRole.CORRELATION}
+    )
 
     def __init__(
         self,

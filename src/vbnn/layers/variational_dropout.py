@@ -66,7 +66,13 @@ class VariationalDropout(VariationalLayer):
 
     sharing = AlphaSharing.LAYER
     family_name = "vd"
-    roles = MappingProxyType({"log_alpha": ParameterRole.LOG_ALPHA})
+    roles = MappingProxyType(
+        {
+            "weight_mean": ParameterRole.MEAN,
+            "bias": ParameterRole.MEAN,
+            "log_alpha": ParameterRole.LOG_ALPHA,
+        }
+    )
     default_prior: object = LogUniformPrior()  # Neklyudov et al. 2019 eq. 6
 
     def __init__(

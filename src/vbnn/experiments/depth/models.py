@@ -24,7 +24,7 @@ from itertools import pairwise
 import torch
 from torch.nn import functional
 
-from vbnn.core.contracts import Activation, ForwardMode
+from vbnn.core.contracts import Activation, ForwardMode, ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import network_output
 from vbnn.networks.mlp import MLP
@@ -33,6 +33,7 @@ from vbnn.references.architecture import MLPArchitecture
 from vbnn.training.likelihoods import BernoulliLikelihood
 from vbnn.training.loop import train_loop
 from vbnn.training.objectives import elbo
+from vbnn.training.optimizer import parameters_with_role
 
 
 def parameter_count(sizes: list[int]) -> int:
@@ -103,7 +104,7 @@ def train_mean_field(
     shuffler = torch.Generator().manual_seed(seed + 1)
     prior = GaussianPrior(config.prior_std)
     likelihood = BernoulliLikelihood()
-    means = [p for name, p in model.named_parameters() if name.endswith("_mean")]
+    means = parameters_with_role(model, ParameterRole.MEAN)
     n = len(x)
     steps = -(-n // config.batch_size)
     batches: list[torch.Tensor] = []
