@@ -161,10 +161,21 @@ def elbo(
 
 
 def log_joint(
-    model: nn.Module, likelihood: Likelihood, prior: Prior, x: torch.Tensor, y: torch.Tensor
+    model: nn.Module,
+    likelihood: Likelihood,
+    prior: Prior,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dataset_size: int | None = None,
 ) -> Terms:
-    """MAP objective log p(Y | X, W) + log p(W) of the mean network (``log_prior``), per model."""
+    """MAP objective log p(Y | X, W) + log p(W) of the mean network (``log_prior``), per model.
+
+    ``dataset_size`` N: the batch's log-likelihood is scaled by N / B, an unbiased estimate of
+    that of the N examples (as in ``elbo``); None: the batch is the data.
+    """
     data = _summed_log_likelihood(model, likelihood, x, y, ForwardMode.MEAN)
+    if dataset_size is not None:
+        data = data * (dataset_size / y.shape[-1])
     prior_term = log_prior(model, prior)
     return {"objective": data + prior_term, "log-likelihood": data, "log-prior": prior_term}
 
