@@ -9,11 +9,12 @@ import torch
 from torch import nn
 
 import vbnn
-from vbnn.classification.training import ClassifierConfig, train_classifier
+from vbnn.classification.training import ClassifierConfig, evaluate_elbo, train_classifier
 from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import network_output, variational_layers
 from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.networks.mlp import MLP
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import (
@@ -158,6 +159,30 @@ def test_one_lenet_trains_exactly_as_the_m1_stack_with_the_same_weights() -> Non
     train_classifier(single, LogUniformPrior(), images, labels, settings, progress=False)
     for (name, a), b in zip(stack.state_dict().items(), single.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("family", "models", "chunk"), [("mf", None, 1000), ("mf", 2, 1000), ("point", None, 7)]
+)
+def test_evaluated_elbo_is_the_elbo_of_the_whole_set(
+    family: str, models: int | None, chunk: int
+) -> None:
+    """In one chunk, ``vbnn.elbo`` with the same stream (model 0 of a stack); in chunks of 7 rows
+    of a network whose LOCAL pass draws no noise, the whole set's log-likelihood."""
+    generators = None if models is None else ModelGenerators(list(range(models)))
+    model = MLP(family, [4, 6, 3], "relu", generators, dtype=torch.float64)
+    images = torch.randn(40, 4, dtype=torch.float64)
+    labels = torch.randint(0, 3, (40,))
+    prior = GaussianPrior(0.5)
+    got = evaluate_elbo(model, prior, images, labels, seed=3, chunk=chunk)
+    noise = ModelGenerators.for_keys(3, range(models or 1), "eval")
+    inputs = images if models is None else images.expand(models, -1, -1)
+    with torch.no_grad():
+        terms = elbo(model, CategoricalLikelihood(), prior, inputs, labels, noise)
+    want = {"ELBO": "objective", "data_term": "log-likelihood", "KL": "KL"}
+    for name, term in want.items():
+        assert got[name] == pytest.approx(float(terms[term].flatten()[0]), rel=1e-12, abs=1e-12)
+    assert (got["KL"] > 0) == (family == "mf")
 
 
 def test_map_of_a_converted_linear_layer_is_ridge_regression() -> None:

@@ -30,15 +30,15 @@ from vbnn.classification.checkpoint import (
     save_checkpoint,
 )
 from vbnn.classification.inference import PREDICTIONS, accuracy, as_input, predict
-from vbnn.core.contracts import ForwardMode, ParameterRole
+from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
-from vbnn.layers.modes import network_output, stack_size
+from vbnn.layers.modes import stack_size
 from vbnn.layers.shell import VariationalLayer
 from vbnn.plots import pyplot, save_figure
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.loop import train_loop
-from vbnn.training.objectives import elbo, kl
+from vbnn.training.objectives import elbo, expected_log_likelihood, kl
 from vbnn.training.optimizer import learning_rate_groups
 
 EpochCallback = Callable[[int, nn.Module], None]
@@ -196,19 +196,27 @@ def train_classifier(
 
 @torch.no_grad()
 def evaluate_elbo(
-    model: nn.Module, prior: object, images: torch.Tensor, labels: torch.Tensor, seed: int = 0
+    model: nn.Module,
+    prior: object,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    seed: int = 0,
+    chunk: int = 1000,
 ) -> dict[str, float]:
-    """ELBO terms of model 0 over the whole set: data term sum_n log p(t_n | x_n, W) (one LOCAL
-    draw), KL, ELBO = data - KL (nats, totals)."""
+    """``vbnn.elbo`` of model 0 over the whole set, ``chunk`` examples at a time (nats, totals).
+
+    The data term sum_n E_q[log p(t_n | x_n, W)] (one LOCAL draw per example) is the sum over the
+    chunks of ``expected_log_likelihood``; ELBO = data term - ``vbnn.kl``.
+    """
     device = next(model.parameters()).device
     generators = ModelGenerators.for_keys(seed, range(stack_size(model) or 1), "eval", device)
     likelihood = CategoricalLikelihood()
     data = 0.0
-    for first in range(0, len(labels), 1000):
-        inputs = as_input(model, images[first : first + 1000])
-        logits = network_output(model, inputs, ForwardMode.LOCAL, generators)
-        values = likelihood.log_prob(logits, labels[first : first + 1000])
-        data += float(values.reshape(-1, values.shape[-1])[0].sum())
+    for first in range(0, len(labels), chunk):
+        rows = slice(first, first + chunk)
+        inputs = as_input(model, images[rows])
+        value = expected_log_likelihood(model, likelihood, inputs, labels[rows], generators)
+        data += float(value.flatten()[0])
     divergence = float(kl(model, prior).flatten()[0])
     return {"ELBO": data - divergence, "data_term": data, "KL": divergence}
 
