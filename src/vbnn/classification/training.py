@@ -14,7 +14,7 @@ so one network and the M = 1 stack with the same weights train identically.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
@@ -34,7 +34,7 @@ from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.layers.modes import stack_size
-from vbnn.layers.shell import VariationalLayer
+from vbnn.networks.summary import mean_log_alpha
 from vbnn.plots import pyplot, save_figure
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.loop import train_loop
@@ -241,23 +241,12 @@ def accuracies(
     return out
 
 
-def mean_log_alpha(model: nn.Module) -> dict[str, float]:
-    """Mean log alpha of model 0 in every layer that has one (variational dropout, additive),
-    keyed by the layer's name in ``model`` (``LeNet5`` names them conv1 .. dense2)."""
-    if hasattr(model, "mean_log_alpha"):
-        return model.mean_log_alpha()
-    return {
-        name: float(layer.mean_log_alpha().flatten()[0])
-        for name, layer in model.named_modules()
-        if isinstance(layer, VariationalLayer) and hasattr(layer, "mean_log_alpha")
-    }
-
-
 class PhaseTransitionTracker:
     """Epoch callback for any classifier (``LeNet5``, or a module from ``vbnn.convert``):
     accuracy under the four predictions of Table 2 (``inference.PREDICTIONS``) and each layer's
-    mean log alpha (Neklyudov et al. 2019 Fig. 3), optionally the number of kappa above threshold
-    (Neklyudov et al. 2018 Fig. 4) via ``extra``.
+    mean log alpha (Neklyudov et al. 2019 Fig. 3; ``networks.summary.mean_log_alpha``, the
+    layers named by ``layer_names``), optionally the number of kappa above threshold (Neklyudov
+    et al. 2018 Fig. 4) via ``extra``.
 
     Rows accumulate in ``self.rows``; ``frame()`` gives a pandas table; ``state_dict`` lets a
     checkpoint carry them (``classification.checkpoint``).
@@ -271,15 +260,17 @@ class PhaseTransitionTracker:
         seed: int = 0,
         extra: Callable[[int, nn.Module], dict[str, float]] | None = None,
         on_row: Callable[[pd.DataFrame], None] | None = None,
+        layer_names: Sequence[str] | None = None,
     ) -> None:
         self.images, self.labels, self.samples, self.seed = images, labels, samples, seed
-        self.extra, self.on_row = extra, on_row
+        self.extra, self.on_row, self.layer_names = extra, on_row, layer_names
         self.rows: list[dict[str, float]] = []
 
     def __call__(self, epoch: int, model: nn.Module) -> None:
         row: dict[str, float] = {"epoch": epoch}
         row.update(accuracies(model, self.images, self.labels, self.samples, self.seed))
-        row.update({f"log_alpha_{k}": v for k, v in mean_log_alpha(model).items()})
+        alphas = mean_log_alpha(model, self.layer_names)
+        row.update({f"log_alpha_{k}": v for k, v in alphas.items()})
         if self.extra is not None:
             row.update(self.extra(epoch, model))
         self.rows.append(row)
