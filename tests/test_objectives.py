@@ -15,7 +15,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import network_output, variational_layers
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.networks.mlp import MLP
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.dropout import ARDPrior, LogUniformPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import (
     BernoulliLikelihood,
@@ -183,6 +183,22 @@ def test_evaluated_elbo_is_the_elbo_of_the_whole_set(
     for name, term in want.items():
         assert got[name] == pytest.approx(float(terms[term].flatten()[0]), rel=1e-12, abs=1e-12)
     assert (got["KL"] > 0) == (family == "mf")
+
+
+def test_log_prior_under_the_log_uniform_prior_is_minus_the_log_of_the_means() -> None:
+    """-sum log|w| over the means (the improper density without its constant), also as the
+    default prior of variational dropout; +inf at a zero bias; ARD has no density."""
+    torch.manual_seed(0)
+    model = vbnn.convert(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)), "vd-layer")
+    means = [t for layer in variational_layers(model) for t in layer.means()]
+    expected = -sum(t.abs().log().sum() for t in means)
+    torch.testing.assert_close(log_prior(model, LogUniformPrior()), expected)
+    torch.testing.assert_close(log_prior(model), expected)
+    with torch.no_grad():
+        model[0].bias.zero_()
+    assert log_prior(model, LogUniformPrior()).item() == math.inf
+    with pytest.raises(TypeError, match="no fixed density"):
+        log_prior(model, ARDPrior())
 
 
 def test_map_of_a_converted_linear_layer_is_ridge_regression() -> None:
