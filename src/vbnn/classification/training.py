@@ -29,11 +29,12 @@ from vbnn.classification.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from vbnn.classification.inference import PREDICTIONS, accuracy, as_input, predict
+from vbnn.classification.inference import PREDICTIONS, as_input, predict
 from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.layers.modes import stack_size
+from vbnn.metrics import accuracy
 from vbnn.networks.summary import mean_log_alpha
 from vbnn.plots import pyplot, save_figure
 from vbnn.training.likelihoods import CategoricalLikelihood
@@ -233,11 +234,12 @@ def accuracies(
     labels) on (images, labels); the averaged ones over ``samples`` passes."""
     out = {}
     device = next(model.parameters()).device
-    keys = range(stack_size(model) or 1)
+    models = stack_size(model)
     for label in predictions:
-        generators = ModelGenerators.for_keys(seed, keys, "eval", device)
-        probabilities = predict(model, as_input(model, images), label, generators, samples)
-        out[label] = 100.0 * float(accuracy(probabilities, labels).flatten()[0])
+        generators = ModelGenerators.for_keys(seed, range(models or 1), "eval", device)
+        probabilities = predict(model, as_input(models, images), label, generators, samples)
+        first = probabilities if models is None else probabilities[0]
+        out[label] = 100.0 * float(accuracy(first, labels))
     return out
 
 
