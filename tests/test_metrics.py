@@ -21,6 +21,7 @@ from vbnn.metrics import (
     accuracy,
     brier_score,
     classification_nll,
+    entropy,
     expected_calibration_error,
     expected_entropy,
     gaussian_mixture_log_likelihood,
@@ -307,10 +308,15 @@ def test_entropy_of_the_uniform_distribution_is_log_c() -> None:
     torch.testing.assert_close(
         expected_entropy(uniform), torch.full((4,), math.log(7), dtype=DOUBLE)
     )
+    torch.testing.assert_close(entropy(uniform[0]), torch.full((4,), math.log(7), dtype=DOUBLE))
 
 
 def test_entropies_match_torch_distributions() -> None:
     probabilities = random_probabilities(5, 8, 3)
+    torch.testing.assert_close(
+        entropy(probabilities[0]), Categorical(probs=probabilities[0]).entropy()
+    )
+    assert entropy(torch.eye(4, dtype=DOUBLE)).tolist() == [0.0] * 4  # 0 log 0 = 0
     torch.testing.assert_close(
         predictive_entropy(probabilities), Categorical(probs=probabilities.mean(0)).entropy()
     )
@@ -374,6 +380,8 @@ def test_invalid_probabilities_are_rejected() -> None:
         predictive_entropy(torch.full((2, 2), 0.5))
     with pytest.raises(ValueError, match=r"probabilities must be \(N, C\)"):
         brier_score(torch.full((1, 2, 2), 0.5), labels)
+    with pytest.raises(ValueError, match=r"probabilities must be \(N, C\)"):
+        entropy(torch.full((1, 2, 2), 0.5))
 
 
 def test_invalid_labels_are_rejected() -> None:

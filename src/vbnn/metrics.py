@@ -336,6 +336,19 @@ def _entropy(probabilities: torch.Tensor) -> torch.Tensor:
     return torch.special.entr(probabilities).sum(-1)
 
 
+def entropy(probabilities: torch.Tensor) -> torch.Tensor:
+    """Entropy H[p] = -sum_c p_c log p_c of each row (0 log 0 = 0).
+
+    Args:
+        probabilities: (N, C) class probabilities (e.g. a predictive averaged over K samples).
+
+    Returns:
+        (N,) entropies in nats, in [0, log C].
+    """
+    _check_probabilities(probabilities, "(N, C)")
+    return _entropy(probabilities)
+
+
 def predictive_entropy(probabilities: torch.Tensor) -> torch.Tensor:
     """Total uncertainty H[ (1/K) sum_k p_k ] per example.
 
