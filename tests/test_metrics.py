@@ -32,7 +32,7 @@ from vbnn.metrics import (
     reliability_table,
     rmse,
 )
-from vbnn.regression.evaluation import predictive_log_likelihood
+from vbnn.regression.evaluation import metrics_from_predictions
 
 DOUBLE = torch.float64
 
@@ -101,14 +101,24 @@ def test_scalar_and_per_component_stds_equal_the_full_layout(stds: object) -> No
     torch.testing.assert_close(gaussian_mixture_log_likelihood(means, stds, target), full)
 
 
-def test_mixture_log_likelihood_matches_the_model_stack_evaluation() -> None:
-    predictions = torch.randn(6, 1, 15, dtype=DOUBLE)
-    target = torch.randn(15, dtype=DOUBLE)
-    noise = torch.tensor([0.4], dtype=DOUBLE)
-    stacked = predictive_log_likelihood(predictions, target.unsqueeze(0), noise)[0]
-    torch.testing.assert_close(
-        gaussian_mixture_log_likelihood(predictions[:, 0], 0.4, target), stacked
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_the_model_stack_evaluation_is_the_mixture_log_likelihood_of_each_model(
+    per_sample: bool,
+) -> None:
+    """``metrics_from_predictions`` of (K, M, N) predictions: model m's mean over examples of
+    log (1/K) sum_k N(y | f_km, s_m^2) (or s_km^2: one std per SGLD sample), minus log c_m."""
+    predictions = torch.randn(6, 3, 15, dtype=DOUBLE)
+    target = torch.randn(3, 15, dtype=DOUBLE)
+    noise = (
+        torch.rand(6, 3, dtype=DOUBLE) + 0.2 if per_sample else torch.rand(3, dtype=DOUBLE) + 0.2
     )
+    scale = torch.tensor([0.5, 1.0, 2.0], dtype=DOUBLE)
+    got = metrics_from_predictions(predictions, noise, target, scale).log_likelihood
+    stds = noise.expand(6, 3)
+    for m in range(3):
+        densities = Normal(predictions[:, m], stds[:, m, None]).log_prob(target[m])
+        mixture = torch.logsumexp(densities, 0) - math.log(6)
+        torch.testing.assert_close(got[m], mixture.mean() - math.log(scale[m]))
 
 
 def test_rmse_matches_scikit_learn() -> None:
