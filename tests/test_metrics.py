@@ -209,13 +209,15 @@ def test_classification_nll_matches_scikit_learn_log_loss() -> None:
     assert classification_nll(probabilities, labels).item() == pytest.approx(expected, rel=1e-12)
 
 
-def test_zero_probability_on_the_true_class_is_floored_at_eps() -> None:
+def test_zero_probability_on_the_true_class_is_floored_at_eps_or_the_floor_given() -> None:
     probabilities = torch.tensor([[1.0, 0.0], [0.5, 0.5]], dtype=DOUBLE)
     labels = torch.tensor([1, 0])
     value = classification_nll(probabilities, labels).item()
     eps = torch.finfo(DOUBLE).eps
     assert value == pytest.approx((-math.log(eps) + math.log(2)) / 2, rel=1e-12)
     assert value == pytest.approx(log_loss(labels.numpy(), probabilities.numpy()), rel=1e-12)
+    guarded = classification_nll(probabilities, labels, floor=1e-300).item()
+    assert guarded == pytest.approx((-math.log(1e-300) + math.log(2)) / 2, rel=1e-12)
 
 
 def test_accuracy_matches_scikit_learn() -> None:
