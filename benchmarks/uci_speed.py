@@ -68,8 +68,8 @@ from vbnn.core.runs import TrainConfig, VIConfig
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data import RegressionDataset, load_uci
 from vbnn.data.splits import group_by_size, stack_splits
+from vbnn.metrics import gaussian_mixture_log_likelihood
 from vbnn.regression.engine import choose_chunk_size, run_splits
-from vbnn.regression.evaluation import predictive_log_likelihood
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "uci_speed.json"
 HIDDEN = 50
@@ -294,8 +294,8 @@ def train_bayesian_torch_split(
         loss.backward()
         optimizer.step()
     predictions = model.sample_predictions(data.x_test[0], TEST_SAMPLES)  # (K, N)
-    noise_std = model.log_noise_std.detach().exp().reshape(1)
-    per_example = predictive_log_likelihood(predictions.unsqueeze(1), data.y_test, noise_std)
+    noise_std = model.log_noise_std.detach().exp()
+    per_example = gaussian_mixture_log_likelihood(predictions, noise_std, data.y_test[0])
     log_likelihood = per_example.mean() - torch.log(data.target_scale[0])
     rmse = ((predictions.mean(0) - data.y_test[0]) ** 2).mean().sqrt() * data.target_scale[0]
     return float(log_likelihood), float(rmse)

@@ -4,7 +4,6 @@ a linear softmax model, the ensemble predictive against its members, and a tiny 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments.adversarial.attack import (
     AttackConfig,
     Prediction,
-    entropy,
     fast_gradient_sign_step,
     predictive,
     random_targets,
@@ -28,12 +26,6 @@ from vbnn.experiments.adversarial.attack import (
 from vbnn.experiments.adversarial.models import Training, build, member
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def test_entropy_of_uniform_and_one_hot():
-    uniform = torch.full((3, 10), 0.1)
-    torch.testing.assert_close(entropy(uniform), torch.full((3,), math.log(10)))
-    torch.testing.assert_close(entropy(torch.eye(4)), torch.zeros(4))
 
 
 def test_step_matches_the_closed_form_gradient_of_a_linear_softmax():

@@ -1,6 +1,6 @@
 """``vbnn.convert`` leaves no layer in silence: Conv1d/Conv3d converted with their means,
 attention refused by path, other weights named in a warning (or refused with strict), the
-summary's counts, and inputs of another dtype named."""
+summary's counts and per-layer mean log alpha, and inputs of another dtype named."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from test_family_contract import CONV
 from torch import nn
 
 import vbnn
+from vbnn.core.randomness import ModelGenerators
+from vbnn.networks.lenet import LAYER_NAMES, LeNet5, LeNetConfig
+from vbnn.networks.summary import mean_log_alpha
 
 WITHOUT_MEANS = ("zero-mean", "bernoulli-variance", "uniform-variance")  # weights not loaded
 WITH_MEANS = [name for name in CONV if name not in WITHOUT_MEANS]
@@ -216,3 +219,32 @@ def test_a_single_dense_layer_takes_one_example_as_nn_linear_does() -> None:
         torch.testing.assert_close(dense(torch.ones(3)), dense(torch.ones(1, 3))[0])
     with pytest.raises(ValueError, match=r"input of shape \(4,\) .* expected \(\*, 3\)"):
         dense(torch.randn(4))
+
+
+def test_mean_log_alpha_is_the_mean_clipped_log_alpha_of_model_0_in_each_layer_with_one() -> None:
+    """log alpha: variational dropout's parameter (one per layer or per weight), the additive
+    layer's 2 log sigma - log(mu^2 + 1e-8); clipped to [-10, 20]; none for a mean-field layer."""
+    families = ("vd-layer", "additive", "vd-weight", "mf")
+    model = LeNet5(LeNetConfig(families=families), ModelGenerators([1, 2]))
+    conv1, conv2, dense1, _ = model.layers
+    with torch.no_grad():
+        conv1.log_alpha.copy_(torch.tensor([-12.0, 1.0]).reshape(conv1.log_alpha.shape))
+        dense1.log_alpha.uniform_(-11.0, 21.0)
+        conv2.weight_log_std.uniform_(-8.0, 0.0)
+        additive = 2 * conv2.weight_log_std[0] - torch.log(conv2.weight_mean[0] ** 2 + 1e-8)
+        expected = {
+            "conv1": -10.0,
+            "conv2": float(additive.clamp(-10.0, 20.0).mean()),
+            "dense1": float(dense1.log_alpha[0].clamp(-10.0, 20.0).mean()),
+        }
+    got = mean_log_alpha(model, LAYER_NAMES)
+    assert list(got) == list(expected)
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=1e-5)
+    unnamed = mean_log_alpha(model)
+    assert list(unnamed) == ["layers.0", "layers.1", "layers.2"]
+    assert list(unnamed.values()) == list(got.values())
+    converted = vbnn.convert(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)), "vd-layer")
+    assert list(mean_log_alpha(converted)) == ["0", "2"]
+    with pytest.raises(ValueError, match="3 names"):
+        mean_log_alpha(model, LAYER_NAMES[:3])

@@ -11,11 +11,13 @@ import pandas as pd
 import pytest
 import torch
 
-from vbnn.core.contracts import ForwardMode
+from vbnn.core.contracts import Activation, ForwardMode, ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments import depth
 from vbnn.experiments.depth.models import depth_widths, parameter_count
 from vbnn.layers.mean_field import MeanField, softplus_inverse
+from vbnn.networks.mlp import MLP
+from vbnn.training.optimizer import parameters_with_role
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -50,6 +52,16 @@ def test_softplus_layer_starts_at_the_requested_std_and_samples_its_marginals() 
     standard_error = math.sqrt(6.25 * 0.49 / 40_000)
     assert (out.mean(1)[0] - expected_mean).abs().max() < 5 * standard_error
     torch.testing.assert_close(out.var(1)[0], torch.full((2,), 6.25 * 0.49), rtol=0.05, atol=0)
+
+
+def test_pre_training_of_the_means_selects_the_weight_and_bias_means() -> None:
+    """The MEAN role of the depth experiment's mean-field network: every ``*_mean`` parameter
+    (Farquhar et al. 2020 pre-train the means), no std."""
+    network = MLP("mf", depth_widths(2), Activation.RELU, parameterization="softplus", init="he")
+    by_name = [p for name, p in network.named_parameters() if name.endswith("_mean")]
+    selected = parameters_with_role(network, ParameterRole.MEAN)
+    assert [id(p) for p in selected] == [id(p) for p in by_name]
+    assert len(selected) == 2 * 3
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from torch.distributions import MultivariateNormal, kl_divergence
 from torch.nn import functional
 
 import vbnn
-from vbnn.core.contracts import ForwardMode
+from vbnn.core.contracts import ForwardMode, ParameterRole
 from vbnn.core.gaussian import kl_diagonal_gaussian, local_reparameterization_moments
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import (
@@ -27,6 +27,7 @@ from vbnn.layers import (
 )
 from vbnn.layers.full_covariance import JointGaussianLayer
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.optimizer import parameters_with_role
 
 MODELS, ROWS, INPUTS, OUTPUTS = 3, 5, 4, 2
 CHANNELS, KERNEL, IMAGE = 2, 3, 5  # conv: 2 -> OUTPUTS channels, 3 x 3 kernel, 5 x 5 images
@@ -263,6 +264,20 @@ def test_zero_mean_mode_centres_gaussian_families_and_leaves_the_others(name: st
     no_bias = torch.zeros_like(mean_bias) if mean_bias is not None else None
     shift = layer.operator.apply(x, mean_weight, no_bias)
     torch.testing.assert_close(zero, weights - shift)
+
+
+@pytest.mark.parametrize(("name", "conv"), SHAPES, ids=IDS)
+def test_mean_role_names_exactly_the_parameters_of_the_mean_network(name: str, conv: bool) -> None:
+    """The MEAN parameters are those ``means()`` (the weights of MEAN mode) depends on: a random
+    linear function of the means has a gradient in every MEAN parameter and in no other."""
+    layer = make(name, conv=conv)
+    weight, bias = layer.means()
+    parameters = list(layer.parameters())
+    probe = sum((t * torch.randn_like(t)).sum() for t in (weight, bias) if t is not None)
+    gradients = torch.autograd.grad(probe, parameters, allow_unused=True)
+    reads = {id(p) for p, g in zip(parameters, gradients, strict=True) if g is not None and g.any()}
+    assert {id(p) for p in parameters_with_role(layer, ParameterRole.MEAN)} == reads
+    assert reads  # every family has a mean network (a bias at least)
 
 
 def test_full_covariance_samples_match_its_exact_output_moments() -> None:

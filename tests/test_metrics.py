@@ -21,6 +21,7 @@ from vbnn.metrics import (
     accuracy,
     brier_score,
     classification_nll,
+    entropy,
     expected_calibration_error,
     expected_entropy,
     gaussian_mixture_log_likelihood,
@@ -31,7 +32,7 @@ from vbnn.metrics import (
     reliability_table,
     rmse,
 )
-from vbnn.regression.evaluation import predictive_log_likelihood
+from vbnn.regression.evaluation import metrics_from_predictions
 
 DOUBLE = torch.float64
 
@@ -100,14 +101,24 @@ def test_scalar_and_per_component_stds_equal_the_full_layout(stds: object) -> No
     torch.testing.assert_close(gaussian_mixture_log_likelihood(means, stds, target), full)
 
 
-def test_mixture_log_likelihood_matches_the_model_stack_evaluation() -> None:
-    predictions = torch.randn(6, 1, 15, dtype=DOUBLE)
-    target = torch.randn(15, dtype=DOUBLE)
-    noise = torch.tensor([0.4], dtype=DOUBLE)
-    stacked = predictive_log_likelihood(predictions, target.unsqueeze(0), noise)[0]
-    torch.testing.assert_close(
-        gaussian_mixture_log_likelihood(predictions[:, 0], 0.4, target), stacked
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_the_model_stack_evaluation_is_the_mixture_log_likelihood_of_each_model(
+    per_sample: bool,
+) -> None:
+    """``metrics_from_predictions`` of (K, M, N) predictions: model m's mean over examples of
+    log (1/K) sum_k N(y | f_km, s_m^2) (or s_km^2: one std per SGLD sample), minus log c_m."""
+    predictions = torch.randn(6, 3, 15, dtype=DOUBLE)
+    target = torch.randn(3, 15, dtype=DOUBLE)
+    noise = (
+        torch.rand(6, 3, dtype=DOUBLE) + 0.2 if per_sample else torch.rand(3, dtype=DOUBLE) + 0.2
     )
+    scale = torch.tensor([0.5, 1.0, 2.0], dtype=DOUBLE)
+    got = metrics_from_predictions(predictions, noise, target, scale).log_likelihood
+    stds = noise.expand(6, 3)
+    for m in range(3):
+        densities = Normal(predictions[:, m], stds[:, m, None]).log_prob(target[m])
+        mixture = torch.logsumexp(densities, 0) - math.log(6)
+        torch.testing.assert_close(got[m], mixture.mean() - math.log(scale[m]))
 
 
 def test_rmse_matches_scikit_learn() -> None:
@@ -198,13 +209,15 @@ def test_classification_nll_matches_scikit_learn_log_loss() -> None:
     assert classification_nll(probabilities, labels).item() == pytest.approx(expected, rel=1e-12)
 
 
-def test_zero_probability_on_the_true_class_is_floored_at_eps() -> None:
+def test_zero_probability_on_the_true_class_is_floored_at_eps_or_the_floor_given() -> None:
     probabilities = torch.tensor([[1.0, 0.0], [0.5, 0.5]], dtype=DOUBLE)
     labels = torch.tensor([1, 0])
     value = classification_nll(probabilities, labels).item()
     eps = torch.finfo(DOUBLE).eps
     assert value == pytest.approx((-math.log(eps) + math.log(2)) / 2, rel=1e-12)
     assert value == pytest.approx(log_loss(labels.numpy(), probabilities.numpy()), rel=1e-12)
+    guarded = classification_nll(probabilities, labels, floor=1e-300).item()
+    assert guarded == pytest.approx((-math.log(1e-300) + math.log(2)) / 2, rel=1e-12)
 
 
 def test_accuracy_matches_scikit_learn() -> None:
@@ -307,10 +320,15 @@ def test_entropy_of_the_uniform_distribution_is_log_c() -> None:
     torch.testing.assert_close(
         expected_entropy(uniform), torch.full((4,), math.log(7), dtype=DOUBLE)
     )
+    torch.testing.assert_close(entropy(uniform[0]), torch.full((4,), math.log(7), dtype=DOUBLE))
 
 
 def test_entropies_match_torch_distributions() -> None:
     probabilities = random_probabilities(5, 8, 3)
+    torch.testing.assert_close(
+        entropy(probabilities[0]), Categorical(probs=probabilities[0]).entropy()
+    )
+    assert entropy(torch.eye(4, dtype=DOUBLE)).tolist() == [0.0] * 4  # 0 log 0 = 0
     torch.testing.assert_close(
         predictive_entropy(probabilities), Categorical(probs=probabilities.mean(0)).entropy()
     )
@@ -374,6 +392,8 @@ def test_invalid_probabilities_are_rejected() -> None:
         predictive_entropy(torch.full((2, 2), 0.5))
     with pytest.raises(ValueError, match=r"probabilities must be \(N, C\)"):
         brier_score(torch.full((1, 2, 2), 0.5), labels)
+    with pytest.raises(ValueError, match=r"probabilities must be \(N, C\)"):
+        entropy(torch.full((1, 2, 2), 0.5))
 
 
 def test_invalid_labels_are_rejected() -> None:

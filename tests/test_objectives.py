@@ -9,12 +9,13 @@ import torch
 from torch import nn
 
 import vbnn
-from vbnn.classification.training import ClassifierConfig, train_classifier
+from vbnn.classification.training import ClassifierConfig, evaluate_elbo, train_classifier
 from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import network_output, variational_layers
 from vbnn.networks.lenet import LeNet5, LeNetConfig
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.networks.mlp import MLP
+from vbnn.priors.dropout import ARDPrior, LogUniformPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import (
     BernoulliLikelihood,
@@ -23,7 +24,7 @@ from vbnn.training.likelihoods import (
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_prior
-from vbnn.training.optimizer import learning_rate_groups
+from vbnn.training.optimizer import learning_rate_groups, parameters_with_role
 
 
 def test_gaussian_likelihood_is_the_normal_density_for_one_network_and_a_stack() -> None:
@@ -160,6 +161,46 @@ def test_one_lenet_trains_exactly_as_the_m1_stack_with_the_same_weights() -> Non
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize(
+    ("family", "models", "chunk"), [("mf", None, 1000), ("mf", 2, 1000), ("point", None, 7)]
+)
+def test_evaluated_elbo_is_the_elbo_of_the_whole_set(
+    family: str, models: int | None, chunk: int
+) -> None:
+    """In one chunk, ``vbnn.elbo`` with the same stream (model 0 of a stack); in chunks of 7 rows
+    of a network whose LOCAL pass draws no noise, the whole set's log-likelihood."""
+    generators = None if models is None else ModelGenerators(list(range(models)))
+    model = MLP(family, [4, 6, 3], "relu", generators, dtype=torch.float64)
+    images = torch.randn(40, 4, dtype=torch.float64)
+    labels = torch.randint(0, 3, (40,))
+    prior = GaussianPrior(0.5)
+    got = evaluate_elbo(model, prior, images, labels, seed=3, chunk=chunk)
+    noise = ModelGenerators.for_keys(3, range(models or 1), "eval")
+    inputs = images if models is None else images.expand(models, -1, -1)
+    with torch.no_grad():
+        terms = elbo(model, CategoricalLikelihood(), prior, inputs, labels, noise)
+    want = {"ELBO": "objective", "data_term": "log-likelihood", "KL": "KL"}
+    for name, term in want.items():
+        assert got[name] == pytest.approx(float(terms[term].flatten()[0]), rel=1e-12, abs=1e-12)
+    assert (got["KL"] > 0) == (family == "mf")
+
+
+def test_log_prior_under_the_log_uniform_prior_is_minus_the_log_of_the_means() -> None:
+    """-sum log|w| over the means (the improper density without its constant), also as the
+    default prior of variational dropout; +inf at a zero bias; ARD has no density."""
+    torch.manual_seed(0)
+    model = vbnn.convert(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)), "vd-layer")
+    means = [t for layer in variational_layers(model) for t in layer.means()]
+    expected = -sum(t.abs().log().sum() for t in means)
+    torch.testing.assert_close(log_prior(model, LogUniformPrior()), expected)
+    torch.testing.assert_close(log_prior(model), expected)
+    with torch.no_grad():
+        model[0].bias.zero_()
+    assert log_prior(model, LogUniformPrior()).item() == math.inf
+    with pytest.raises(TypeError, match="no fixed density"):
+        log_prior(model, ARDPrior())
+
+
 def test_map_of_a_converted_linear_layer_is_ridge_regression() -> None:
     """Under the prior N(0, p^2) on (w, b) and fixed Gaussian noise s, the MAP estimate of a linear
     model is ridge regression: theta = (X1^T X1 + (s / p)^2 I)^-1 X1^T y, X1 = [X, 1]."""
@@ -261,3 +302,10 @@ def test_learning_rate_groups_follow_the_roles_the_families_declare() -> None:
         id(dropout[2].log_alpha),
     ]
     assert len(learning_rate_groups(dropout, 1e-3, {ParameterRole.LOG_ALPHA: None})) == 1
+    groups = learning_rate_groups(dropout, 1e-3, {ParameterRole.MEAN: 1e-2})
+    log_alphas = [id(dropout[0].log_alpha), id(dropout[2].log_alpha)]
+    means = [id(p) for p in dropout.parameters() if id(p) not in log_alphas]
+    assert {id(dropout[0].weight_mean), id(dropout[0].bias)} <= set(means)
+    assert [id(p) for p in groups[1]["params"]] == means
+    assert [id(p) for p in parameters_with_role(dropout, "mean")] == means
+    assert [id(p) for p in groups[0]["params"]] == log_alphas

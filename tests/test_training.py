@@ -20,7 +20,7 @@ from vbnn.layers import FullCovariance
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import run_splits
-from vbnn.regression.evaluation import predictive_log_likelihood
+from vbnn.regression.evaluation import metrics_from_predictions
 from vbnn.regression.methods import method_config, taken_by
 from vbnn.regression.stack import build_stack
 from vbnn.training.full_batch import NonFiniteLossError, Problem, fit
@@ -43,12 +43,18 @@ def test_kl_weight_scales_only_the_kl_term() -> None:
     )
 
 
-def test_predictive_log_likelihood_of_one_sample_is_the_gaussian_density() -> None:
+def test_predictive_metrics_of_one_sample_are_the_gaussian_density_in_original_units() -> None:
+    """One prediction f: log N(y | f, s^2) averaged over examples, minus the log of the target
+    scale c (y and f standardised); RMSE |y - f| times c."""
     predictions = torch.tensor([[[0.5, -1.0]]], dtype=torch.float64)
     target = torch.tensor([[0.0, 0.0]], dtype=torch.float64)
-    got = predictive_log_likelihood(predictions, target, torch.tensor([2.0], dtype=torch.float64))
-    want = -0.5 * (predictions[0] / 2) ** 2 - math.log(2) - 0.5 * math.log(2 * math.pi)
-    torch.testing.assert_close(got, want)
+    scale = torch.tensor([3.0], dtype=torch.float64)
+    got = metrics_from_predictions(
+        predictions, torch.tensor([2.0], dtype=torch.float64), target, scale
+    )
+    density = -0.5 * (predictions[0] / 2) ** 2 - math.log(2) - 0.5 * math.log(2 * math.pi)
+    torch.testing.assert_close(got.log_likelihood, density.mean(-1) - math.log(3.0))
+    torch.testing.assert_close(got.rmse, predictions[0].pow(2).mean(-1).sqrt() * 3.0)
 
 
 def conjugate_problem() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -217,23 +217,27 @@ def interval_coverage(
 # --- Classification ----------------------------------------------------------------------------
 
 
-def classification_nll(probabilities: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def classification_nll(
+    probabilities: torch.Tensor, labels: torch.Tensor, floor: float | None = None
+) -> torch.Tensor:
     """Mean negative log-likelihood -(1/N) sum_n log max(p_{n, y_n}, eps).
 
-    The floor eps = ``torch.finfo(dtype).eps`` (2.2e-16 for float64, 1.2e-7 for float32, the clip
-    scikit-learn's ``log_loss`` uses) keeps a zero probability on the true class finite:
-    it contributes -log eps (36.04 nats in float64).
+    The floor eps keeps a zero probability on the true class finite. By default it is
+    ``torch.finfo(dtype).eps`` (2.2e-16 for float64, 1.2e-7 for float32, the clip scikit-learn's
+    ``log_loss`` uses): a zero probability contributes -log eps (36.04 nats in float64). A tiny
+    ``floor`` (1e-300) only guards log 0, so a confident mistake costs its full -log p.
 
     Args:
         probabilities: (N, C) predictive probabilities.
         labels: (N,) integer classes in [0, C).
+        floor: eps; None: ``torch.finfo(probabilities.dtype).eps``.
 
     Returns:
         0-d tensor.
     """
     labels = _check_classification(probabilities, labels)
     true_class = probabilities.gather(1, labels.unsqueeze(1)).squeeze(1)
-    floor = torch.finfo(probabilities.dtype).eps
+    floor = torch.finfo(probabilities.dtype).eps if floor is None else floor
     return -true_class.clamp_min(floor).log().mean()
 
 
@@ -334,6 +338,19 @@ def expected_calibration_error(
 def _entropy(probabilities: torch.Tensor) -> torch.Tensor:
     """-sum_c p_c log p_c over the last dimension, with 0 log 0 = 0."""
     return torch.special.entr(probabilities).sum(-1)
+
+
+def entropy(probabilities: torch.Tensor) -> torch.Tensor:
+    """Entropy H[p] = -sum_c p_c log p_c of each row (0 log 0 = 0).
+
+    Args:
+        probabilities: (N, C) class probabilities (e.g. a predictive averaged over K samples).
+
+    Returns:
+        (N,) entropies in nats, in [0, log C].
+    """
+    _check_probabilities(probabilities, "(N, C)")
+    return _entropy(probabilities)
 
 
 def predictive_entropy(probabilities: torch.Tensor) -> torch.Tensor:

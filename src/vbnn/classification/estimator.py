@@ -26,7 +26,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from vbnn.classification.training import ClassifierConfig, train_classifier
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.layers.registry import family as family_spec
-from vbnn.metrics import expected_entropy, mutual_information, predictive_entropy
+from vbnn.metrics import (
+    classification_nll,
+    expected_entropy,
+    mutual_information,
+    predictive_entropy,
+)
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
 from vbnn.priors.gaussian import GaussianPrior
@@ -156,7 +161,8 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         }
 
     def score(self, X, y, sample_weight=None) -> float:
-        """Mean test log-likelihood (nats per example) of the averaged predictive.
+        """Mean test log-likelihood (nats per example) of the averaged predictive
+        (``metrics.classification_nll`` with probabilities floored at 1e-300, only to guard log 0).
 
         Raises:
             ValueError: a label that was not seen in ``fit``, or ``sample_weight``.
@@ -171,8 +177,8 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
             position = int(np.flatnonzero(unseen)[0])
             raise ValueError(f"y[{position}] = {labels.tolist()[position]!r} is not a class "
                              f"seen in fit ({self.classes_.tolist()})")  # fmt: skip
-        probabilities = self.predict_proba(X)[np.arange(len(labels)), index]
-        return float(np.log(np.maximum(probabilities, 1e-300)).mean())
+        probabilities = torch.as_tensor(self.predict_proba(X))
+        return -float(classification_nll(probabilities, torch.as_tensor(index), floor=1e-300))
 
     def save(self, folder: str | Path) -> Path:
         """The network's weights and the estimator's settings, scaler and classes in ``folder``."""

@@ -91,8 +91,3 @@ def predict(
         raise ValueError(f"unknown prediction {prediction!r}; choose from {list(PREDICTIONS)}")
     mode, averaged = PREDICTIONS[prediction]
     return predict_probabilities(model, x, mode, noise, samples if averaged else 1)
-
-
-def accuracy(probabilities: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Share of correct arg-max predictions per model, (M,); labels (N,) or (M, N)."""
-    return (probabilities.argmax(-1) == labels).to(probabilities.dtype).mean(-1)

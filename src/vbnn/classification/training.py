@@ -14,7 +14,7 @@ so one network and the M = 1 stack with the same weights train identically.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
@@ -29,16 +29,17 @@ from vbnn.classification.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from vbnn.classification.inference import PREDICTIONS, accuracy, as_input, predict
-from vbnn.core.contracts import ForwardMode, ParameterRole
+from vbnn.classification.inference import PREDICTIONS, as_input, predict
+from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
-from vbnn.layers.modes import network_output, stack_size
-from vbnn.layers.shell import VariationalLayer
+from vbnn.layers.modes import stack_size
+from vbnn.metrics import accuracy
+from vbnn.networks.summary import mean_log_alpha
 from vbnn.plots import pyplot, save_figure
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.loop import train_loop
-from vbnn.training.objectives import elbo, kl
+from vbnn.training.objectives import elbo, expected_log_likelihood, kl
 from vbnn.training.optimizer import learning_rate_groups
 
 EpochCallback = Callable[[int, nn.Module], None]
@@ -196,19 +197,27 @@ def train_classifier(
 
 @torch.no_grad()
 def evaluate_elbo(
-    model: nn.Module, prior: object, images: torch.Tensor, labels: torch.Tensor, seed: int = 0
+    model: nn.Module,
+    prior: object,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    seed: int = 0,
+    chunk: int = 1000,
 ) -> dict[str, float]:
-    """ELBO terms of model 0 over the whole set: data term sum_n log p(t_n | x_n, W) (one LOCAL
-    draw), KL, ELBO = data - KL (nats, totals)."""
+    """``vbnn.elbo`` of model 0 over the whole set, ``chunk`` examples at a time (nats, totals).
+
+    The data term sum_n E_q[log p(t_n | x_n, W)] (one LOCAL draw per example) is the sum over the
+    chunks of ``expected_log_likelihood``; ELBO = data term - ``vbnn.kl``.
+    """
     device = next(model.parameters()).device
     generators = ModelGenerators.for_keys(seed, range(stack_size(model) or 1), "eval", device)
     likelihood = CategoricalLikelihood()
     data = 0.0
-    for first in range(0, len(labels), 1000):
-        inputs = as_input(model, images[first : first + 1000])
-        logits = network_output(model, inputs, ForwardMode.LOCAL, generators)
-        values = likelihood.log_prob(logits, labels[first : first + 1000])
-        data += float(values.reshape(-1, values.shape[-1])[0].sum())
+    for first in range(0, len(labels), chunk):
+        rows = slice(first, first + chunk)
+        inputs = as_input(model, images[rows])
+        value = expected_log_likelihood(model, likelihood, inputs, labels[rows], generators)
+        data += float(value.flatten()[0])
     divergence = float(kl(model, prior).flatten()[0])
     return {"ELBO": data - divergence, "data_term": data, "KL": divergence}
 
@@ -225,31 +234,21 @@ def accuracies(
     labels) on (images, labels); the averaged ones over ``samples`` passes."""
     out = {}
     device = next(model.parameters()).device
-    keys = range(stack_size(model) or 1)
+    models = stack_size(model)
     for label in predictions:
-        generators = ModelGenerators.for_keys(seed, keys, "eval", device)
-        probabilities = predict(model, as_input(model, images), label, generators, samples)
-        out[label] = 100.0 * float(accuracy(probabilities, labels).flatten()[0])
+        generators = ModelGenerators.for_keys(seed, range(models or 1), "eval", device)
+        probabilities = predict(model, as_input(models, images), label, generators, samples)
+        first = probabilities if models is None else probabilities[0]
+        out[label] = 100.0 * float(accuracy(first, labels))
     return out
-
-
-def mean_log_alpha(model: nn.Module) -> dict[str, float]:
-    """Mean log alpha of model 0 in every layer that has one (variational dropout, additive),
-    keyed by the layer's name in ``model`` (``LeNet5`` names them conv1 .. dense2)."""
-    if hasattr(model, "mean_log_alpha"):
-        return model.mean_log_alpha()
-    return {
-        name: float(layer.mean_log_alpha().flatten()[0])
-        for name, layer in model.named_modules()
-        if isinstance(layer, VariationalLayer) and hasattr(layer, "mean_log_alpha")
-    }
 
 
 class PhaseTransitionTracker:
     """Epoch callback for any classifier (``LeNet5``, or a module from ``vbnn.convert``):
     accuracy under the four predictions of Table 2 (``inference.PREDICTIONS``) and each layer's
-    mean log alpha (Neklyudov et al. 2019 Fig. 3), optionally the number of kappa above threshold
-    (Neklyudov et al. 2018 Fig. 4) via ``extra``.
+    mean log alpha (Neklyudov et al. 2019 Fig. 3; ``networks.summary.mean_log_alpha``, the
+    layers named by ``layer_names``), optionally the number of kappa above threshold (Neklyudov
+    et al. 2018 Fig. 4) via ``extra``.
 
     Rows accumulate in ``self.rows``; ``frame()`` gives a pandas table; ``state_dict`` lets a
     checkpoint carry them (``classification.checkpoint``).
@@ -263,15 +262,17 @@ class PhaseTransitionTracker:
         seed: int = 0,
         extra: Callable[[int, nn.Module], dict[str, float]] | None = None,
         on_row: Callable[[pd.DataFrame], None] | None = None,
+        layer_names: Sequence[str] | None = None,
     ) -> None:
         self.images, self.labels, self.samples, self.seed = images, labels, samples, seed
-        self.extra, self.on_row = extra, on_row
+        self.extra, self.on_row, self.layer_names = extra, on_row, layer_names
         self.rows: list[dict[str, float]] = []
 
     def __call__(self, epoch: int, model: nn.Module) -> None:
         row: dict[str, float] = {"epoch": epoch}
         row.update(accuracies(model, self.images, self.labels, self.samples, self.seed))
-        row.update({f"log_alpha_{k}": v for k, v in mean_log_alpha(model).items()})
+        alphas = mean_log_alpha(model, self.layer_names)
+        row.update({f"log_alpha_{k}": v for k, v in alphas.items()})
         if self.extra is not None:
             row.update(self.extra(epoch, model))
         self.rows.append(row)

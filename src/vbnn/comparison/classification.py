@@ -40,7 +40,12 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.core.runs import SplitResult
 from vbnn.data.splits import standardise
-from vbnn.metrics import accuracy, brier_score, expected_calibration_error
+from vbnn.metrics import (
+    accuracy,
+    brier_score,
+    classification_nll,
+    expected_calibration_error,
+)
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
 from vbnn.priors.gaussian import GaussianPrior
@@ -175,11 +180,11 @@ def train_stack(
 
 
 def fold_metrics(probabilities: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """Test log-likelihood (nats per row), accuracy, ECE (15 bins) and Brier score of one fold's
-    predictive probabilities (T, C) and labels (T,)."""
-    picked = probabilities[torch.arange(len(labels)), labels].clamp_min(1e-300)
+    """Test log-likelihood (nats per row; probabilities floored at 1e-300, only to guard log 0),
+    accuracy, ECE (15 bins) and Brier score of one fold's predictive probabilities (T, C) and
+    labels (T,)."""
     return {
-        "test_log_likelihood": float(picked.log().mean()),
+        "test_log_likelihood": -float(classification_nll(probabilities, labels, floor=1e-300)),
         "accuracy": float(accuracy(probabilities, labels)),
         "ece": float(expected_calibration_error(probabilities, labels, ECE_BINS)),
         "brier": float(brier_score(probabilities, labels)),

@@ -59,13 +59,17 @@ class ParameterRole(str, Enum):
     whose scale or gradient noise differs from the means' may need a rate of their own
     (``training.optimizer.learning_rate_groups``).
 
-    WEIGHTS: means, point weights, biases and standard deviations (every parameter not named).
+    WEIGHTS: every parameter a family does not name (standard deviations, log scales) and every
+        parameter outside the family layers.
+    MEAN: the parameters of the mean network, the weights MEAN mode uses (``means()``): weight
+        and bias means, point weights and point biases.
     CORRELATION: entries of a covariance factor that hold correlations between weights (FC's
         strictly lower Cholesky entries, the low-rank factor).
     LOG_ALPHA: log alpha of variational dropout (the noise-to-signal ratio of every weight).
     """
 
     WEIGHTS = "weights"
+    MEAN = "mean"
     CORRELATION = "correlation"
     LOG_ALPHA = "log-alpha"
 

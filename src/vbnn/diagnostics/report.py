@@ -206,9 +206,7 @@ def _classification(
     ways["trivial"] = frequencies.expand_as(ways["mean"])
     predictive = {
         "accuracy": {k: float(metrics.accuracy(p, y)) for k, p in ways.items()},
-        "NLL": {
-            k: float(metrics.classification_nll(p.clamp_min(1e-300), y)) for k, p in ways.items()
-        },
+        "NLL": {k: float(metrics.classification_nll(p, y)) for k, p in ways.items()},
     }
     calibration = {"ECE": float(metrics.expected_calibration_error(ways["ensemble"], y, bins)),
                    "bins": float(bins)}  # fmt: skip

@@ -12,12 +12,13 @@ vs (mu, log alpha). LRT as in Neklyudov et al. 2019 appendix E. Biases are point
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from vbnn.core.contracts import DropoutPrior
+from vbnn.core.contracts import DropoutPrior, ParameterRole
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import LOG_ALPHA_RANGE, VariationalLayer
 from vbnn.priors.dropout import LogUniformPrior, dropout_kl
@@ -63,6 +64,7 @@ class Additive(VariationalLayer):
     """
 
     family_name = "additive"
+    roles = MappingProxyType({"weight_mean": ParameterRole.MEAN, "bias": ParameterRole.MEAN})
     default_prior: object = LogUniformPrior()
 
     def __init__(

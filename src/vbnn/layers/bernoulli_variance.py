@@ -16,11 +16,12 @@ log-uniform or ARD prior we drop it (return 0, like the Gaussian variance layer)
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import torch
 from torch import nn
 
-from vbnn.core.contracts import DropoutPrior
+from vbnn.core.contracts import DropoutPrior, ParameterRole
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer
 from vbnn.priors.dropout import LogUniformPrior
@@ -38,6 +39,7 @@ class BernoulliVariance(VariationalLayer):
     """
 
     family_name = "bernoulli-variance"
+    roles = MappingProxyType({"bias": ParameterRole.MEAN})
     default_prior: object = LogUniformPrior()
     noise_variance = 1.0  # Var(2 eps - 1)
 

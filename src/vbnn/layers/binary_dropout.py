@@ -14,11 +14,12 @@ source.
 from __future__ import annotations
 
 from statistics import NormalDist
+from types import MappingProxyType
 
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode
+from vbnn.core.contracts import ForwardMode, ParameterRole
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
 
@@ -29,6 +30,7 @@ class BinaryDropout(VariationalLayer):
     families."""
 
     family_name = "dropout"
+    roles = MappingProxyType({"weight": ParameterRole.MEAN, "bias": ParameterRole.MEAN})
     has_zero_mean_form = False  # Bernoulli masks, not N(mu, var): the layer stays as it is
     has_kl = False
 

@@ -9,10 +9,12 @@ convolutions and layers without a bias).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 from torch import nn
 
-from vbnn.core.contracts import Prior
+from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
 
@@ -28,6 +30,7 @@ class FixedVariance(VariationalLayer):
     """
 
     family_name = "gd"
+    roles = MappingProxyType({"weight_mean": ParameterRole.MEAN, "bias_mean": ParameterRole.MEAN})
 
     def __init__(
         self,

@@ -150,7 +150,7 @@ class FullCovariance(JointGaussianLayer):
     """
 
     family_name = "fc"
-    roles = MappingProxyType({"scale_lower": ParameterRole.CORRELATION})
+    roles = MappingProxyType({"mean": ParameterRole.MEAN, "scale_lower": ParameterRole.CORRELATION})
 
     def __init__(
         self,

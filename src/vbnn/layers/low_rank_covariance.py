@@ -58,7 +58,9 @@ class LowRankCovariance(JointGaussianLayer):
     """
 
     family_name = "fc-low-rank"
-    roles = MappingProxyType({"scale_factor": ParameterRole.CORRELATION})
+    roles = MappingProxyType(
+        {"mean": ParameterRole.MEAN, "scale_factor": ParameterRole.CORRELATION}
+    )
 
     # Parameters: the layer's shape, then the family's options, each a named parameter: the
     # registry reads a family's options from this signature (``FamilySpec.accepted_options``)

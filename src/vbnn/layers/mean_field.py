@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional
 
-from vbnn.core.contracts import Prior
+from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.core.kernels import local_reparameterization_sample
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
@@ -62,6 +63,7 @@ class MeanField(VariationalLayer):
     """
 
     family_name = "mf"
+    roles = MappingProxyType({"weight_mean": ParameterRole.MEAN, "bias_mean": ParameterRole.MEAN})
 
     # Parameters: the layer's shape, then the family's hyper-parameters, each an independent option
     def __init__(

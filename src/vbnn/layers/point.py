@@ -7,10 +7,12 @@ under the same loop, on the expected log-likelihood alone); MAP adds ``log_prior
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 from torch import nn
 
-from vbnn.core.contracts import Prior
+from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
 
@@ -19,6 +21,7 @@ class Point(VariationalLayer):
     """Dense or convolutional layer of point weights (LeCun-normal initial weights, zero biases)."""
 
     family_name = "point"
+    roles = MappingProxyType({"weight": ParameterRole.MEAN, "bias": ParameterRole.MEAN})
     has_zero_mean_form = False  # point weights: Neklyudov et al. 2019's Theorem 1 does not apply
     has_kl = False
     exact_lrt = False  # LOCAL returns the point weights without drawing noise

@@ -47,8 +47,9 @@ noise) and ``to_zero`` (weight set to 0). The ZERO_MEAN mode replaces N(mu, var)
 families with ``has_zero_mean_form = False`` (point weights, binary dropout) sample as in WEIGHTS,
 as the theorem does not concern them.
 
-Learning-rate groups: ``roles`` maps the names of a family's parameters to a ``ParameterRole``
-(parameters not named are WEIGHTS); ``training.optimizer.learning_rate_groups`` reads it.
+Parameter roles: ``roles`` maps the names of a family's parameters to a ``ParameterRole``
+(parameters not named are WEIGHTS): MEAN for those ``means()`` reads, CORRELATION, LOG_ALPHA.
+``training.optimizer`` reads it (``learning_rate_groups``, ``parameters_with_role``).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class VariationalLayer(nn.Module):
     has_zero_mean_form = True  # False: ZERO_MEAN samples the layer as WEIGHTS does
     has_kl = True  # False: point weights or the dropout baseline (KL 0, no term in the ELBO)
     default_prior: object = GaussianPrior(1.0)  # the prior ``vbnn.kl`` uses when given none
-    # parameter name -> its role for the optimizer (module docstring); unnamed ones are WEIGHTS
+    # parameter name -> its role (module docstring); unnamed ones are WEIGHTS
     roles: Mapping[str, ParameterRole] = MappingProxyType({})
     family_name = ""
 

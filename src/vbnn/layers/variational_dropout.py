@@ -67,7 +67,13 @@ class VariationalDropout(VariationalLayer):
     """
 
     sharing: AlphaSharing  # one alpha per layer, per output neuron (channel) or per weight
-    roles = MappingProxyType({"log_alpha": ParameterRole.LOG_ALPHA})
+    roles = MappingProxyType(
+        {
+            "weight_mean": ParameterRole.MEAN,
+            "bias": ParameterRole.MEAN,
+            "log_alpha": ParameterRole.LOG_ALPHA,
+        }
+    )
     default_prior: object = LogUniformPrior()  # Neklyudov et al. 2019 eq. 6
 
     # Parameters: the layer's shape, then the family's options, each a named parameter: the

@@ -14,10 +14,12 @@ prior does not depend on sigma (appendix F); it is 0 under the normalisation of
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import torch
 from torch import nn
 
+from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer
 from vbnn.priors.dropout import LogUniformPrior, zero_mean_kl
@@ -34,6 +36,7 @@ class ZeroMean(VariationalLayer):
     """
 
     family_name = "zero-mean"
+    roles = MappingProxyType({"bias": ParameterRole.MEAN})
     default_prior: object = LogUniformPrior()
 
     def __init__(

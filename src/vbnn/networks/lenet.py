@@ -38,6 +38,7 @@ ACTIVATIONS: dict[NetworkActivation, Callable[[torch.Tensor], torch.Tensor]] = {
     NetworkActivation.TANH: torch.tanh,
     NetworkActivation.ABS: torch.abs,
 }
+# the names of the four layers, in order, for per-layer summaries (``summary.mean_log_alpha``)
 LAYER_NAMES = ("conv1", "conv2", "dense1", "dense2")
 
 
@@ -162,11 +163,3 @@ class LeNet5(nn.Module):
         for position in range(index):
             x = self.after(position, self.layers[position](x, mode, noise))
         return x
-
-    def mean_log_alpha(self) -> dict[str, float]:
-        """Mean log alpha of each layer that has one (model 0)."""
-        return {
-            name: float(layer.mean_log_alpha()[0])
-            for name, layer in zip(LAYER_NAMES, self.layers, strict=True)
-            if hasattr(layer, "mean_log_alpha")
-        }

@@ -1,15 +1,21 @@
-"""A model summary: every layer holding parameters, its type, its family and its size.
+"""Per-layer summaries of a model: its layers, their families and sizes; their mean log alpha.
 
 ``summary(model)`` lists, in ``named_modules`` order, each variational layer (with all its
 parameters) and each other module holding parameters of its own, then the total. The total counts
 every parameter once (a shared parameter too), so it equals ``sum(p.numel() for p in
 model.parameters())``.
+
+``mean_log_alpha(model)`` follows the family layers that have a log alpha (variational dropout,
+additive) during training: the mean of each one's log alpha (Neklyudov et al. 2019 Fig. 3).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from torch import nn
 
+from vbnn.layers.modes import variational_layers
 from vbnn.layers.shell import VariationalLayer
 
 # Normalisation layers stay deterministic by design: their scale and shift are trained as point
@@ -71,3 +77,34 @@ def summary(model: nn.Module) -> str:
         for p, t, f, n in rows
     ]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def mean_log_alpha(model: nn.Module, names: Sequence[str] | None = None) -> dict[str, float]:
+    """Mean over its weights of the clipped log alpha = log(sigma^2 / mu^2) of model 0, for every
+    family layer of ``model`` that has one (variational dropout, additive), by layer name.
+
+    Args:
+        model: any module holding family layers, one network or a stack.
+        names: one name per family layer of ``model``, in ``variational_layers`` order
+            (``LeNet5``: ``networks.lenet.LAYER_NAMES``); None: their paths in
+            ``model.named_modules()``.
+
+    Raises:
+        ValueError: ``names`` does not name every family layer.
+    """
+    layers = variational_layers(model)
+    if names is None:
+        names = [
+            path or type(module).__name__
+            for path, module in model.named_modules()
+            if isinstance(module, VariationalLayer)
+        ]
+    if len(names) != len(layers):
+        raise ValueError(
+            f"mean_log_alpha: {len(names)} names {list(names)} for {len(layers)} family layers"
+        )
+    return {
+        name: float(layer.mean_log_alpha().flatten()[0])
+        for name, layer in zip(names, layers, strict=True)
+        if hasattr(layer, "mean_log_alpha")
+    }

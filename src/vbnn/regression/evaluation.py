@@ -1,15 +1,16 @@
-"""Predictive evaluation: test log-likelihood by Monte Carlo and RMSE of the predictive mean."""
+"""Predictive evaluation of a model stack: test log-likelihood by Monte Carlo (the Gaussian mixture
+of the K predictive samples, ``metrics.gaussian_mixture_log_likelihood``) and RMSE of the
+predictive mean."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from vbnn.core.contracts import ForwardMode
-from vbnn.core.gaussian import log_mean_exp
 from vbnn.core.randomness import ModelGenerators
+from vbnn.metrics import gaussian_mixture_log_likelihood
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
 from vbnn.training.likelihoods import GaussianLikelihood
@@ -21,26 +22,6 @@ class PredictiveMetrics:
 
     log_likelihood: torch.Tensor
     rmse: torch.Tensor
-
-
-def predictive_log_likelihood(
-    predictions: torch.Tensor, target: torch.Tensor, noise_std: torch.Tensor
-) -> torch.Tensor:
-    """log (1/K) sum_k N(y | f_k(x), sigma^2) per example, by logsumexp.
-
-    Args:
-        predictions: (K, M, N) sampled network outputs.
-        target: (M, N).
-        noise_std: (M,), or (K, M) when every prediction has its own noise (SGLD samples).
-
-    Returns:
-        (M, N) log predictive densities.
-    """
-    std = noise_std.unsqueeze(-1)
-    log_densities = (
-        -0.5 * ((target - predictions) / std) ** 2 - torch.log(std) - 0.5 * math.log(2 * math.pi)
-    )
-    return log_mean_exp(log_densities, dim=0)
 
 
 @torch.no_grad()
@@ -79,7 +60,13 @@ def metrics_from_predictions(
         y: (M, N) standardised targets.
         target_scale: (M,) the training targets' std.
     """
-    per_example = predictive_log_likelihood(predictions, y, noise_std)
+    stds = noise_std.expand(predictions.shape[:2])  # (K, M): the std of every prediction
+    per_example = torch.stack(
+        [
+            gaussian_mixture_log_likelihood(predictions[:, m], stds[:, m, None], y[m])
+            for m in range(predictions.shape[1])
+        ]
+    )
     log_likelihood = per_example.mean(-1) - torch.log(target_scale)
     rmse = ((predictions.mean(0) - y) ** 2).mean(-1).sqrt() * target_scale
     return PredictiveMetrics(log_likelihood=log_likelihood, rmse=rmse)

@@ -30,7 +30,7 @@ from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.full_batch import Problem
 from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.loop import LangevinDynamics, train_loop
-from vbnn.training.objectives import log_prior
+from vbnn.training.objectives import log_joint
 
 State = dict[str, torch.Tensor]
 
@@ -58,11 +58,12 @@ def log_posterior(
 ) -> torch.Tensor:
     """Unbiased estimate of log p(theta | data) + const from a batch: (M,).
 
-    (N / n) sum_batch log p(y | x, theta) + log p(weights) + log p(log noise std).
+    (N / n) sum_batch log p(y | x, theta) + log p(weights) + log p(log noise std): the log joint
+    of the weights (``vbnn.log_joint`` with ``dataset_size`` N) plus the N(0, 1) prior of the log
+    noise std.
     """
-    data = likelihood.log_prob(model(x, ForwardMode.MEAN), y).sum(-1) * (num_examples / y.shape[1])
-    noise_prior = gaussian_log_prob(likelihood.log_std, 0.0, NOISE_LOG_STD_PRIOR_STD)
-    return data + log_prior(model, prior) + noise_prior
+    joint = log_joint(model, likelihood, prior, x, y, dataset_size=num_examples)["objective"]
+    return joint + gaussian_log_prob(likelihood.log_std, 0.0, NOISE_LOG_STD_PRIOR_STD)
 
 
 def _batch(

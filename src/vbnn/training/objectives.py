@@ -80,11 +80,15 @@ def log_prior(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
     For point weights (the ``point`` family) this is the log prior of the weights; for any other
     family it is the log prior of the mean network, the weights MEAN mode uses (for example the
     MAP estimate of a converted ``mf`` model is a MAP estimate of its means; its variances get no
-    gradient). ``prior`` None gives every layer its family's ``default_prior``; the prior needs a
-    ``log_prob`` (a ``GaussianPrior`` has one; the improper log-uniform prior has none).
+    gradient). ``prior`` None gives every layer its family's ``default_prior``. The value is the
+    prior's ``log_prob``: normalised for ``GaussianPrior`` and ``StudentTPrior``; -log|w| for the
+    improper ``LogUniformPrior`` (up to its infinite constant: unbounded above as a weight goes
+    to 0, +inf at an exact 0 such as a fresh layer's zero bias, so it has no MAP estimate);
+    ``ARDPrior``, whose variance the posterior sets, has no fixed density and raises TypeError.
 
     Raises:
         ValueError: ``model`` holds no family layer.
+        TypeError: the prior has no density (``ARDPrior``).
     """
     layers = _family_layers(model, "log_prior")
     total = sum(
@@ -162,10 +166,21 @@ def elbo(
 
 
 def log_joint(
-    model: nn.Module, likelihood: Likelihood, prior: Prior, x: torch.Tensor, y: torch.Tensor
+    model: nn.Module,
+    likelihood: Likelihood,
+    prior: Prior,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dataset_size: int | None = None,
 ) -> Terms:
-    """MAP objective log p(Y | X, W) + log p(W) of the mean network (``log_prior``), per model."""
+    """MAP objective log p(Y | X, W) + log p(W) of the mean network (``log_prior``), per model.
+
+    ``dataset_size`` N: the batch's log-likelihood is scaled by N / B, an unbiased estimate of
+    that of the N examples (as in ``elbo``); None: the batch is the data.
+    """
     data = _summed_log_likelihood(model, likelihood, x, y, ForwardMode.MEAN)
+    if dataset_size is not None:
+        data = data * (dataset_size / y.shape[-1])
     prior_term = log_prior(model, prior)
     return {"objective": data + prior_term, "log-likelihood": data, "log-prior": prior_term}
 

@@ -1,10 +1,11 @@
-"""Optimizer parameter groups from the roles the families declare.
+"""Parameters by the roles the families declare, and optimizer groups from them.
 
 Each family layer maps the names of its parameters to a ``ParameterRole``
 (``VariationalLayer.roles``; parameters it does not name are WEIGHTS). ``learning_rate_groups``
 turns a module and one learning rate per role into the parameter groups of a ``torch.optim``
 optimizer: every trainer of the package (full-batch UCI, minibatch classification, the
-experiments) builds its groups here.
+experiments) builds its groups here. ``parameters_with_role`` lists the parameters of one role
+(e.g. the mean network's, MEAN, to train it alone).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ def parameter_roles(module: nn.Module) -> dict[int, ParameterRole]:
         for name, role in layer.roles.items()
         if (parameter := getattr(layer, name, None)) is not None
     }
+
+
+def parameters_with_role(module: nn.Module, role: ParameterRole | str) -> list[nn.Parameter]:
+    """The parameters of ``module`` whose role is ``role``, in module order (WEIGHTS: those no
+    family layer names, inside or outside the family layers)."""
+    role, roles = ParameterRole(role), parameter_roles(module)
+    return [p for p in module.parameters() if roles.get(id(p), ParameterRole.WEIGHTS) is role]
 
 
 def learning_rate_groups(

@@ -30,6 +30,7 @@ from vbnn.classification.inference import as_input
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.modes import network_output, stack_size
+from vbnn.metrics import entropy
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,6 @@ def predictive(
         probabilities = torch.softmax(network_output(model, inputs, prediction.mode, noise), -1)
         total = total + (probabilities if stack_size(model) is None else probabilities.mean(0))
     return total / prediction.samples
-
-
-def entropy(probabilities: torch.Tensor) -> torch.Tensor:
-    """H(p) = -sum_c p_c log p_c per row (nats); 0 log 0 = 0."""
-    logs = torch.log(probabilities.clamp_min(torch.finfo(probabilities.dtype).tiny))
-    return -(probabilities * logs).sum(-1)
 
 
 def random_targets(labels: torch.Tensor, classes: int, seed: int) -> torch.Tensor:

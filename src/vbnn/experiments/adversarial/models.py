@@ -36,7 +36,8 @@ from vbnn.classification.training import ClassifierConfig, accuracies, train_cla
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments.adversarial.attack import Prediction
-from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.networks.lenet import LAYER_NAMES, LeNet5, LeNetConfig
+from vbnn.networks.summary import mean_log_alpha
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
 
@@ -175,7 +176,7 @@ def train_stack(
     info = {
         "train_seconds": seconds,
         "test_accuracy_member0": accuracies(member(model, 0), test_x, test_y, 10, seed),
-        "log_alpha_dense1": model.mean_log_alpha().get("dense1"),
+        "log_alpha_dense1": mean_log_alpha(model, LAYER_NAMES).get("dense1"),
         "inference_modes": list(PREDICTIONS),
     }
     arrays = {name: value.detach().numpy() for name, value in model.state_dict().items()}

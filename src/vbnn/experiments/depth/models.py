@@ -7,8 +7,10 @@
   standard deviations using the softplus ... with 1e-6").
 * :func:`train_mean_field` - minibatch Adam through ``vbnn.train_loop``: first the means with
   cross-entropy (Farquhar et al. 2020: "We pretrain the means using a cross-entropy loss to
-  initialize the mean-field training"), then the full ELBO (``training.objectives.elbo`` with a
-  Bernoulli likelihood; KL not re-weighted, unit Gaussian prior, LRT), ``epochs`` each.
+  initialize the mean-field training": ``training.objectives.log_likelihood`` of the mean network
+  with a Bernoulli likelihood, per example of the batch), then the full ELBO
+  (``training.objectives.elbo``, same likelihood; KL not re-weighted, unit Gaussian prior, LRT),
+  ``epochs`` each.
 * :func:`point_network` - the point-weight network of an ``MLPArchitecture`` holding the trained
   means (its potential: ``MLPArchitecture.torch_potential``, or ``jax_potential`` for NumPyro).
 
@@ -22,17 +24,16 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 import torch
-from torch.nn import functional
 
-from vbnn.core.contracts import Activation, ForwardMode
+from vbnn.core.contracts import Activation, ForwardMode, ParameterRole
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.modes import network_output
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.training.likelihoods import BernoulliLikelihood
 from vbnn.training.loop import train_loop
-from vbnn.training.objectives import elbo
+from vbnn.training.objectives import elbo, log_likelihood
+from vbnn.training.optimizer import parameters_with_role
 
 
 def parameter_count(sizes: list[int]) -> int:
@@ -103,7 +104,7 @@ def train_mean_field(
     shuffler = torch.Generator().manual_seed(seed + 1)
     prior = GaussianPrior(config.prior_std)
     likelihood = BernoulliLikelihood()
-    means = [p for name, p in model.named_parameters() if name.endswith("_mean")]
+    means = parameters_with_role(model, ParameterRole.MEAN)
     n = len(x)
     steps = -(-n // config.batch_size)
     batches: list[torch.Tensor] = []
@@ -115,10 +116,10 @@ def train_mean_field(
         return x[index].unsqueeze(0), y[index].unsqueeze(0)
 
     def cross_entropy(iteration: int) -> dict[str, torch.Tensor]:
+        """Minus the batch mean of the binary cross-entropy of the mean network."""
         inputs, labels = batch(iteration)
-        logits = network_output(model, inputs, ForwardMode.MEAN).squeeze(-1)
-        # the batch mean as torch reduces it (a sum divided by B differs in the last bit)
-        return {"objective": -functional.binary_cross_entropy_with_logits(logits, labels)}
+        terms = log_likelihood(model, likelihood, inputs, labels)
+        return {name: value / labels.shape[-1] for name, value in terms.items()}
 
     def negative_free_energy(iteration: int) -> dict[str, torch.Tensor]:
         inputs, labels = batch(iteration)

@@ -30,7 +30,8 @@ import torch
 from vbnn.classification.training import ClassifierConfig, accuracies, train_classifier
 from vbnn.data.mnist import load_images
 from vbnn.experiments.adversarial.models import Training, TrainingBudget, build
-from vbnn.networks.lenet import LeNet5
+from vbnn.networks.lenet import LAYER_NAMES, LeNet5
+from vbnn.networks.summary import mean_log_alpha
 from vbnn.plots import pyplot, save_figure
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> None:
             for n in neurons for c in range(10)]  # fmt: skip
     write_atomic(out / "neurons.csv", pd.DataFrame(rows).to_csv(index=False))
     accuracy = accuracies(model, images, labels, samples=10, seed=args.seed)
-    log_alpha = model.mean_log_alpha()["dense1"]
+    log_alpha = mean_log_alpha(model, LAYER_NAMES)["dense1"]
     # how much of |b| is the noise: share of the second moment m^2 + s^2 held by s^2
     variance_share = float((std**2).sum() / (mean**2 + std**2).sum())
     note = (f"LeNet-5, dense1 layer-wise variational dropout, {budget.epochs} epochs on "

@@ -25,9 +25,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from vbnn.classification.inference import accuracy, as_input
+from vbnn.classification.inference import as_input
 from vbnn.core.contracts import ForwardMode
 from vbnn.experiments.variance_networks.runs import NetworkRun, load_stored
+from vbnn.layers.modes import stack_size
+from vbnn.metrics import accuracy
 from vbnn.networks.lenet import LeNet5
 
 DENSE1 = 2  # index of dense1 in LeNet5.layers
@@ -39,8 +41,9 @@ def mean_accuracy(model: LeNet5, images: torch.Tensor, labels: torch.Tensor) -> 
     Not ``training.accuracies``: it predicts in chunks of 1000 images, and a BatchNorm in train
     mode (the "own batch" variant) would then normalise each chunk by its own statistics."""
     with torch.no_grad():
-        logits = model(as_input(model, images), ForwardMode.MEAN)
-    return 100.0 * float(accuracy(logits.softmax(-1), labels).flatten()[0])
+        probabilities = model(as_input(model, images), ForwardMode.MEAN).softmax(-1)
+    first = probabilities if stack_size(model) is None else probabilities[0]
+    return 100.0 * float(accuracy(first, labels))
 
 
 def batchnorm_diagnostic(model: LeNet5, images: torch.Tensor, labels: torch.Tensor

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vbnn.classification.inference import PREDICTIONS, accuracy, predict
+from vbnn.classification.inference import PREDICTIONS, predict
 from vbnn.classification.kappa import (
     clear_masks,
     count_above,
@@ -23,6 +23,7 @@ from vbnn.classification.training import accuracies
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers import Point, ZeroMean
+from vbnn.metrics import accuracy
 from vbnn.plots import pyplot, save_figure
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.training.likelihoods import CategoricalLikelihood
@@ -105,7 +106,7 @@ def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd
         noise = ModelGenerators.for_keys(seeds[0], range(models), "eval")
         probabilities = predict(network, test_batch, label, noise, samples=20)
         for m, seed in enumerate(seeds):
-            value = 100 * float(accuracy(probabilities, test_y)[m])
+            value = 100 * float(accuracy(probabilities[m], test_y))
             rows.append({"seed": seed, "mode": label, "accuracy": value})
     figure, axes = pyplot().subplots(1, models, figsize=(4.5 * models, 4), squeeze=False)
     with torch.no_grad():

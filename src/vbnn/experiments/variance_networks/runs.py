@@ -54,7 +54,8 @@ from vbnn.experiments.variance_networks.parts import (
     histogram_epochs,
     plot_kappa_histograms,
 )
-from vbnn.networks.lenet import LeNet5, LeNetConfig
+from vbnn.networks.lenet import LAYER_NAMES, LeNet5, LeNetConfig
+from vbnn.networks.summary import mean_log_alpha
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic
@@ -166,6 +167,7 @@ def compute_run(run: NetworkRun, data, out: Path, progress: bool = False
         tracker = PhaseTransitionTracker(
             test_x[: budget.track_size], test_y[: budget.track_size], min(budget.samples, 10),
             seed, counter, lambda frame: write_atomic(progress_csv, frame.to_csv(index=False)),
+            layer_names=LAYER_NAMES,
         )  # fmt: skip
     prior = LogUniformPrior()
     settings = ClassifierConfig(
@@ -181,7 +183,7 @@ def compute_run(run: NetworkRun, data, out: Path, progress: bool = False
         "accuracy": accuracies(model, test_x, test_y, budget.samples, seed, spec.predictions),
         "elbo": evaluate_elbo(model, prior, train_x, train_y, seed),
         "epoch_seconds": seconds,
-        "mean_log_alpha": model.mean_log_alpha(),
+        "mean_log_alpha": mean_log_alpha(model, LAYER_NAMES),
         "protocol": {"name": budget.protocol, **asdict(protocol)},
         "tracking": tracker.frame().to_dict("list") if tracker else None,
     }
