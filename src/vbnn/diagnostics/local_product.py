@@ -76,12 +76,12 @@ class MeanFieldNetwork:
             raise ValueError(f"MeanFieldNetwork: slope must be in [0, 1], got {self.slope}")
 
     def sample(
-        self, num_samples: int, generator: torch.Generator
+        self, samples: int, generator: torch.Generator
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Independent draws: weights (S, I_l, O_l) and biases (S, O_l) per layer."""
 
         def draw(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-            noise = torch.randn(num_samples, *mean.shape, generator=generator, dtype=mean.dtype)
+            noise = torch.randn(samples, *mean.shape, generator=generator, dtype=mean.dtype)
             return mean + std * noise
 
         weights = [draw(m, s) for m, s in zip(self.weight_means, self.weight_stds, strict=True)]
@@ -122,7 +122,7 @@ def local_product(weights: Sequence[torch.Tensor], pattern: Sequence[torch.Tenso
 def sample_local_products(
     network: MeanFieldNetwork,
     x: torch.Tensor,
-    num_samples: int,
+    samples: int,
     generator: torch.Generator,
     fixed_pattern: bool = False,
 ) -> torch.Tensor:
@@ -136,12 +136,12 @@ def sample_local_products(
             f"sample_local_products: x must have shape ({network.weight_means[0].shape[0]},), "
             f"got {tuple(x.shape)}"
         )
-    weights, biases = network.sample(num_samples, generator)
+    weights, biases = network.sample(samples, generator)
     if fixed_pattern:
         pattern = activation_pattern(network.weight_means, network.bias_means, x, network.slope)
     else:
         pattern = activation_pattern(weights, biases, x, network.slope)
-    return local_product(weights, pattern).reshape(num_samples, -1)
+    return local_product(weights, pattern).reshape(samples, -1)
 
 
 def fixed_pattern_covariance(network: MeanFieldNetwork, x: torch.Tensor) -> torch.Tensor:

@@ -192,23 +192,23 @@ def random_mean_field_layers(
 def sample_products(
     means: Sequence[torch.Tensor],
     stds: Sequence[torch.Tensor],
-    num_samples: int = 10_000,
+    samples: int = 10_000,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Draws of the product matrix: every layer sampled independently, then multiplied.
 
     Returns:
-        (num_samples, R * C) flattened (row-major) products.
+        (samples, R * C) flattened (row-major) products.
     """
-    if num_samples < 2:
-        raise ValueError(f"sample_products: num_samples must be >= 2, got {num_samples}")
+    if samples < 2:
+        raise ValueError(f"sample_products: samples must be >= 2, got {samples}")
     product = None
     for mean, std in zip(means, stds, strict=True):
-        noise = torch.randn(num_samples, *mean.shape, generator=generator, dtype=mean.dtype)
+        noise = torch.randn(samples, *mean.shape, generator=generator, dtype=mean.dtype)
         layer = mean + std * noise
         product = layer if product is None else product @ layer
     assert product is not None
-    return product.reshape(num_samples, -1)
+    return product.reshape(samples, -1)
 
 
 def monte_carlo_covariance(samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

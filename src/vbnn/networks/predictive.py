@@ -1,6 +1,6 @@
 """Predictive samples of any network holding family layers: the one ensemble helper.
 
-``sample(model, x, num_samples)`` stacks K forward passes into (K, N, ...) ((K, M, N, ...) for a
+``sample(model, x, samples)`` stacks K forward passes into (K, N, ...) ((K, M, N, ...) for a
 stack of M models): with ``mode="weights"`` (the default) each pass draws one weight sample per
 model shared by the batch, so sample k is one function f_k drawn from q; ``mode="zero-mean"``
 draws from the zero-mean approximation of q (Neklyudov et al. 2019, Theorem 1); ``mode="local"``
@@ -28,12 +28,12 @@ from vbnn.layers.modes import network_output, stack_size, variational_layers
 def sample(
     model: nn.Module,
     x: torch.Tensor,
-    num_samples: int,
+    samples: int,
     mode: ForwardMode | str = ForwardMode.WEIGHTS,
     batch_size: int | None = None,
     noise: NoiseSource | None = None,
 ) -> torch.Tensor:
-    """K = ``num_samples`` outputs of ``model`` on ``x``: (K, N, ...) for one network and ``x``
+    """K = ``samples`` outputs of ``model`` on ``x``: (K, N, ...) for one network and ``x``
     (N, ...); (K, M, N, ...) for a stack and ``x`` (M, N, ...).
 
     Args:
@@ -43,11 +43,11 @@ def sample(
             layers' ``use_noise`` source or torch's global RNG (seed it for repeatable samples).
 
     Raises:
-        ValueError: ``num_samples`` or ``batch_size`` < 1, the mode "mean" (its passes are all
+        ValueError: ``samples`` or ``batch_size`` < 1, the mode "mean" (its passes are all
             equal), or a model with no family layer (its samples would all be equal).
     """
-    if num_samples < 1 or (batch_size is not None and batch_size < 1):
-        raise ValueError(f"sample: num_samples={num_samples}, batch_size={batch_size}: need >= 1")
+    if samples < 1 or (batch_size is not None and batch_size < 1):
+        raise ValueError(f"sample: samples={samples}, batch_size={batch_size}: need >= 1")
     mode = ForwardMode(mode)
     if mode is ForwardMode.MEAN:
         raise ValueError("sample: mode 'mean' draws nothing; choose 'weights', 'zero-mean' or "
@@ -59,7 +59,7 @@ def sample(
     step = batch_size or rows
     sources = _noise_sources(model, noise) if step < rows else []
     out: torch.Tensor | None = None
-    for k in range(num_samples):
+    for k in range(samples):
         states = [source.get_state() for source in sources]
         for start in range(0, rows, step):
             if start > 0:  # every chunk of sample k draws from where its first chunk began
@@ -70,7 +70,7 @@ def sample(
             if out is None:
                 shape = list(value.shape)
                 shape[dim] = rows
-                out = value.new_empty((num_samples, *shape))
+                out = value.new_empty((samples, *shape))
             out[k].narrow(dim, start, chunk.shape[dim]).copy_(value)
     assert out is not None
     return out
