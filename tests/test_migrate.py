@@ -136,3 +136,61 @@ def test_an_old_saved_model_is_refused_then_rewritten(tmp_path: Path) -> None:
     assert loaded.config == config
     for name, value in model.state_dict().items():
         torch.testing.assert_close(loaded.model.state_dict()[name], value)
+
+
+def test_a_configuration_stored_under_two_old_keys_keeps_its_newest_run(tmp_path: Path) -> None:
+    path = tmp_path / "results.sqlite"
+    connection = sqlite3.connect(path)
+    connection.execute(SCHEMA)
+    metrics = {"test_log_likelihood": -2.5, "test_rmse": 3.0, "stopped_iteration": None}
+    # the same GD run twice: version 1 hashed fields that version 2 no longer holds
+    for key, created, ll in [
+        ("aaaaaaaaaaaaaaaa", "2026-01-01", -2.0),
+        ("bbbbbbbbbbbbbbbb", "2026-02-01", -1.5),
+    ]:
+        connection.execute(
+            "INSERT INTO runs (dataset, split, method, config_hash, seed, hyperparameters, "
+            "code_version, metrics, test_log_likelihood, test_rmse, wall_seconds, created_at) "
+            "VALUES ('boston', 3, 'gd', ?, 0, ?, 'old', ?, ?, 3.0, 1.0, ?)",
+            (
+                key,
+                json.dumps(OLD_GD),
+                json.dumps({**metrics, "test_log_likelihood": ll}),
+                ll,
+                created,
+            ),
+        )
+    connection.commit()
+    connection.close()
+    assert migrate([str(path)]) == 0
+    with sqlite3.connect(path) as connection:
+        aside = connection.execute("SELECT reason FROM superseded_runs").fetchall()
+    assert aside == [("an earlier run of the same configuration",)]
+    config = method_config("gd", prior_std=0.64, posterior_std=0.043)
+    with ResultsDatabase(path) as database:
+        assert database.read_results("boston", config) == [SplitResult(3, -1.5, 3.0, 1.0)]
+
+
+def test_unit_settings_of_every_experiment_are_rekeyed_or_left_when_superseded(
+    tmp_path: Path,
+) -> None:
+    old = {
+        "pyro": {"depth": 1, "nuts": {"warmup": 10}, "pretrain": {}},  # no current settings
+        "cell": {"environment": "cartpole", "policy": "weights", "seeds": 3},
+        "network": {"name": "toy", "budget": {}, "config": "LeNetConfig(family='deterministic')",
+                    "seed": 0},
+    }  # fmt: skip
+    for name, settings in old.items():
+        record = {"settings": settings, "info": {"name": name}, "arrays": False}
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    assert migrate([str(tmp_path)]) == 0
+    assert (tmp_path / "pyro.json").exists()  # left as it is: it reads as stale
+    cell = {**old["cell"], "baseline": "episode"}
+    network = {**old["network"], "config": "LeNetConfig(family='point')", "device": "cpu"}
+    assert unit_store.load(tmp_path / "cells", cell) is None  # another folder: nothing there
+    with pytest.raises(unit_store.StaleUnitsError):
+        unit_store.load(tmp_path, {"depth": 1, "chains": {}, "pretrain": {}, "sampler": "nuts"})
+    assert not (tmp_path / "cell.json").exists() and not (tmp_path / "network.json").exists()
+    for settings, name in [(cell, "cell"), (network, "network")]:
+        record = json.loads((tmp_path / f"{unit_store.settings_key(settings)}.json").read_text())
+        assert record["settings"] == settings and record["info"] == {"name": name}
