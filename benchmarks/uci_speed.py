@@ -40,7 +40,7 @@ Full measurement (both implementations use the same torch threads; run it on an 
 machine: with the CPU shared, torch's OpenMP threads slow down by an order of magnitude or more,
 and ``--threads 1`` is the only stable setting)::
 
-    VBNN_DATA_DIR=/work/shared/data python benchmarks/uci_speed.py --vbnn-chunks auto,1,5,20
+    VBNN_DATA_DIR=../shared/data python benchmarks/uci_speed.py --vbnn-chunks auto,1,5,20
 """
 
 from __future__ import annotations
