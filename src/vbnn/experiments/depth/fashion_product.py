@@ -27,7 +27,6 @@ from vbnn.core.contracts import Activation, ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import ImageDataset, load_images
 from vbnn.diagnostics.local_product import MeanFieldNetwork, sample_local_products
-from vbnn.layers.mean_field import MeanField
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import CategoricalLikelihood
@@ -69,7 +68,7 @@ def train_deep_linear(config: FashionProductConfig, data_dir: str | None) -> tup
     leaky = Activation(config.activation) is Activation.LEAKY_RELU
     slope = config.negative_slope if leaky else None
     model = MLP(
-        MeanField, sizes, config.activation, generators, negative_slope=slope,
+        "mf", sizes, config.activation, generators, negative_slope=slope,
         init_std=config.init_std,
     )  # fmt: skip
     optimiser = torch.optim.Adam(model.parameters(), config.learning_rate)
