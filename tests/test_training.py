@@ -265,3 +265,14 @@ def test_fit_names_non_finite_data_and_a_target_that_would_broadcast() -> None:
         fit(config, Problem(model, likelihood, x, y), generators)
     with pytest.raises(ValueError, match=r"targets \(1, 6, 1\) must be \(M, N\) = \(2, 6\)"):
         fit(config, Problem(model, likelihood, x.nan_to_num(), y[:1].unsqueeze(-1)), generators)
+
+
+def test_a_posterior_std_for_a_family_without_one_is_refused() -> None:
+    from vbnn.regression.methods import method_config
+    from vbnn.regression.stack import build_stack
+
+    model, _ = build_stack(method_config("gd", posterior_std=0.01), 3, [0, 1])
+    assert all(torch.allclose(layer.std, torch.tensor(0.01)) for layer in model.layers)  # kept
+    build_stack(method_config("vd-layer"), 3, [0])  # the default: nothing to set
+    with pytest.raises(ValueError, match="vd-layer: its layers have no posterior std"):
+        build_stack(method_config("vd-layer", posterior_std=0.01), 3, [0])

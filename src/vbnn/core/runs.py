@@ -233,7 +233,8 @@ class VIConfig(AdamConfig):
         prior_std: std of the factorised N(0, prior_std^2) prior.
         posterior_std: the marginal posterior std of every weight at the start of training
             (the layers' ``init_std``); ``gd``, which does not learn it, keeps it throughout
-            (its layers' ``std``). Unused by families without such a std.
+            (its layers' ``std``). Families without such a std (point, vd-layer, vd-neuron,
+            vd-weight, dropout) take only the default (another is an error when the stack is built).
         correlation_learning_rate: Adam rate of the parameters that hold correlations between
             weights (FC's off-diagonal Cholesky entries, the low-rank factor; None: the
             ``learning_rate``, the paper's setting; see ``training.full_batch.parameter_groups``).

@@ -33,6 +33,11 @@ def build_stack(
     option = spec.std_option()
     if isinstance(config, VIConfig) and option in spec.accepted_options():
         options[option] = (values or ModelValues()).get(config, "posterior_std")
+    elif isinstance(config, VIConfig) and config.posterior_std != VIConfig.posterior_std:
+        raise ValueError(
+            f"{config.family}: its layers have no posterior std to set, got posterior_std="
+            f"{config.posterior_std}; leave it at its default"
+        )
     model = MLP(
         config.network_family,
         (in_features, *config.hidden, 1),
