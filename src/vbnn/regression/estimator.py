@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import VIConfig
+from vbnn.layers.registry import family as family_spec
 from vbnn.metrics import gaussian_mixture_log_likelihood
 from vbnn.networks.predictive import sample
 from vbnn.regression.engine import training_device
@@ -78,6 +79,9 @@ def as_arrays(
     return x, y
 
 
+DEFAULT_POSTERIOR_STD = 1e-3  # the initial posterior std of a family that learns one
+
+
 class BayesianRegressor(RegressorMixin, BaseEstimator):
     """A Bayesian MLP regressor of any family (module docstring).
 
@@ -89,7 +93,8 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         learning_rate: Adam step size.
         prior_std: std of the N(0, s^2) prior (Gaussian families; the dropout families use their
             log-uniform prior).
-        posterior_std: initial posterior std (GD: its fixed std).
+        posterior_std: initial posterior std (GD: its fixed std); None: 1e-3 for a family that
+            has one (point, vd-* and dropout have none and take no value).
         kl_weight: multiplies the KL (1: the ELBO).
         samples: K, predictive samples in ``predict`` and ``score``.
         seed: seeds the initialisation, the training noise and the predictive samples.
@@ -106,7 +111,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         iterations: int = 2000,
         learning_rate: float = 0.005,
         prior_std: float = 1.0,
-        posterior_std: float = 1e-3,
+        posterior_std: float | None = None,
         kl_weight: float = 1.0,
         samples: int = 100,
         seed: int = 0,
@@ -125,6 +130,11 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         self.device = device
 
     def _config(self) -> VIConfig:
+        std = self.posterior_std
+        if std is None:
+            spec = family_spec(self.family)
+            has_std = spec.std_option() in spec.accepted_options()
+            std = DEFAULT_POSTERIOR_STD if has_std else VIConfig.posterior_std
         return VIConfig(
             family=self.family,
             hidden=tuple(self.hidden),
@@ -132,7 +142,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
             iterations=self.iterations,
             learning_rate=self.learning_rate,
             prior_std=self.prior_std,
-            posterior_std=self.posterior_std,
+            posterior_std=std,
             kl_weight=self.kl_weight,
             test_samples=self.samples,
             seed=self.seed,
