@@ -236,9 +236,15 @@ def benchmark(name: str, args: argparse.Namespace) -> dict[str, dict[str, float]
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, 1, 28, 28, generator=generator).to(device)
     y = torch.randint(0, CLASSES, (args.batch,), generator=generator).to(device)
+    chosen = variants(name)
+    if args.variants is not None:
+        unknown = set(args.variants) - set(chosen)
+        if unknown:
+            raise SystemExit(f"--variants: {sorted(unknown)} not among {sorted(chosen)}")
+        chosen = {k: v for k, v in chosen.items() if k == "plain" or k in args.variants}
     steps = {
         label: make_step(model.to(device), kl, x, y, args.fused_adam)
-        for label, (model, kl) in variants(name).items()
+        for label, (model, kl) in chosen.items()
     }
     for step in steps.values():
         time_steps(step, args.warmup, device)
@@ -285,6 +291,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="where each step's time goes")
     parser.add_argument("--fused-adam", action="store_true", help="Adam(fused=True) for all")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (timed with synchronize)")
+    parser.add_argument(
+        "--variants", nargs="+", default=None, help="labels to time (plain always; default all)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON of the results")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -6,9 +6,17 @@ import pytest
 import torch
 
 from vbnn.core.gaussian import local_reparameterization_moments
-from vbnn.core.kernels import gaussian_from_moments, local_reparameterization_sample, tanh
+from vbnn.core.kernels import (
+    clip,
+    exponential,
+    gaussian_from_moments,
+    local_reparameterization_sample,
+    tanh,
+    variance_from_log_std,
+)
 from vbnn.layers.additive import MEAN_SQUARED_FLOOR, _ClippedLogAlpha
-from vbnn.layers.shell import clip_log_alpha
+from vbnn.layers.shell import LOG_ALPHA_RANGE
+from vbnn.layers.variational_dropout import _DropoutVariance
 
 SEED = 20261121
 
@@ -84,6 +92,7 @@ def test_gaussian_from_moments_matches_composite_and_zeroes_the_floored_gradient
     weights = torch.randn(shape, generator=generator, dtype=torch.float64)
     with torch.no_grad():
         var[0, 0, 0, :2] = 0.0  # a receptive field of zeros
+        var[0, 0, 0, 2] = floor  # on the floor: the clamp's derivative passes (as torch's)
     (gaussian_from_moments(mean, var, noise, floor) * weights).sum().backward()
     fused = (mean.grad.clone(), var.grad.clone())
     mean.grad, var.grad = None, None
@@ -106,7 +115,7 @@ def test_additive_log_alpha_has_the_composite_value_and_gradients():
     weights = torch.randn(2, 5, 4, generator=generator, dtype=torch.float64)
 
     def composite(mean, log_std):
-        return clip_log_alpha(2 * log_std - torch.log(mean**2 + MEAN_SQUARED_FLOOR))
+        return (2 * log_std - torch.log(mean**2 + MEAN_SQUARED_FLOOR)).clamp(*LOG_ALPHA_RANGE)
 
     expected = composite(mean, log_std)
     assert int((expected.detach().abs() >= 10).sum()) > 0  # some entries are clipped
@@ -115,6 +124,58 @@ def test_additive_log_alpha_has_the_composite_value_and_gradients():
     for got, want in zip(
         torch.autograd.grad((fused * weights).sum(), (mean, log_std)),
         torch.autograd.grad((expected * weights).sum(), (mean, log_std)),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_clip_has_the_values_and_gradient_of_clamp(dtype):
+    """clip(x, low, high) == x.clamp(low, high), with the gradient 1 inside the range (its ends
+    included, as torch's clamp) and 0 outside."""
+    generator = torch.Generator().manual_seed(SEED)
+    x = (8 * torch.randn(3, 50, generator=generator, dtype=dtype)).requires_grad_()
+    with torch.no_grad():
+        x[0, :4] = torch.tensor([-10.0, 20.0, -10.5, 20.5], dtype=dtype)  # ends and just past
+    weights = torch.randn(3, 50, generator=generator, dtype=dtype)
+    clipped = clip(x, -10.0, 20.0)
+    assert torch.equal(clipped, x.clamp(-10.0, 20.0))
+    (got,) = torch.autograd.grad((clipped * weights).sum(), x)
+    (want,) = torch.autograd.grad((x.clamp(-10.0, 20.0) * weights).sum(), x)
+    assert torch.equal(got, want)
+    assert torch.equal(got[0, :4], torch.cat([weights[0, :2], torch.zeros(2, dtype=dtype)]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_exponential_is_exp_to_a_few_ulps(dtype):
+    """2^(x / ln 2) against torch.exp over the range the families use (log alpha in [-10, 20],
+    2 log sigma down to -40): relative error below |x| eps (the exponent's rounding) + 2 eps."""
+    x = torch.linspace(-40.0, 20.0, 20001, dtype=dtype)
+    eps = torch.finfo(dtype).eps
+    bound = (x.abs() + 2.0) * eps
+    reference = torch.exp(x.double())
+    assert bool(((exponential(x).double() / reference - 1).abs() <= bound.double()).all())
+    log_std = x / 2
+    relative = variance_from_log_std(log_std).double() / reference - 1
+    assert bool((relative.abs() <= bound.double()).all())
+
+
+@pytest.mark.parametrize("shared", [(2, 1, 1), (2, 1, 4), (2, 5, 4)])  # layer, neuron, weight
+def test_dropout_variance_has_the_composite_value_and_gradients(shared):
+    """Variational dropout's alpha mu^2 with alpha = exp(clip(log alpha)) shared over the
+    weights, with its written-out derivatives: the composite's values and autograd gradients,
+    the clipped entries included."""
+    generator = torch.Generator().manual_seed(SEED)
+    mean = torch.randn(2, 5, 4, generator=generator, dtype=torch.float64).requires_grad_()
+    log_alpha = 12 * torch.randn(shared, generator=generator, dtype=torch.float64)
+    log_alpha = log_alpha.requires_grad_()
+    weights = torch.randn(2, 5, 4, generator=generator, dtype=torch.float64)
+    expected = torch.exp(log_alpha.clamp(*LOG_ALPHA_RANGE)) * mean * mean
+    fused = _DropoutVariance.apply(mean, log_alpha)
+    torch.testing.assert_close(fused, expected)
+    for got, want in zip(
+        torch.autograd.grad((fused * weights).sum(), (mean, log_alpha)),
+        torch.autograd.grad((expected * weights).sum(), (mean, log_alpha)),
         strict=True,
     ):
         torch.testing.assert_close(got, want)

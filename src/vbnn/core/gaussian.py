@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from vbnn.core.kernels import variance_from_log_std
+
 LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -128,7 +130,7 @@ class _DiagonalGaussianKLLogStd(torch.autograd.Function):
     def forward(ctx, mean, log_std, prior_var):  # type: ignore[no-untyped-def]
         models = mean.shape[0]
         flat_mean, flat_log_std = mean.reshape(models, -1), log_std.reshape(models, -1)
-        var = torch.exp(flat_log_std * 2.0)
+        var = variance_from_log_std(flat_log_std)
         squares = torch.linalg.vector_norm(flat_mean, dim=1) ** 2 + var.sum(1)
         count = flat_mean.shape[1]
         ctx.save_for_backward(mean, var, prior_var)
@@ -144,9 +146,9 @@ class _DiagonalGaussianKLLogStd(torch.autograd.Function):
         scale = (grad / prior_var).reshape(-1, *[1] * (mean.dim() - 1))
         grad_mean = mean * scale if ctx.needs_input_grad[0] else None
         grad_log_std = None
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1]:  # var * scale - grad in one pass over the weights
             flat_scale, per_model = scale.reshape(-1, 1), grad.reshape(-1, 1)
-            grad_log_std = var.mul(flat_scale).sub_(per_model).reshape(mean.shape)
+            grad_log_std = torch.addcmul(-per_model, var, flat_scale).reshape(mean.shape)
         return grad_mean, grad_log_std, None
 
 

@@ -19,6 +19,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from vbnn.core.contracts import DropoutPrior, ParameterRole
+from vbnn.core.kernels import clamp_derivative, variance_from_log_std
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import LOG_ALPHA_RANGE, VariationalLayer
 from vbnn.priors.dropout import LogUniformPrior, dropout_kl
@@ -39,16 +40,14 @@ class _ClippedLogAlpha(torch.autograd.Function):
     def forward(ctx, mean, log_std):  # type: ignore[no-untyped-def]
         denominator = torch.mul(mean, mean).add_(MEAN_SQUARED_FLOOR)
         log_alpha = torch.log(denominator).neg_().add_(log_std, alpha=2.0)
-        low, high = LOG_ALPHA_RANGE
-        inside = (log_alpha >= low).logical_and_(log_alpha <= high)
-        ctx.save_for_backward(mean, denominator, inside)
-        return log_alpha.clamp_(low, high)
+        ctx.save_for_backward(mean, denominator, log_alpha)
+        return log_alpha.clamp(*LOG_ALPHA_RANGE)
 
     @staticmethod
     @once_differentiable  # no second derivatives
     def backward(ctx, grad):  # type: ignore[no-untyped-def]
-        mean, denominator, inside = ctx.saved_tensors
-        twice = torch.where(inside, grad, 0.0).mul_(2.0)
+        mean, denominator, log_alpha = ctx.saved_tensors
+        twice = clamp_derivative(grad, log_alpha, *LOG_ALPHA_RANGE).mul_(2.0)
         grad_mean = torch.mul(twice, mean).div_(denominator).neg_()
         return grad_mean, twice
 
@@ -86,7 +85,7 @@ class Additive(VariationalLayer):
         self.weight_log_std = nn.Parameter(torch.full_like(self.weight_mean, math.log(init_std)))
 
     def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.weight_mean, torch.exp(2.0 * self.weight_log_std)
+        return self.weight_mean, variance_from_log_std(self.weight_log_std)
 
     def sample_weight(self, noise: NoiseSource) -> torch.Tensor:
         mean = self.weight_mean

@@ -62,7 +62,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ForwardMode, ParameterRole, Prior
-from vbnn.core.kernels import gaussian_from_moments
+from vbnn.core.kernels import clip, gaussian_from_moments
 from vbnn.core.randomness import ModelGenerators, NoiseSource, TorchNoise
 from vbnn.layers.operators import Operator
 from vbnn.priors.gaussian import GaussianPrior
@@ -365,4 +365,4 @@ LOG_ALPHA_RANGE = (-10.0, 20.0)
 
 def clip_log_alpha(log_alpha: torch.Tensor) -> torch.Tensor:
     """log alpha clamped to ``LOG_ALPHA_RANGE`` (no gradient outside the range)."""
-    return log_alpha.clamp(*LOG_ALPHA_RANGE)
+    return clip(log_alpha, *LOG_ALPHA_RANGE)

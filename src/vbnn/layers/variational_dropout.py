@@ -24,10 +24,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from vbnn.core.contracts import ParameterRole
+from vbnn.core.kernels import clamp_derivative, exponential
 from vbnn.core.randomness import ModelGenerators, NoiseSource
-from vbnn.layers.shell import VariationalLayer, clip_log_alpha
+from vbnn.layers.shell import LOG_ALPHA_RANGE, VariationalLayer, clip_log_alpha
 from vbnn.priors.dropout import LogUniformPrior, dropout_kl
 
 DEFAULT_LOG_ALPHA = -4.0  # initial log alpha (sqrt(alpha) ~ 0.14: std 14% of |mu|)
@@ -49,6 +51,34 @@ def log_alpha_shape(weight_shape: tuple[int, ...], sharing: AlphaSharing, conv: 
     if conv:
         return (models, weight_shape[1]) + (1,) * (len(weight_shape) - 2)
     return (models, 1, weight_shape[2])
+
+
+class _DropoutVariance(torch.autograd.Function):
+    """var = alpha mu^2 with alpha = exp(clip(log alpha)) (broadcast over the weights that share
+    it), its derivatives written out, since a training step takes it over every weight:
+
+        dvar/dmu = 2 alpha mu,        dvar/dlog alpha = sum over the sharing weights of var,
+
+    the latter 0 where the clip (``LOG_ALPHA_RANGE``) is active."""
+
+    @staticmethod
+    def forward(ctx, mean, log_alpha):  # type: ignore[no-untyped-def]
+        alpha_mean = exponential(log_alpha.clamp(*LOG_ALPHA_RANGE)).mul(mean)
+        var = alpha_mean * mean
+        ctx.save_for_backward(log_alpha, alpha_mean, var)
+        return var
+
+    @staticmethod
+    @once_differentiable  # no second derivatives
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        log_alpha, alpha_mean, var = ctx.saved_tensors
+        grad_mean = grad_log_alpha = None
+        if ctx.needs_input_grad[0]:
+            grad_mean = torch.mul(grad, alpha_mean).mul_(2.0)
+        if ctx.needs_input_grad[1]:
+            per_alpha = torch.mul(grad, var).sum_to_size(log_alpha.shape)
+            grad_log_alpha = clamp_derivative(per_alpha, log_alpha, *LOG_ALPHA_RANGE)
+        return grad_mean, grad_log_alpha
 
 
 class VariationalDropout(VariationalLayer):
@@ -105,8 +135,7 @@ class VariationalDropout(VariationalLayer):
         return clip_log_alpha(self.log_alpha)
 
     def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
-        mean = self.weight_mean
-        return mean, torch.exp(self.clipped_log_alpha()) * mean * mean
+        return self.weight_mean, _DropoutVariance.apply(self.weight_mean, self.log_alpha)
 
     def sample_weight(self, noise: NoiseSource) -> torch.Tensor:
         mean, var = self.weight_moments()

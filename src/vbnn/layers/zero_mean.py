@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ParameterRole
+from vbnn.core.kernels import variance_from_log_std
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer
 from vbnn.priors.dropout import LogUniformPrior, zero_mean_kl
@@ -61,7 +62,7 @@ class ZeroMean(VariationalLayer):
         self.weight_log_std = nn.Parameter(math.log(init_std) + spread)
 
     def weight_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
-        var = torch.exp(2.0 * self.weight_log_std)
+        var = variance_from_log_std(self.weight_log_std)
         return torch.zeros_like(var), var
 
     def sample_weight(self, noise: NoiseSource) -> torch.Tensor:
