@@ -41,6 +41,28 @@ def test_diagonal_kl_gradients_are_those_of_the_closed_form(prior_std) -> None:
     torch.testing.assert_close(std.grad, scale * (std.detach() / prior**2 - 1 / std.detach()))
 
 
+@pytest.mark.parametrize("prior_std", [0.8, torch.tensor([0.5, 1.0, 2.0])])
+def test_log_space_kl_of_several_pairs_is_the_sum_of_their_kls(prior_std) -> None:
+    """A layer's weight and bias in one call (one autograd node for the shared prior, the
+    composite for one prior per model): the sum of the two KLs, values and gradients."""
+    generator = torch.Generator().manual_seed(7)
+    shapes = [(3, 4, 5), (3, 4, 5), (3, 5), (3, 5)]
+    tensors = [
+        torch.randn(shape, generator=generator, dtype=torch.float64).requires_grad_()
+        for shape in shapes
+    ]
+    prior = GaussianPrior(torch.as_tensor(prior_std, dtype=torch.float64))
+    together = prior.kl_diagonal_log_std(*tensors)
+    apart = prior.kl_diagonal_log_std(*tensors[:2]) + prior.kl_diagonal_log_std(*tensors[2:])
+    torch.testing.assert_close(together, apart)
+    weights = torch.tensor([0.3, -1.0, 2.0], dtype=torch.float64)
+    got = torch.autograd.grad((together * weights).sum(), tensors)
+    want = torch.autograd.grad((apart * weights).sum(), tensors)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    assert torch.autograd.gradcheck(lambda *t: prior.kl_diagonal_log_std(*t), tuple(tensors))
+
+
 @pytest.mark.parametrize("prior_std", [0.8, torch.tensor([0.5, 1.0, 2.0]).reshape(3, 1, 1)])
 def test_log_space_diagonal_kl_equals_the_kl_of_exp_log_std(prior_std) -> None:
     """The mean-field family's log-space KL: the value and gradients of

@@ -100,7 +100,10 @@ class _DiagonalGaussianKL(torch.autograd.Function):
 
 
 def kl_diagonal_gaussian_log_std(
-    mean: torch.Tensor, log_std: torch.Tensor, prior_std: float | torch.Tensor
+    mean: torch.Tensor,
+    log_std: torch.Tensor,
+    prior_std: float | torch.Tensor,
+    *more: torch.Tensor,
 ) -> torch.Tensor:
     """``kl_diagonal_gaussian`` with sigma = exp(log_std), taken in log space:
 
@@ -108,48 +111,62 @@ def kl_diagonal_gaussian_log_std(
         dKL/dmu_i = mu_i / s^2,        dKL/dlog_std_i = sigma_i^2 / s^2 - 1,
 
     which needs no logarithm and no reciprocal of sigma (the mean-field family's log
-    parameterization). Shapes and ``prior_std`` as ``kl_diagonal_gaussian``.
+    parameterization). Shapes and ``prior_std`` as ``kl_diagonal_gaussian``; ``more`` holds
+    further (mean, log_std) pairs under the same prior (a layer's bias), summed into the same
+    KL in one autograd node (a small network's step pays per node, not per weight).
     """
+    if len(more) % 2:
+        raise ValueError("kl_diagonal_gaussian_log_std: more must hold (mean, log_std) pairs")
     prior_var = torch.as_tensor(prior_std, dtype=mean.dtype, device=mean.device) ** 2
-    log_std = torch.broadcast_to(log_std, mean.shape)
+    pairs = [mean, log_std, *more]
+    for i in range(1, len(pairs), 2):
+        pairs[i] = torch.broadcast_to(pairs[i], pairs[i - 1].shape)
     # one prior per model, or a prior std being learned: the composite form (autograd)
     if prior_var.numel() > 1 or prior_var.requires_grad:
-        terms = (
-            0.5 * torch.log(prior_var)
-            - log_std
-            + (torch.exp(2 * log_std) + mean**2) / (2 * prior_var)
-        )
-        return _sum_per_model(terms) - 0.5 * mean[0].numel()
-    return _DiagonalGaussianKLLogStd.apply(mean, log_std, prior_var.reshape(()))
+        total = 0.0
+        for mean, log_std in zip(pairs[::2], pairs[1::2], strict=True):
+            var = prior_var  # (M, 1, ..., 1) against this pair's shape
+            if var.dim() > 0:
+                var = var.reshape(-1, *[1] * (mean.dim() - 1))
+            terms = 0.5 * torch.log(var) - log_std + (torch.exp(2 * log_std) + mean**2) / (2 * var)
+            total = total + _sum_per_model(terms) - 0.5 * mean[0].numel()
+        return total
+    return _DiagonalGaussianKLLogStd.apply(prior_var.reshape(()), *pairs)
 
 
 class _DiagonalGaussianKLLogStd(torch.autograd.Function):
-    """``kl_diagonal_gaussian_log_std`` for one prior std shared by the models."""
+    """``kl_diagonal_gaussian_log_std`` for one prior std shared by the models, over the
+    (mean, log_std) pairs that follow the prior variance."""
 
     @staticmethod
-    def forward(ctx, mean, log_std, prior_var):  # type: ignore[no-untyped-def]
-        models = mean.shape[0]
-        flat_mean, flat_log_std = mean.reshape(models, -1), log_std.reshape(models, -1)
-        var = variance_from_log_std(flat_log_std)
-        squares = torch.linalg.vector_norm(flat_mean, dim=1) ** 2 + var.sum(1)
-        count = flat_mean.shape[1]
-        ctx.save_for_backward(mean, var, prior_var)
-        return (
-            squares / (2 * prior_var)
-            - flat_log_std.sum(1)
-            + count * (0.5 * torch.log(prior_var) - 0.5)
-        )
+    def forward(ctx, prior_var, *pairs):  # type: ignore[no-untyped-def]
+        models = pairs[0].shape[0]
+        squares, log_std_sum, count, saved = 0.0, 0.0, 0, []
+        for mean, log_std in zip(pairs[::2], pairs[1::2], strict=True):
+            flat_mean, flat_log_std = mean.reshape(models, -1), log_std.reshape(models, -1)
+            var = variance_from_log_std(flat_log_std)
+            squares = squares + torch.linalg.vector_norm(flat_mean, dim=1).square_() + var.sum(1)
+            log_std_sum = log_std_sum + flat_log_std.sum(1)
+            count += flat_mean.shape[1]
+            saved += [mean, var]
+        ctx.save_for_backward(prior_var, *saved)
+        constant = count * (0.5 * torch.log(prior_var) - 0.5)
+        return squares / (2 * prior_var) - log_std_sum + constant
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[no-untyped-def]
-        mean, var, prior_var = ctx.saved_tensors
-        scale = (grad / prior_var).reshape(-1, *[1] * (mean.dim() - 1))
-        grad_mean = mean * scale if ctx.needs_input_grad[0] else None
-        grad_log_std = None
-        if ctx.needs_input_grad[1]:  # var * scale - grad in one pass over the weights
-            flat_scale, per_model = scale.reshape(-1, 1), grad.reshape(-1, 1)
-            grad_log_std = torch.addcmul(-per_model, var, flat_scale).reshape(mean.shape)
-        return grad_mean, grad_log_std, None
+        prior_var, *saved = ctx.saved_tensors
+        per_model = grad.reshape(-1, 1)
+        flat_scale = per_model / prior_var
+        grads: list[torch.Tensor | None] = [None]
+        for index, (mean, var) in enumerate(zip(saved[::2], saved[1::2], strict=True)):
+            scale = flat_scale.reshape(-1, *[1] * (mean.dim() - 1))
+            grads.append(mean * scale if ctx.needs_input_grad[1 + 2 * index] else None)
+            grad_log_std = None
+            if ctx.needs_input_grad[2 + 2 * index]:  # var * scale - grad in one pass
+                grad_log_std = torch.addcmul(-per_model, var, flat_scale).reshape(mean.shape)
+            grads.append(grad_log_std)
+        return tuple(grads)
 
 
 def kl_to_isotropic_gaussian(

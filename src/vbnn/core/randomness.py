@@ -43,6 +43,18 @@ def derive_seed(seed: int, key: int, purpose: str) -> int:
     return int((int(state[0]) << 31) ^ int(state[1]))
 
 
+class _AtOnce:
+    """The executor interface of ``ThreadPoolExecutor`` that runs each task when submitted."""
+
+    def submit(self, function: Any, *args: Any) -> Future:
+        future: Future = Future()
+        future.set_result(function(*args))
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
 class ModelGenerators:
     """One ``torch.Generator`` per model of a stack.
 
@@ -55,7 +67,7 @@ class ModelGenerators:
             raise ValueError("ModelGenerators: need at least one seed")
         self.device = torch.device(device)
         self.generators = [torch.Generator(self.device).manual_seed(int(s)) for s in seeds]
-        self._ahead: ThreadPoolExecutor | None = None
+        self._ahead: ThreadPoolExecutor | _AtOnce | None = None
         self._pending: defaultdict[tuple, deque[Future]] = defaultdict(deque)
 
     @classmethod
@@ -103,7 +115,7 @@ class ModelGenerators:
         return out
 
     @contextmanager
-    def drawing_ahead(self) -> Iterator[ModelGenerators]:
+    def drawing_ahead(self, background: bool = True) -> Iterator[ModelGenerators]:
         """Draw every ``randn`` block one step ahead, on a background thread.
 
         Inside the context each ``randn(*shape)`` returns a block drawn earlier and queues the
@@ -114,10 +126,20 @@ class ModelGenerators:
         as without batching and the numbers are reproducible; they differ from those drawn
         without the context, because the look-ahead blocks are taken from the stream earlier. The
         blocks drawn ahead and never used are discarded on exit.
+
+        Args:
+            background: False draws each look-ahead block at once, on the calling thread: the
+                same blocks in the same order, hence the same numbers, without the thread. For
+                a small step (a UCI split of a few hundred rows) the thread's hand-over costs
+                more than the draws it hides (measured: benchmarks/README.md).
         """
         if self._ahead is not None:
             raise RuntimeError("ModelGenerators.drawing_ahead: already drawing ahead")
-        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vbnn-noise")
+        self._ahead = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="vbnn-noise")
+            if background
+            else _AtOnce()
+        )
         try:
             yield self
         finally:

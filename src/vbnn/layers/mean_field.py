@@ -151,10 +151,8 @@ class MeanField(VariationalLayer):
     def kl(self, prior: Prior) -> torch.Tensor:
         if self.parameterization is StdParameterization.LOG and isinstance(prior, GaussianPrior):
             # log sigma is the parameter: the KL's log and sigma^2 need no exp/log round trip
-            total = prior.kl_diagonal_log_std(self.weight_mean, self.weight_log_std)
-            if self.bias_mean is not None:
-                total = total + prior.kl_diagonal_log_std(self.bias_mean, self.bias_log_std)
-            return total
+            bias = () if self.bias_mean is None else (self.bias_mean, self.bias_log_std)
+            return prior.kl_diagonal_log_std(self.weight_mean, self.weight_log_std, *bias)
         total = prior.kl_diagonal(self.weight_mean, self.weight_std())
         if self.bias_mean is not None:
             total = total + prior.kl_diagonal(self.bias_mean, self.bias_std())

@@ -38,9 +38,12 @@ class GaussianPrior:
     def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         return kl_diagonal_gaussian(mean, std, per_model(self.std, mean))
 
-    def kl_diagonal_log_std(self, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-        """``kl_diagonal`` with std = exp(log_std), computed in log space (fewer passes)."""
-        return kl_diagonal_gaussian_log_std(mean, log_std, per_model(self.std, mean))
+    def kl_diagonal_log_std(
+        self, mean: torch.Tensor, log_std: torch.Tensor, *more: torch.Tensor
+    ) -> torch.Tensor:
+        """``kl_diagonal`` with std = exp(log_std), computed in log space (fewer passes);
+        ``more``: further (mean, log_std) pairs (``kl_diagonal_gaussian_log_std``)."""
+        return kl_diagonal_gaussian_log_std(mean, log_std, per_model(self.std, mean), *more)
 
     def kl_correlated(
         self, mean: torch.Tensor, trace: torch.Tensor, log_det: torch.Tensor

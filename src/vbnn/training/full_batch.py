@@ -9,6 +9,7 @@ compiled objective, and early stopping.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -18,9 +19,10 @@ from vbnn.core.contracts import ForwardMode, ParameterRole
 from vbnn.core.randomness import ModelGenerators, NoiseSource, NoiseTape
 from vbnn.core.runs import AdamConfig, Algorithm, ESConfig, ModelValues, VIConfig
 from vbnn.core.runtime import one_core_for_noise
+from vbnn.layers.modes import variational_layers
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.training.likelihoods import GaussianLikelihood
+from vbnn.training.likelihoods import GaussianLikelihood, inputs_checked
 from vbnn.training.loop import NonFiniteLossError, StepCallback, train_loop
 from vbnn.training.objectives import elbo, log_joint, log_likelihood
 from vbnn.training.optimizer import learning_rate_groups
@@ -28,6 +30,18 @@ from vbnn.training.optimizer import learning_rate_groups
 __all__ = ["FitInfo", "NonFiniteLossError", "Problem", "StepCallback", "Validation", "fit"]
 
 Objective = Callable[[], dict[str, torch.Tensor]]
+
+# Below this many normal draws a step, the noise is drawn on the training thread: handing blocks
+# over from the noise thread costs more than the draws it would hide (a boston split, 23,000
+# draws a step: 1.54 against 1.64 ms; a power split, 439,000: the thread saves 0.7 ms;
+# benchmarks/README.md). The numbers are the same either way.
+BACKGROUND_DRAWS = 1 << 17
+
+
+def noise_draws_per_step(model: nn.Module, x: torch.Tensor) -> int:
+    """Normal draws of one local-reparameterization step of ``model`` on ``x`` (M, N, I): one
+    per row and output of every family layer."""
+    return x.shape[0] * x.shape[1] * sum(layer.out_features for layer in variational_layers(model))
 
 
 @dataclass(frozen=True)
@@ -186,7 +200,10 @@ def fit(
     if y.shape != x.shape[:2]:
         raise ValueError(f"fit: targets {tuple(y.shape)} must be (M, N) = {tuple(x.shape[:2])} "
                          "for inputs (M, N, I)")  # fmt: skip
-    for label, tensor in (("inputs", x), ("targets", y)):
+    checked = [("inputs", x), ("targets", y)]
+    if validation is not None:
+        checked += [("validation inputs", validation.x), ("validation targets", validation.y)]
+    for label, tensor in checked:
         bad = ~torch.isfinite(tensor.reshape(*tensor.shape[:2], -1)).all(-1)
         if bool(bad.any()):
             model_index, row = (int(i) for i in bad.nonzero()[0])
@@ -209,7 +226,12 @@ def fit(
                 best.update(iteration, model, likelihood)
 
         callbacks.append(check)
-    with noise.drawing_ahead(), one_core_for_noise():
+    background = noise_draws_per_step(model, x) >= BACKGROUND_DRAWS
+    with (
+        noise.drawing_ahead(background),
+        one_core_for_noise() if background else nullcontext(),
+        inputs_checked(),  # x and y were checked above and do not change between steps
+    ):
         terms = train_loop(
             lambda iteration: objective(),
             optimizer,

@@ -15,6 +15,9 @@ sums over the last dimension and scales to the data-set size.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol
 
 import torch
@@ -29,10 +32,25 @@ def first_position(bad: torch.Tensor) -> str:
     return str([int(i) for i in bad.nonzero()[0]])
 
 
+_INPUTS_CHECKED: ContextVar[bool] = ContextVar("inputs_checked", default=False)
+
+
 def checking() -> bool:
     """Whether the input checks run: always, except inside a compiled graph, which cannot branch
-    on data (a compiled step's inputs were checked by its eager first step)."""
-    return not torch.compiler.is_compiling()
+    on data (a compiled step's inputs were checked by its eager first step), and inside
+    ``inputs_checked``."""
+    return not (_INPUTS_CHECKED.get() or torch.compiler.is_compiling())
+
+
+@contextmanager
+def inputs_checked() -> Iterator[None]:
+    """Skip the per-step input checks of the objectives and likelihoods: for a loop whose
+    inputs and targets were checked once before it and do not change (full-batch training)."""
+    token = _INPUTS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _INPUTS_CHECKED.reset(token)
 
 
 def check_finite(name: str, values: torch.Tensor, what: str = "targets") -> None:
