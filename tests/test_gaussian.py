@@ -41,7 +41,9 @@ def test_diagonal_kl_gradients_are_those_of_the_closed_form(prior_std) -> None:
     torch.testing.assert_close(std.grad, scale * (std.detach() / prior**2 - 1 / std.detach()))
 
 
-@pytest.mark.parametrize("prior_std", [0.8, torch.tensor([0.5, 1.0, 2.0])])
+@pytest.mark.parametrize(
+    "prior_std", [0.8, torch.tensor(0.8), torch.tensor([0.5, 1.0, 2.0])], ids=str
+)
 def test_log_space_kl_of_several_pairs_is_the_sum_of_their_kls(prior_std) -> None:
     """A layer's weight and bias in one call (one autograd node for the shared prior, the
     composite for one prior per model): the sum of the two KLs, values and gradients."""
@@ -51,7 +53,9 @@ def test_log_space_kl_of_several_pairs_is_the_sum_of_their_kls(prior_std) -> Non
         torch.randn(shape, generator=generator, dtype=torch.float64).requires_grad_()
         for shape in shapes
     ]
-    prior = GaussianPrior(torch.as_tensor(prior_std, dtype=torch.float64))
+    if isinstance(prior_std, torch.Tensor):
+        prior_std = prior_std.double()
+    prior = GaussianPrior(prior_std)
     together = prior.kl_diagonal_log_std(*tensors)
     apart = prior.kl_diagonal_log_std(*tensors[:2]) + prior.kl_diagonal_log_std(*tensors[2:])
     torch.testing.assert_close(together, apart)

@@ -117,10 +117,13 @@ def kl_diagonal_gaussian_log_std(
     """
     if len(more) % 2:
         raise ValueError("kl_diagonal_gaussian_log_std: more must hold (mean, log_std) pairs")
-    prior_var = torch.as_tensor(prior_std, dtype=mean.dtype, device=mean.device) ** 2
     pairs = [mean, log_std, *more]
     for i in range(1, len(pairs), 2):
-        pairs[i] = torch.broadcast_to(pairs[i], pairs[i - 1].shape)
+        if pairs[i].shape != pairs[i - 1].shape:
+            pairs[i] = torch.broadcast_to(pairs[i], pairs[i - 1].shape)
+    if isinstance(prior_std, (int, float)):  # the common case: a number, no tensor arithmetic
+        return _DiagonalGaussianKLLogStd.apply(float(prior_std) ** 2, *pairs)
+    prior_var = torch.as_tensor(prior_std, dtype=mean.dtype, device=mean.device) ** 2
     # one prior per model, or a prior std being learned: the composite form (autograd)
     if prior_var.numel() > 1 or prior_var.requires_grad:
         total = 0.0
@@ -149,15 +152,19 @@ class _DiagonalGaussianKLLogStd(torch.autograd.Function):
             log_std_sum = log_std_sum + flat_log_std.sum(1)
             count += flat_mean.shape[1]
             saved += [mean, var]
-        ctx.save_for_backward(prior_var, *saved)
-        constant = count * (0.5 * torch.log(prior_var) - 0.5)
-        return squares / (2 * prior_var) - log_std_sum + constant
+        ctx.save_for_backward(*saved)
+        ctx.prior_var = prior_var  # a number, or a 0-dim tensor without gradient
+        log_prior_var = (
+            math.log(prior_var) if isinstance(prior_var, float) else torch.log(prior_var)
+        )
+        constant = count * (0.5 * log_prior_var - 0.5)
+        return (squares * (0.5 / prior_var)).sub_(log_std_sum).add_(constant)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[no-untyped-def]
-        prior_var, *saved = ctx.saved_tensors
+        saved = ctx.saved_tensors
         per_model = grad.reshape(-1, 1)
-        flat_scale = per_model / prior_var
+        flat_scale = per_model / ctx.prior_var
         grads: list[torch.Tensor | None] = [None]
         for index, (mean, var) in enumerate(zip(saved[::2], saved[1::2], strict=True)):
             scale = flat_scale.reshape(-1, *[1] * (mean.dim() - 1))
