@@ -11,9 +11,11 @@ from torch.nn import functional
 import vbnn
 from vbnn.classification.inference import predict_probabilities
 from vbnn.core.contracts import ForwardMode
+from vbnn.core.kernels import gaussian_from_moments
 from vbnn.core.randomness import ModelGenerators, NoiseTape
 from vbnn.layers import FAMILIES
-from vbnn.layers.shell import LOG_ALPHA_RANGE
+from vbnn.layers.shell import LOG_ALPHA_RANGE, VARIANCE_FLOOR
+from vbnn.layers.zero_mean import ZeroMean
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.priors.dropout import ARDPrior
 
@@ -235,3 +237,32 @@ def test_zero_mean_approximation_is_harmless_for_large_alpha_only() -> None:
         shift = (x @ mean).abs()  # the zero-mean posterior keeps var and drops the mean
         std = (x**2 @ var).sqrt()
         assert bool((shift < 1e-3 * std).all()) is small
+
+
+@pytest.mark.parametrize("kernel_size", [None, 3], ids=["dense", "conv"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_zero_mean_lrt_without_the_mean_product_is_the_lrt_of_zero_means(kernel_size, bias):
+    """A variance layer's LOCAL draw skips the product of the inputs with its all-zero weight
+    means (the bias alone is the mean): the same draws and gradients as the shell's LRT with the
+    zero means multiplied out."""
+    torch.manual_seed(3)
+    layer = ZeroMean(4, 3, kernel_size=kernel_size, bias=bias, num_models=2)
+    if bias:
+        with torch.no_grad():
+            layer.bias.normal_()
+    shape = (2, 5, 4) if kernel_size is None else (2, 5, 4, 6, 6)
+    x = torch.randn(shape, requires_grad=True)
+    out = layer(x, ForwardMode.LOCAL, noise=ModelGenerators([1, 2]))
+    mean_weight, var_weight = layer.effective_moments()
+    mean_bias, var_bias = layer.bias_moments()
+    mean = layer.operator.apply(x, mean_weight, mean_bias)
+    var = layer.operator.apply(x * x, var_weight, var_bias)
+    eps = ModelGenerators([1, 2]).randn(*var.shape[1:])
+    expected = gaussian_from_moments(mean, var, eps, VARIANCE_FLOOR)
+    torch.testing.assert_close(out, expected)
+    weights = torch.randn(out.shape)
+    inputs = [x, *layer.parameters()]
+    got = torch.autograd.grad((out * weights).sum(), inputs)
+    want = torch.autograd.grad((expected * weights).sum(), inputs)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)

@@ -207,7 +207,8 @@ def gaussian_from_moments(
     mean: torch.Tensor, var: torch.Tensor, noise: torch.Tensor, floor: float
 ) -> torch.Tensor:
     """One draw mean + sqrt(max(var, floor)) * noise of Gaussian pre-activations (the LRT's last
-    step, Kingma et al. 2015), element by element; ``noise`` standard normal, no gradient.
+    step, Kingma et al. 2015), element by element; ``noise`` standard normal, no gradient;
+    ``mean`` of ``var``'s shape or broadcasting against it (a zero-mean layer's bias).
 
     The variance is floored before the square root (whose derivative is infinite at 0); its
     gradient is 0 below the floor. Same values as the composite expression; gradients agree to

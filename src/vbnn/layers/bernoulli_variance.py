@@ -39,6 +39,7 @@ class BernoulliVariance(VariationalLayer):
     """
 
     family_name = "bernoulli-variance"
+    has_weight_mean = False
     roles = MappingProxyType({"bias": ParameterRole.MEAN})
     default_prior: object = LogUniformPrior()
     noise_variance = 1.0  # Var(2 eps - 1)

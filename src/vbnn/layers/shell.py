@@ -95,6 +95,7 @@ class VariationalLayer(nn.Module):
 
     exact_lrt = True
     has_zero_mean_form = True  # False: ZERO_MEAN samples the layer as WEIGHTS does
+    has_weight_mean = True  # False: every weight mean is 0 (variance layers), the LRT skips x mu
     has_kl = True  # False: point weights or the dropout baseline (KL 0, no term in the ELBO)
     default_prior: object = GaussianPrior(1.0)  # the prior ``vbnn.kl`` uses when given none
     # parameter name -> its role (module docstring); unnamed ones are WEIGHTS
@@ -320,9 +321,14 @@ class VariationalLayer(nn.Module):
         """One LRT draw of the pre-activations of ``x`` (with the model dimension)."""
         mean_weight, var_weight = self.effective_moments()
         mean_bias, var_bias = self.bias_moments()
-        mean = self.operator.apply(x, mean_weight, mean_bias)
         var = self.operator.apply(x * x, var_weight, var_bias)
-        eps = noise.randn(*mean.shape[1:], dtype=x.dtype, device=x.device)
+        if self.has_weight_mean:
+            mean = self.operator.apply(x, mean_weight, mean_bias)
+        elif mean_bias is None:  # zero-mean weights: the mean is the bias, or 0
+            mean = var.new_zeros(())
+        else:  # (M, O) against (M, N, O) or (M, N, O, *S)
+            mean = mean_bias.reshape(*mean_bias.shape[:1], 1, -1, *[1] * (var.dim() - 3))
+        eps = noise.randn(*var.shape[1:], dtype=x.dtype, device=x.device)
         return gaussian_from_moments(mean, var, eps, VARIANCE_FLOOR)
 
     # --- summaries ----------------------------------------------------------------------------

@@ -37,6 +37,7 @@ class ZeroMean(VariationalLayer):
     """
 
     family_name = "zero-mean"
+    has_weight_mean = False
     roles = MappingProxyType({"bias": ParameterRole.MEAN})
     default_prior: object = LogUniformPrior()
 
