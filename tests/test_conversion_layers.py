@@ -248,3 +248,32 @@ def test_mean_log_alpha_is_the_mean_clipped_log_alpha_of_model_0_in_each_layer_w
     assert list(mean_log_alpha(converted)) == ["0", "2"]
     with pytest.raises(ValueError, match="3 names"):
         mean_log_alpha(model, LAYER_NAMES[:3])
+
+
+# torch's first compile imports modules that warn of their own deprecations; none is vbnn's
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("family", ["mf", "vd-weight"])
+def test_a_converted_model_under_torch_compile_gives_the_eager_loss_and_gradients(family) -> None:
+    """``torch.compile`` of a user's loss over a converted model: no graph break stops it, and
+    with the eager random number generator (Inductor's ``fallback_random``) the loss and every
+    gradient are eager's to float rounding."""
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+    eager, compiled = vbnn.convert(base, family), vbnn.convert(base, family)
+    compiled.load_state_dict(eager.state_dict())
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+
+    def loss(model: nn.Module) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(x), y) + vbnn.kl(model) / 100
+
+    torch._dynamo.reset()
+    torch.manual_seed(5)
+    expected = loss(eager)
+    expected.backward()
+    torch.manual_seed(5)
+    with torch._inductor.config.patch(fallback_random=True):
+        got = torch.compile(loss, fullgraph=True)(compiled)
+        got.backward()
+    torch.testing.assert_close(got, expected)
+    for (name, want), have in zip(eager.named_parameters(), compiled.parameters(), strict=True):
+        torch.testing.assert_close(have.grad, want.grad, msg=name)

@@ -8,7 +8,6 @@ composite (gradcheck in float64, tests/test_kernels.py). benchmarks/README.md ha
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -35,11 +34,17 @@ def variance_from_log_std(log_std: torch.Tensor) -> torch.Tensor:
     return torch.mul(log_std, TWO_OVER_LN2).exp2_()
 
 
-@functools.lru_cache(maxsize=64)
+_NEIGHBOURS: dict[tuple[float, torch.dtype, float], float] = {}
+
+
+@torch.compiler.assume_constant_result  # a pure function of constants: no graph break
 def _neighbour(value: float, dtype: torch.dtype, direction: float) -> float:
-    """The float of ``dtype`` next to ``value`` towards ``direction``."""
-    toward = torch.tensor(direction, dtype=dtype)
-    return torch.nextafter(torch.tensor(value, dtype=dtype), toward).item()
+    """The float of ``dtype`` next to ``value`` towards ``direction`` (memoised)."""
+    key = (value, dtype, direction)
+    if key not in _NEIGHBOURS:
+        toward = torch.tensor(direction, dtype=dtype)
+        _NEIGHBOURS[key] = torch.nextafter(torch.tensor(value, dtype=dtype), toward).item()
+    return _NEIGHBOURS[key]
 
 
 def clamp_derivative(grad: torch.Tensor, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
