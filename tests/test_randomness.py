@@ -54,3 +54,17 @@ def test_model_generators_state_is_one_stream_per_model_and_not_taken_while_draw
     ahead = pytest.raises(RuntimeError, match="get_state: not while drawing ahead")
     with generators.drawing_ahead(), ahead:
         generators.get_state()
+
+
+def test_drawing_ahead_on_the_calling_thread_draws_the_background_threads_numbers():
+    """``drawing_ahead(background=False)`` draws each look-ahead block when it is queued: the
+    same blocks in the same order on every model's stream as the background thread, so the
+    same numbers, for interleaved requests of several shapes."""
+    requests = [(3, 2), (5,), (3, 2), (5,), (3, 2), (4, 1), (5,)]
+    blocks = {}
+    for background in (True, False):
+        generators = ModelGenerators([11, 12, 13])
+        with generators.drawing_ahead(background):
+            blocks[background] = [generators.randn(*shape) for shape in requests]
+    for threaded, inline in zip(blocks[True], blocks[False], strict=True):
+        assert torch.equal(threaded, inline)

@@ -39,7 +39,7 @@ def checking() -> bool:
     """Whether the input checks run: always, except inside a compiled graph, which cannot branch
     on data (a compiled step's inputs were checked by its eager first step), and inside
     ``inputs_checked``."""
-    return not (_INPUTS_CHECKED.get() or torch.compiler.is_compiling())
+    return not (torch.compiler.is_compiling() or _INPUTS_CHECKED.get())
 
 
 @contextmanager
