@@ -21,6 +21,18 @@ from vbnn.layers.variational_dropout import _DropoutVariance
 SEED = 20261121
 
 
+def _assert_same_values_and_gradients(fused, expected, weights, inputs):
+    """``fused`` equals ``expected``, and so do the gradients of sum(weights * each) wrt
+    ``inputs``."""
+    torch.testing.assert_close(fused, expected)
+    for got, want in zip(
+        torch.autograd.grad((fused * weights).sum(), inputs),
+        torch.autograd.grad((expected * weights).sum(), inputs),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want)
+
+
 def _composite(x, weight_mean, weight_log_std, bias_mean, bias_log_std, noise):
     mean, var = local_reparameterization_moments(
         x, weight_mean, torch.exp(2 * weight_log_std), bias_mean, torch.exp(2 * bias_log_std)
@@ -120,13 +132,7 @@ def test_additive_log_alpha_has_the_composite_value_and_gradients():
     expected = composite(mean, log_std)
     assert int((expected.detach().abs() >= 10).sum()) > 0  # some entries are clipped
     fused = _ClippedLogAlpha.apply(mean, log_std)
-    torch.testing.assert_close(fused, expected)
-    for got, want in zip(
-        torch.autograd.grad((fused * weights).sum(), (mean, log_std)),
-        torch.autograd.grad((expected * weights).sum(), (mean, log_std)),
-        strict=True,
-    ):
-        torch.testing.assert_close(got, want)
+    _assert_same_values_and_gradients(fused, expected, weights, (mean, log_std))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -172,10 +178,4 @@ def test_dropout_variance_has_the_composite_value_and_gradients(shared):
     weights = torch.randn(2, 5, 4, generator=generator, dtype=torch.float64)
     expected = torch.exp(log_alpha.clamp(*LOG_ALPHA_RANGE)) * mean * mean
     fused = _DropoutVariance.apply(mean, log_alpha)
-    torch.testing.assert_close(fused, expected)
-    for got, want in zip(
-        torch.autograd.grad((fused * weights).sum(), (mean, log_alpha)),
-        torch.autograd.grad((expected * weights).sum(), (mean, log_alpha)),
-        strict=True,
-    ):
-        torch.testing.assert_close(got, want)
+    _assert_same_values_and_gradients(fused, expected, weights, (mean, log_alpha))
