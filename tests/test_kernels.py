@@ -7,6 +7,7 @@ import torch
 
 from vbnn.core.gaussian import local_reparameterization_moments
 from vbnn.core.kernels import (
+    EXP2_FROM,
     clip,
     exponential,
     gaussian_from_moments,
@@ -153,17 +154,22 @@ def test_clip_has_the_values_and_gradient_of_clamp(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_exponential_is_exp_to_a_few_ulps(dtype):
+def test_exponential_is_exp_to_a_few_ulps_and_exactly_exp_below_its_size(dtype):
     """2^(x / ln 2) against torch.exp over the range the families use (log alpha in [-10, 20],
-    2 log sigma down to -40): relative error below |x| eps (the exponent's rounding) + 2 eps."""
-    x = torch.linspace(-40.0, 20.0, 20001, dtype=dtype)
+    2 log sigma down to -40), from ``EXP2_FROM`` values a model: relative error below
+    |x| eps (the exponent's rounding) + 2 eps. Below that size, and for every model of a stack
+    alike, it is torch.exp itself."""
+    x = torch.linspace(-40.0, 20.0, 2 * EXP2_FROM, dtype=dtype).reshape(2, -1)  # 2 models
     eps = torch.finfo(dtype).eps
-    bound = (x.abs() + 2.0) * eps
+    bound = ((x.abs() + 2.0) * eps).double()
     reference = torch.exp(x.double())
-    assert bool(((exponential(x).double() / reference - 1).abs() <= bound.double()).all())
-    log_std = x / 2
-    relative = variance_from_log_std(log_std).double() / reference - 1
-    assert bool((relative.abs() <= bound.double()).all())
+    assert bool(((exponential(x).double() / reference - 1).abs() <= bound).all())
+    relative = variance_from_log_std(x / 2).double() / reference - 1
+    assert bool((relative.abs() <= bound).all())
+    assert torch.equal(exponential(x[:1]), exponential(x)[:1])  # alone as in the stack
+    small = x[:, :100]
+    assert torch.equal(exponential(small), torch.exp(small))
+    assert torch.equal(variance_from_log_std(small), torch.exp(2.0 * small))
 
 
 @pytest.mark.parametrize("shared", [(2, 1, 1), (2, 1, 4), (2, 5, 4)])  # layer, neuron, weight

@@ -170,8 +170,8 @@ class _DiagonalGaussianKLLogStd(torch.autograd.Function):
             scale = flat_scale.reshape(-1, *[1] * (mean.dim() - 1))
             grads.append(mean * scale if ctx.needs_input_grad[1 + 2 * index] else None)
             grad_log_std = None
-            if ctx.needs_input_grad[2 + 2 * index]:  # var * scale - grad in one pass
-                grad_log_std = torch.addcmul(-per_model, var, flat_scale).reshape(mean.shape)
+            if ctx.needs_input_grad[2 + 2 * index]:
+                grad_log_std = var.mul(flat_scale).sub_(per_model).reshape(mean.shape)
             grads.append(grad_log_std)
         return tuple(grads)
 
