@@ -43,13 +43,23 @@ def derive_seed(seed: int, key: int, purpose: str) -> int:
     return int((int(state[0]) << 31) ^ int(state[1]))
 
 
+class _Done:
+    """A finished task's result behind ``Future.result`` (without a Future's lock)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+
+    def result(self) -> torch.Tensor:
+        return self.value
+
+
 class _AtOnce:
     """The executor interface of ``ThreadPoolExecutor`` that runs each task when submitted."""
 
-    def submit(self, function: Any, *args: Any) -> Future:
-        future: Future = Future()
-        future.set_result(function(*args))
-        return future
+    def submit(self, function: Any, *args: Any) -> _Done:
+        return _Done(function(*args))
 
     def shutdown(self, wait: bool = True) -> None:
         pass
@@ -68,7 +78,7 @@ class ModelGenerators:
         self.device = torch.device(device)
         self.generators = [torch.Generator(self.device).manual_seed(int(s)) for s in seeds]
         self._ahead: ThreadPoolExecutor | _AtOnce | None = None
-        self._pending: defaultdict[tuple, deque[Future]] = defaultdict(deque)
+        self._pending: defaultdict[tuple, deque[Future | _Done]] = defaultdict(deque)
 
     @classmethod
     def for_keys(
@@ -97,9 +107,11 @@ class ModelGenerators:
             pending = self._pending[key]
             out = pending.popleft().result() if pending else self._submit(key).result()
             pending.append(self._submit(key))  # the next training step asks for the same block
-        return out if device is None else out.to(device, non_blocking=True)
+        if device is None or out.device == device:
+            return out
+        return out.to(device, non_blocking=True)
 
-    def _submit(self, key: tuple) -> Future:
+    def _submit(self, key: tuple) -> Future | _Done:
         assert self._ahead is not None
         return self._ahead.submit(self._fill, *key)
 
