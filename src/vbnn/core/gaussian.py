@@ -121,8 +121,6 @@ def kl_diagonal_gaussian_log_std(
     for i in range(1, len(pairs), 2):
         if pairs[i].shape != pairs[i - 1].shape:
             pairs[i] = torch.broadcast_to(pairs[i], pairs[i - 1].shape)
-    if isinstance(prior_std, (int, float)):  # the common case: a number, no tensor arithmetic
-        return _DiagonalGaussianKLLogStd.apply(float(prior_std) ** 2, *pairs)
     prior_var = torch.as_tensor(prior_std, dtype=mean.dtype, device=mean.device) ** 2
     # one prior per model, or a prior std being learned: the composite form (autograd)
     if prior_var.numel() > 1 or prior_var.requires_grad:
@@ -144,27 +142,27 @@ class _DiagonalGaussianKLLogStd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, prior_var, *pairs):  # type: ignore[no-untyped-def]
         models = pairs[0].shape[0]
-        squares, log_std_sum, count, saved = 0.0, 0.0, 0, []
+        total, saved = None, []
         for mean, log_std in zip(pairs[::2], pairs[1::2], strict=True):
             flat_mean, flat_log_std = mean.reshape(models, -1), log_std.reshape(models, -1)
             var = variance_from_log_std(flat_log_std)
-            squares = squares + torch.linalg.vector_norm(flat_mean, dim=1).square_() + var.sum(1)
-            log_std_sum = log_std_sum + flat_log_std.sum(1)
-            count += flat_mean.shape[1]
+            squares = torch.linalg.vector_norm(flat_mean, dim=1) ** 2 + var.sum(1)
+            count = flat_mean.shape[1]
+            kl = (
+                squares / (2 * prior_var)
+                - flat_log_std.sum(1)
+                + count * (0.5 * torch.log(prior_var) - 0.5)
+            )
+            total = kl if total is None else total + kl  # pair by pair, as separate calls add
             saved += [mean, var]
-        ctx.save_for_backward(*saved)
-        ctx.prior_var = prior_var  # a number, or a 0-dim tensor without gradient
-        log_prior_var = (
-            math.log(prior_var) if isinstance(prior_var, float) else torch.log(prior_var)
-        )
-        constant = count * (0.5 * log_prior_var - 0.5)
-        return (squares * (0.5 / prior_var)).sub_(log_std_sum).add_(constant)
+        ctx.save_for_backward(prior_var, *saved)
+        return total
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[no-untyped-def]
-        saved = ctx.saved_tensors
+        prior_var, *saved = ctx.saved_tensors
         per_model = grad.reshape(-1, 1)
-        flat_scale = per_model / ctx.prior_var
+        flat_scale = grad.div(prior_var).reshape(-1, 1)
         grads: list[torch.Tensor | None] = [None]
         for index, (mean, var) in enumerate(zip(saved[::2], saved[1::2], strict=True)):
             scale = flat_scale.reshape(-1, *[1] * (mean.dim() - 1))
