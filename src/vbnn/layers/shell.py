@@ -321,12 +321,13 @@ class VariationalLayer(nn.Module):
         """One LRT draw of the pre-activations of ``x`` (with the model dimension)."""
         mean_weight, var_weight = self.effective_moments()
         mean_bias, var_bias = self.bias_moments()
+        # the mean product first, the variance's second (as always: buffer addresses, hence the
+        # last bits of the products, depend on the order of the allocations)
+        mean = self.operator.apply(x, mean_weight, mean_bias) if self.has_weight_mean else None
         var = self.operator.apply(x * x, var_weight, var_bias)
-        if self.has_weight_mean:
-            mean = self.operator.apply(x, mean_weight, mean_bias)
-        elif mean_bias is None:  # zero-mean weights: the mean is the bias, or 0
+        if mean is None and mean_bias is None:  # zero-mean weights: the mean is the bias, or 0
             mean = var.new_zeros(())
-        else:  # (M, O) against (M, N, O) or (M, N, O, *S)
+        elif mean is None:  # (M, O) against (M, N, O) or (M, N, O, *S)
             mean = mean_bias.reshape(*mean_bias.shape[:1], 1, -1, *[1] * (var.dim() - 3))
         eps = noise.randn(*var.shape[1:], dtype=x.dtype, device=x.device)
         return gaussian_from_moments(mean, var, eps, VARIANCE_FLOOR)
