@@ -142,16 +142,20 @@ class _DiagonalGaussianKLLogStd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, prior_var, *pairs):  # type: ignore[no-untyped-def]
         models = pairs[0].shape[0]
+        twice_prior_var = 2 * prior_var
+        per_weight = 0.5 * torch.log(prior_var) - 0.5
         total, saved = None, []
         for mean, log_std in zip(pairs[::2], pairs[1::2], strict=True):
-            flat_mean, flat_log_std = mean.reshape(models, -1), log_std.reshape(models, -1)
-            var = variance_from_log_std(flat_log_std)
-            squares = torch.linalg.vector_norm(flat_mean, dim=1) ** 2 + var.sum(1)
-            count = flat_mean.shape[1]
+            # sigma^2 in the parameter's own shape: its gradient below is then a tensor of its
+            # own, not a view, which autograd can add the LRT's gradient into in place
+            var = variance_from_log_std(log_std)
+            squares = torch.linalg.vector_norm(mean.reshape(models, -1), dim=1) ** 2
+            squares = squares + var.reshape(models, -1).sum(1)
+            count = mean.numel() // models
             kl = (
-                squares / (2 * prior_var)
-                - flat_log_std.sum(1)
-                + count * (0.5 * torch.log(prior_var) - 0.5)
+                squares / twice_prior_var
+                - log_std.reshape(models, -1).sum(1)
+                + count * per_weight
             )
             total = kl if total is None else total + kl  # pair by pair, as separate calls add
             saved += [mean, var]
@@ -161,15 +165,15 @@ class _DiagonalGaussianKLLogStd(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # type: ignore[no-untyped-def]
         prior_var, *saved = ctx.saved_tensors
-        per_model = grad.reshape(-1, 1)
-        flat_scale = grad.div(prior_var).reshape(-1, 1)
+        flat_scale = grad.div(prior_var)
         grads: list[torch.Tensor | None] = [None]
         for index, (mean, var) in enumerate(zip(saved[::2], saved[1::2], strict=True)):
-            scale = flat_scale.reshape(-1, *[1] * (mean.dim() - 1))
+            shape = (-1, *[1] * (mean.dim() - 1))
+            scale = flat_scale.reshape(shape)
             grads.append(mean * scale if ctx.needs_input_grad[1 + 2 * index] else None)
             grad_log_std = None
             if ctx.needs_input_grad[2 + 2 * index]:
-                grad_log_std = var.mul(flat_scale).sub_(per_model).reshape(mean.shape)
+                grad_log_std = var.mul(scale).sub_(grad.reshape(shape))
             grads.append(grad_log_std)
         return tuple(grads)
 
