@@ -152,11 +152,7 @@ class _DiagonalGaussianKLLogStd(torch.autograd.Function):
             squares = torch.linalg.vector_norm(mean.reshape(models, -1), dim=1) ** 2
             squares = squares + var.reshape(models, -1).sum(1)
             count = mean.numel() // models
-            kl = (
-                squares / twice_prior_var
-                - log_std.reshape(models, -1).sum(1)
-                + count * per_weight
-            )
+            kl = squares / twice_prior_var - log_std.reshape(models, -1).sum(1) + count * per_weight
             total = kl if total is None else total + kl  # pair by pair, as separate calls add
             saved += [mean, var]
         ctx.save_for_backward(prior_var, *saved)
