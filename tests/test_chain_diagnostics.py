@@ -66,6 +66,18 @@ def test_divergences_fail_chains_that_otherwise_mix() -> None:
         ConvergenceCriterion().passes(summary)  # the sampler's count is missing
 
 
+def test_an_unadjusted_sampler_with_large_energy_errors_is_not_trusted() -> None:
+    """R-hat and ESS cannot see an unadjusted sampler's bias; its energy error can."""
+    mixed = np.random.default_rng(3).standard_normal((4, 1000, 2))
+    summary = {**summarise_chains(mixed, mixed[..., 0]), "divergences": 0}
+    assert ConvergenceCriterion().passes(summary)  # NUTS, MAMS: no energy entry
+    tuned = {**summary, "chain_energy_error_variance_per_dimension": [4e-4, 6e-4, 5e-4, 5e-3]}
+    assert ConvergenceCriterion().passes(tuned)
+    one_chain_off = {**tuned, "chain_energy_error_variance_per_dimension": [4e-4, 6e-4, 0.1, 5e-4]}
+    assert not ConvergenceCriterion().passes(one_chain_off)
+    assert ConvergenceCriterion(max_energy_error_variance=None).passes(one_chain_off)
+
+
 def test_split_chains_halves_and_drops_the_middle_of_an_odd_chain() -> None:
     draws = np.arange(2 * 9).reshape(2, 9)
     split = split_chains(draws)

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from vbnn.experiments.depth.report import aggregate, doubtful_depths
+from vbnn.experiments.depth.report import aggregate, doubtful_depths, trusted_units
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
+from vbnn.references.gaussian_gap import expected_kl_floor
 
 
 def records(values: list[float], rhats: list[float]) -> list[dict]:
@@ -69,3 +70,29 @@ def test_a_depth_is_doubtful_only_where_no_activation_is_trusted() -> None:
     table = aggregate(rows, ConvergenceCriterion(max_rhat=1.05))
     assert table["trusted"].tolist() == [False, False, True, False]  # identity, then relu
     assert doubtful_depths(table) == [2]
+
+
+def test_every_unit_carries_the_estimators_floor_and_the_draws_it_needs() -> None:
+    rows = records([900.0, 700.0], [1.0, 1.0])
+    for row in rows:
+        row.update(parameters=100, settings={"chains": {"chains": 4, "samples": 300}})
+    rows[1]["kl_floor_chains"] = 400.0  # the chain floor, where the unit stored one
+    rows[1]["draws"] = 1200
+    frame = trusted_units(rows, ConvergenceCriterion())
+    floor = expected_kl_floor(100, 1200)
+    assert 100 * 99 / (4 * 1199) < floor < 1.2 * 100 * 99 / (4 * 1199)  # its large-N asymptote
+    assert frame["kl_floor"].tolist() == pytest.approx([floor, floor])
+    assert frame["floor"].tolist() == ["independent draws", "chains"]
+    above = np.array([900.0 - floor, 300.0])
+    assert frame["kl_above_floor"].to_numpy() == pytest.approx(above)
+    for needed, gap in zip(frame["draws_for_floor_10pc"], above, strict=True):
+        assert expected_kl_floor(100, int(needed)) <= 0.1 * gap
+        assert expected_kl_floor(100, int(needed) - 1) > 0.1 * gap
+    row = aggregate(rows, ConvergenceCriterion()).iloc[0]
+    assert row["kl_above_floor_mean"] == pytest.approx(above.mean())
+    assert row["kl_above_floor_sem"] == pytest.approx(np.std(above, ddof=1) / math.sqrt(2))
+
+
+def test_a_unit_without_a_size_has_no_floor() -> None:
+    frame = trusted_units(records([5.0], [1.0]), ConvergenceCriterion())
+    assert frame[["kl_floor", "kl_above_floor", "draws_for_floor_10pc"]].isna().all(axis=None)

@@ -107,26 +107,40 @@ class ConvergenceCriterion:
         max_divergences: divergent transitions among the kept samples of all chains at most
             this (a divergence means the sampler missed part of the posterior, so its draws are
             biased however well the chains agree); None judges the draws alone.
+        max_energy_error_variance: for a sampler without a Metropolis test (unadjusted MCLMC,
+            whose summary has ``chain_energy_error_variance_per_dimension``): every chain's
+            mean squared energy error per step and dimension while sampling at most this. Its
+            bias grows with that variance (Robnik & Seljak 2024), which R-hat and ESS cannot
+            see; the step size is tuned for 5e-4, and the default allows ten times that. None,
+            or a summary without the entry (NUTS, MAMS), leaves it out.
     """
 
     max_rhat: float = 1.05
     min_bulk_ess: float = 100.0
     min_tail_ess: float = 100.0
     max_divergences: int | None = 0
+    max_energy_error_variance: float | None = 5e-3
 
     def passes(self, summary: dict[str, float]) -> bool:
         """``summary`` as returned by :func:`summarise_chains`, with the sampler's
-        ``divergences`` unless ``max_divergences`` is None."""
+        ``divergences`` unless ``max_divergences`` is None (and, from unadjusted MCLMC, its
+        ``chain_energy_error_variance_per_dimension``, one value a chain)."""
         if self.max_divergences is not None and "divergences" not in summary:
             raise ValueError(
                 "ConvergenceCriterion.passes: the summary has no 'divergences' (the sampler's "
                 "count); add it, or set max_divergences=None to judge the draws alone"
             )
+        energy = summary.get("chain_energy_error_variance_per_dimension")
         return bool(
             summary["rhat_max"] <= self.max_rhat
             and summary["bulk_ess_min"] >= self.min_bulk_ess
             and summary["tail_ess_min"] >= self.min_tail_ess
             and (self.max_divergences is None or summary["divergences"] <= self.max_divergences)
+            and (
+                self.max_energy_error_variance is None
+                or energy is None
+                or bool(np.max(energy) <= self.max_energy_error_variance)
+            )
         )
 
 

@@ -85,6 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-divergences", type=int, default=0, help="divergent transitions of a unit, ditto"
     )
+    parser.add_argument(
+        "--max-energy-error",
+        type=float,
+        default=5e-3,
+        help="unadjusted MCLMC: every chain's energy error variance per parameter, ditto "
+        "(its bias grows with it; tuned for 5e-4)",
+    )
     parser.add_argument("--points", type=int, default=None, help="two-moons training points")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up (tuning) per chain")
     parser.add_argument("--samples", type=int, default=None, help="kept samples per chain")
@@ -200,7 +207,7 @@ def run(args: argparse.Namespace) -> None:
     print(note)
     product = run_product_figure(out, args.heatmap_samples, args.seed)
     criterion = ConvergenceCriterion(
-        args.max_rhat, args.min_ess, args.min_ess, args.max_divergences
+        args.max_rhat, args.min_ess, args.min_ess, args.max_divergences, args.max_energy_error
     )
     records = run_units(units, out, settings_from(args), criterion)
     table = aggregate(records, criterion)

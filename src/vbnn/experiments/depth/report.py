@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,12 @@ from vbnn.experiments.depth.units import (
 )
 from vbnn.plots import pyplot, save_figure
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
+from vbnn.references.gaussian_gap import draws_for_floor, expected_kl_floor
 from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
 
 HEATMAP_DEPTHS = (1, 5, 20)
+FLOOR_SHARE = 0.10  # the floor is small once below this share of the KL above it
 GAPS = {
     "kl_diag_full": "KL(q_diag || q_full)",
     "wasserstein2": "W2(q_diag, q_full)",
@@ -140,10 +143,51 @@ def run_units(
 
 def trusted_units(records: list[dict[str, Any]], criterion: ConvergenceCriterion) -> pd.DataFrame:
     """One row per unit with ``trusted``: its chains pass ``criterion`` (R-hat, bulk and tail
-    ESS, divergences)."""
+    ESS, divergences, and unadjusted MCLMC's energy error), and the estimator's floor
+    (``estimator_floor``)."""
     frame = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in records])
     frame["trusted"] = [
         criterion.passes({k.removeprefix("nuts_"): v for k, v in r.items()}) for r in records
+    ]
+    return estimator_floor(frame, records)
+
+
+def _draws(record: dict[str, Any]) -> float:
+    """The pooled draws of a unit: stored since the floor was, else from its settings."""
+    if "draws" in record:
+        return float(record["draws"])
+    chains = record.get("settings", {}).get("chains")
+    return float(chains["chains"] * chains["samples"]) if chains else math.nan
+
+
+def estimator_floor(frame: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Beside every unit's KL(q_diag || q_full), what the estimator reports with no correlation:
+
+    * ``kl_floor``: its mean for as many independent draws (``expected_kl_floor``, closed form);
+    * ``kl_floor_chains``: the unit's own chains with each parameter decoupled from the others
+      (stored by ``compute_unit``; NaN for units stored before), higher, as autocorrelated
+      draws are worth fewer independent ones;
+    * ``kl_above_floor``: the KL less the chain floor, or less ``kl_floor`` where there is none
+      (``floor``: which one);
+    * ``draws_for_floor_10pc``: the fewest independent draws whose expected floor is at most
+      ``FLOOR_SHARE`` of ``kl_above_floor`` (NaN where the KL is not above its floor).
+    """
+    frame = frame.copy()
+    frame["draws"] = [_draws(record) for record in records]
+    parameters = frame["parameters"] if "parameters" in frame else pd.Series(math.nan, frame.index)
+    frame["kl_floor"] = [
+        expected_kl_floor(int(p), int(n)) if n > p else math.nan  # NaN compares False
+        for p, n in zip(parameters, frame["draws"], strict=True)
+    ]
+    if "kl_floor_chains" not in frame:
+        frame["kl_floor_chains"] = math.nan
+    chains = frame["kl_floor_chains"].notna()
+    frame["floor"] = np.where(chains, "chains", "independent draws")
+    floor = frame["kl_floor_chains"].where(chains, frame["kl_floor"])
+    frame["kl_above_floor"] = frame["kl_diag_full"] - floor
+    frame["draws_for_floor_10pc"] = [
+        draws_for_floor(int(p), FLOOR_SHARE * above) if above > 0 else math.nan
+        for p, above in zip(parameters, frame["kl_above_floor"], strict=True)
     ]
     return frame
 
@@ -165,11 +209,13 @@ def aggregate(records: list[dict[str, Any]], criterion: ConvergenceCriterion) ->
         "sample_w2_full",
         "sample_w2_baseline",
     ]
+    floors = ["kl_floor", "kl_floor_chains", "kl_above_floor", "draws_for_floor_10pc"]
     grouped = frame.groupby(["activation", "depth"])
-    table = grouped[columns].mean().add_suffix("_mean")
-    sem = grouped[[*GAPS, "kl_full_diag"]].sem().add_suffix("_sem")  # NaN with one repeat
+    table = grouped[columns + floors].mean().add_suffix("_mean")
+    spread = [*GAPS, "kl_full_diag", "kl_above_floor"]
+    sem = grouped[spread].sem().add_suffix("_sem")  # NaN with one repeat
     trusted = frame[frame["trusted"]].groupby(["activation", "depth"])
-    kept = trusted[[*GAPS, "kl_full_diag"]]
+    kept = trusted[spread]
     table = table.join(sem).join(kept.mean().add_suffix("_trusted_mean"))
     table = table.join(kept.sem().add_suffix("_trusted_sem"))
     table = table.join(grouped["width"].first()).join(grouped.size().rename("repeats"))
@@ -187,32 +233,41 @@ def doubtful_depths(table: pd.DataFrame) -> list[int]:
 
 def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
     """Farquhar et al. 2020 Fig. 2 (KL) and the blog's Wasserstein figure: gap vs depth over all
-    repeats, SEM as error bars. A point whose repeats' chains do not all pass the criterion is drawn
-    hollow; a depth where no activation's do is shaded grey, as the paper shades its doubtful region
-    (one activation that never mixes, such as a linear net, would otherwise shade every depth)."""
-    figure, axes = pyplot().subplots(1, len(GAPS), figsize=(15, 4.2))
-    for axis, (gap, label) in zip(axes, GAPS.items(), strict=True):
+    repeats, SEM as error bars, and the KL above the estimator's floor (``estimator_floor``; the
+    floor is dashed on the KL panel). A point whose repeats' chains do not all pass the criterion
+    is drawn hollow; a depth where no activation's do is shaded grey, as the paper shades its
+    doubtful region (one activation that never mixes, such as a linear net, would otherwise
+    shade every depth)."""
+    panels = {**GAPS, "kl_above_floor": "KL(q_diag || q_full) above its floor"}
+    figure, axes = pyplot().subplots(1, len(panels), figsize=(19, 4.2))
+    for axis, (gap, label) in zip(axes, panels.items(), strict=True):
         for activation, rows in table.groupby("activation"):
             mean = rows[f"{gap}_mean"].to_numpy()
             sem = np.nan_to_num(rows[f"{gap}_sem"].to_numpy())
             line = axis.errorbar(rows["depth"], mean, sem, marker="o", capsize=3, label=activation)
+            color = line[0].get_color()
             failed = ~rows["trusted"].to_numpy(dtype=bool)
             axis.scatter(
                 rows["depth"].to_numpy()[failed], mean[failed], s=30, zorder=5,
-                facecolors="white", edgecolors=line[0].get_color(),
+                facecolors="white", edgecolors=color,
             )  # fmt: skip
+            if gap == "kl_diag_full":
+                chains = rows["kl_floor_chains_mean"]
+                floor = chains.where(chains.notna(), rows["kl_floor_mean"])
+                axis.plot(rows["depth"], floor, "--", color=color, linewidth=1)
         for depth in doubtful_depths(table):
             axis.axvspan(depth - 0.5, depth + 0.5, color="grey", alpha=0.15, linewidth=0)
         axis.set_xticks(sorted(table["depth"].unique()))
         axis.set_xlabel("hidden layers")
         axis.set_ylabel(label)
-        if gap == "sample_w2_gap":  # a difference of two estimates: may be <= 0
+        if gap in ("sample_w2_gap", "kl_above_floor"):  # differences of estimates: may be <= 0
             axis.axhline(0.0, color="black", linewidth=0.6)
         else:
             axis.set_yscale("log")
         axis.legend(fontsize=8)
+    axes[0].set_title("dashed: the estimator's floor", fontsize=9)
     figure.suptitle(
-        "Diagonal vs full-covariance Gaussian fitted to NUTS samples"
+        "Diagonal vs full-covariance Gaussian fitted to the reference chains"
         + (" (QUICK)" if quick else "")
     )
     figure.tight_layout()
