@@ -18,7 +18,8 @@ layer computed twice and joined with one normal draw per output: what the local 
 trick cannot avoid, see ``TwoProducts``), every family of ``vbnn.FAMILIES`` that can convert
 the network (``vbnn.convert(network, family)``; BatchNorm stays deterministic), ``mf, weight
 samples`` (mf trained with one weight draw a step, bayesian-torch's estimator, see
-``WeightSamples``), and
+``WeightSamples``), ``mf, compiled KL`` (mf with ``torch.compile(vbnn.kl, fullgraph=True)``, the
+recipe of docs/families.md; it compiles in the first warm-up step), and
 bayesian-torch's ``dnn_to_bnn`` with ``Reparameterization`` and ``Flipout`` layers (when it is
 installed). Every variant first takes ``--warmup`` steps; then, in each of ``--rounds`` rounds,
 the variants take ``--steps`` steps each in turn, so that a change of the machine's load reaches
@@ -156,6 +157,9 @@ def variants(name: str) -> dict[str, tuple[nn.Module, Callable[[nn.Module], torc
         out[family] = (model, kl)
         if family == "mf":
             out["mf, weight samples"] = (WeightSamples(vbnn.convert(base, family)), vbnn.kl)
+            # docs/families.md's recipe; compiled at the first warm-up step
+            compiled = torch.compile(vbnn.kl, fullgraph=True)
+            out["mf, compiled KL"] = (vbnn.convert(base, family), compiled)
     for kind in ("Reparameterization", "Flipout"):
         converted = bayesian_torch_model(base, kind)
         if converted is not None:

@@ -277,3 +277,27 @@ def test_a_converted_model_under_torch_compile_gives_the_eager_loss_and_gradient
     torch.testing.assert_close(got, expected)
     for (name, want), have in zip(eager.named_parameters(), compiled.parameters(), strict=True):
         torch.testing.assert_close(have.grad, want.grad, msg=name)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch's first compile, as above
+def test_the_compiled_kl_of_a_converted_model_is_eagers() -> None:
+    """``torch.compile(vbnn.kl, fullgraph=True)``, the recipe of docs/families.md: one graph,
+    eager's KL to float32 summation error and eager's gradients, on a layer large enough
+    (20,000 weights) for the exp2 path of ``variance_from_log_std``."""
+    torch.manual_seed(0)
+    model = vbnn.convert(nn.Sequential(nn.Linear(200, 100), nn.ReLU(), nn.Linear(100, 3)), "mf")
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "log_std" in name:
+                parameter.uniform_(-6.0, -1.0)
+    expected = vbnn.kl(model)
+    expected.backward()
+    want = [parameter.grad.clone() for parameter in model.parameters()]
+    model.zero_grad()
+    torch._dynamo.reset()
+    got = torch.compile(vbnn.kl, fullgraph=True)(model)
+    got.backward()
+    # each of ~20,000 terms of a few nats carries a rounding error of eps x its size
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=0.0)
+    for (name, parameter), grad in zip(model.named_parameters(), want, strict=True):
+        torch.testing.assert_close(parameter.grad, grad, msg=name)
