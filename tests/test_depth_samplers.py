@@ -112,6 +112,21 @@ def test_every_sampler_recovers_a_correlated_gaussian(gaussian, sampler: Sampler
     assert np.abs(correlation - exact).max() < 0.1  # sd of a correlation <= 1 / sqrt(ESS > 100)
 
 
+def test_mclmc_reports_its_energy_error_draw_by_draw(gaussian) -> None:
+    """The per-draw energy error (each draw's mean squared error per dimension over its steps)
+    summarised: median, maximum, the share of draws above 5e-3, the log density at the worst;
+    on a Gaussian, where the tuning holds, no draw's error stands out."""
+    potential, starts, _, _ = gaussian
+    diagnostics = run_sampler(Sampler.MCLMC, potential, starts, CONFIG).diagnostics
+    chains = diagnostics["chain_energy_error_variance_per_dimension"]
+    median = diagnostics["energy_error_variance_draw_median"]
+    assert 0 < median <= diagnostics["energy_error_variance_draw_max"]
+    assert min(chains) <= diagnostics["energy_error_variance_draw_max"]
+    assert max(chains) < 5e-3  # tuned for 5e-4 on a Gaussian: no spikes
+    assert 0.0 <= diagnostics["energy_error_variance_draws_above_5e_3"] < 0.05
+    assert np.isfinite(diagnostics["log_density_at_worst_energy_error"])
+
+
 def test_the_same_seed_gives_the_same_chains(gaussian) -> None:
     potential, starts, _, _ = gaussian
     config = dataclasses.replace(CONFIG, warmup=50, samples=20)

@@ -102,7 +102,10 @@ def _mclmc_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction
         keys = jax.random.split(run_key, config.samples)
         _, (draws, density, bad, squared_energy) = jax.lax.scan(draw, state, keys)
         steps = jnp.full(config.samples, thinning)
-        per_draw = {"draws": draws, "log_density": density, "steps": steps, "diverging": bad}
+        per_draw = {
+            "draws": draws, "log_density": density, "steps": steps, "diverging": bad,
+            "energy_error_variance": squared_energy / start.size,
+        }  # fmt: skip
         per_chain = {
             "step_size": params.step_size,
             "trajectory_length": params.L,
@@ -209,6 +212,17 @@ def _run(name: str, chain: ChainFunction, initial: np.ndarray, config: ChainsCon
     steps = stacked["steps"].astype(np.int64)
     diverging = stacked["diverging"].astype(bool)
     diagnostics = summarise_chains(samples, log_density)
+    if "energy_error_variance" in stacked:
+        # per draw: the mean squared energy error per dimension over its steps. A median far
+        # below the mean says that rare steps make the error; where they happen, the log density
+        energy = stacked["energy_error_variance"].astype(np.float64)
+        worst = np.unravel_index(np.argmax(energy), energy.shape)
+        diagnostics.update(
+            energy_error_variance_draw_median=float(np.median(energy)),
+            energy_error_variance_draw_max=float(energy.max()),
+            energy_error_variance_draws_above_5e_3=float((energy > 5e-3).mean()),
+            log_density_at_worst_energy_error=float(log_density[worst]),
+        )
     sampling_gradients = GRADIENTS_PER_STEP * float(steps.sum())
     tuning_gradients = sum(c["tuning_gradients"] for c in per_chain)
     diagnostics.update(
