@@ -155,6 +155,10 @@ def cell(settings: UnitSettings, moments: Path) -> dict[str, Any]:
             np.mean(chains.get("chain_energy_error_variance_per_dimension", np.nan))
         ),
         **{name: chains.get(name, np.nan) for name in ENERGY_DETAIL},
+        "energy_error_draws_above_5e_3_by_chain": " / ".join(
+            f"{share:.3f}" for share in chains.get("chain_energy_error_draws_above_5e_3", [])
+        ),
+        "step_size_by_chain": " / ".join(f"{eps:.3g}" for eps in chains.get("chain_step_size", [])),
         **equal_draw_gap(draws, settings.jitter, settings.seed),
         "mean_field_test_accuracy": record["mean_field_test_accuracy"],
         "software": record["software"],

@@ -111,6 +111,7 @@ def _mclmc_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction
             "trajectory_length": params.L,
             "tuning_gradients": GRADIENTS_PER_STEP * jnp.asarray(tuning_steps),
             "energy_error_variance_per_dimension": jnp.mean(squared_energy) / start.size,
+            "energy_error_draws_above_5e_3": jnp.mean(squared_energy / start.size > 5e-3),
             "accept_probability": jnp.asarray(jnp.nan),
         }
         return per_draw, per_chain
