@@ -166,7 +166,7 @@ def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | No
         "software": software_versions(settings.sampler),
         **{f"nuts_{name}": value for name, value in diagnostics.items()},
         **diagonal_gap(covariance),
-        **estimator_floor(samples, settings.jitter, seed),
+        **chain_floor(samples, settings.jitter, seed),
         **wasserstein_gaps(
             pooled, settings.jitter, min(settings.wasserstein_subsample, len(pooled)), seed
         ),
@@ -175,7 +175,7 @@ def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | No
     return UnitOutcome(record, arrays, diagnostics)
 
 
-def estimator_floor(samples: np.ndarray, jitter: float, seed: int) -> dict[str, float]:
+def chain_floor(samples: np.ndarray, jitter: float, seed: int) -> dict[str, float]:
     """What the gap estimator reports for these chains with no correlation between parameters:
     ``kl_floor_chains``, KL(q_diag || q_full) after every parameter's chains are decoupled from
     the others (``kl_closest_diagonal_chain_null``: marginals and autocorrelation kept), and
@@ -217,7 +217,7 @@ def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
         cached = load_samples(settings, out)
         if cached is not None:
             seed = settings.seed * 1000 + settings.repeat
-            record = {**record, **estimator_floor(cached[0], settings.jitter, seed)}
+            record = {**record, **chain_floor(cached[0], settings.jitter, seed)}
             unit_store.save(out / "units", settings.to_dict(), None, record)
     if record is not None:
         return record
