@@ -136,6 +136,38 @@ def test_the_same_seed_gives_the_same_chains(gaussian) -> None:
     assert not np.array_equal(first[0], first[1])  # each chain has its own key
 
 
+@pytest.mark.parametrize("sampler", [Sampler.MAMS, Sampler.MCLMC])
+def test_a_killed_run_resumes_from_its_finished_chains(gaussian, tmp_path, sampler) -> None:
+    """Finished chains are stored and read back instead of run again; the chains that were not
+    stored run again to the draws of an uninterrupted run; other starts or seeds are not read."""
+    from vbnn.references.jax_mclmc import chain_settings
+    from vbnn.stores import unit_store
+
+    potential, starts, _, _ = gaussian
+    config = dataclasses.replace(CONFIG, warmup=50, samples=20)
+    whole = run_sampler(sampler, potential, starts, config)
+    store = tmp_path / "chains"
+    stored = run_sampler(sampler, potential, starts, config, store)
+    np.testing.assert_array_equal(stored.samples, whole.samples)
+    name = f"run_{sampler.value}_chains"
+    keys = [chain_settings(name, i, start, config) for i, start in enumerate(starts)]
+    assert len(list(store.glob("*.npz"))) == 4
+    # killed while running chain 2: chains 2 and 3 are not stored; chain 0 is marked
+    for settings in keys[2:]:
+        key = unit_store.settings_key(settings)
+        (store / f"{key}.json").unlink()
+        (store / f"{key}.npz").unlink()
+    draws, info = unit_store.load(store, keys[0])
+    unit_store.save(store, keys[0], {**draws, "draws": np.full_like(draws["draws"], 7.0)}, info)
+    resumed = run_sampler(sampler, potential, starts, config, store)
+    assert (resumed.samples[0] == 7.0).all()  # read back, not run again
+    np.testing.assert_array_equal(resumed.samples[1:], whole.samples[1:])
+    assert len(list(store.glob("*.npz"))) == 4
+    moved = run_sampler(sampler, potential, starts + 1.0, config, store)
+    reseeded = run_sampler(sampler, potential, starts, dataclasses.replace(config, seed=4), store)
+    assert (moved.samples[0] != 7.0).all() and (reseeded.samples[0] != 7.0).all()
+
+
 @pytest.fixture(scope="module")
 def tiny_network() -> tuple:
     """A 2-3-1 ReLU network (13 parameters) on 20 two-moons points, a long NUTS reference."""
@@ -203,3 +235,4 @@ def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path) ->
         {"points": 100, "sampler": "mclmc", "trusted": False}
     ]
     assert "blackjax" in units["software"][0]
+    assert not list((tmp_path / "chains").glob("*/*"))  # a stored unit drops its chains in flight

@@ -7,7 +7,10 @@ U(theta) (D,) -> (), starts (C, D) and a ``ChainsConfig`` (``chains``, ``warmup`
 draw's steps at 2^max_tree_depth - 1 integration steps as it caps a NUTS tree; ``dense_mass`` and
 ``chain_method`` are not used) and return a ``ChainsResult`` of draws (C, N, D). Every chain is
 tuned on its own (its own step size, L and diagonal preconditioner) and runs in one compiled
-function; the chains run one after the other.
+function; the chains run one after the other. With a ``chain_store`` directory every finished
+chain is stored there (``vbnn.stores.unit_store``, keyed by ``chain_settings``) and read back
+instead of run again, so a long run that is killed loses only the chain in flight; a chain's
+draws do not depend on whether it was read back.
 
 * **MCLMC** (Robnik & Seljak 2024; tuning from Robnik, De Luca, Silverstein & Seljak 2023):
   isokinetic Langevin dynamics with the McLachlan integrator (2 gradients a step), no Metropolis
@@ -39,8 +42,10 @@ both phases.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import blackjax
 import jax
@@ -57,6 +62,7 @@ from blackjax.mcmc.adjusted_mclmc_dynamic import make_random_trajectory_length_f
 from vbnn.references.chain_diagnostics import ENERGY_ERROR_LIMIT, summarise_chains
 from vbnn.references.jax_nuts import ChainsConfig, ChainsResult
 from vbnn.references.jax_potential import JaxPotential
+from vbnn.stores import unit_store
 
 GRADIENTS_PER_STEP = 2  # the McLachlan (two-stage) integrator, first-same-as-last
 MAMS_L_FACTOR = 0.5  # L = 0.5 x integration time per effective sample (BlackJAX's MAMS value)
@@ -192,7 +198,20 @@ def _mams_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction:
     return chain
 
 
-def _run(name: str, chain: ChainFunction, initial: np.ndarray, config: ChainsConfig):
+def chain_settings(name: str, index: int, start: np.ndarray, config: ChainsConfig) -> dict:
+    """What makes one chain's draws (its store key): the sampler, the chain's index (its random
+    key), the run's config (seed and budgets) and a digest of its start."""
+    digest = hashlib.sha256(np.ascontiguousarray(start).tobytes()).hexdigest()[:16]
+    return {"sampler": name, "chain": index, "chains": config.to_dict(), "start": digest}
+
+
+def _run(
+    name: str,
+    chain: ChainFunction,
+    initial: np.ndarray,
+    config: ChainsConfig,
+    chain_store: Path | None = None,
+):
     initial = np.asarray(initial)
     if initial.ndim != 2 or initial.shape[0] != config.chains:
         raise ValueError(f"{name}: initial must be ({config.chains}, D), got {initial.shape}")
@@ -200,15 +219,24 @@ def _run(name: str, chain: ChainFunction, initial: np.ndarray, config: ChainsCon
         raise ValueError(f"{name}: the tuning needs warmup >= 10 steps, got {config.warmup}")
     compiled = jax.jit(chain)
     keys = jax.random.split(jax.random.PRNGKey(config.seed), config.chains)
-    began = time.perf_counter()
     per_draw, per_chain, seconds = [], [], []
-    for key, start in zip(keys, initial, strict=True):
-        chain_began = time.perf_counter()
-        draws, scalars = jax.block_until_ready(compiled(key, jnp.asarray(start)))
-        per_draw.append({k: np.asarray(v) for k, v in draws.items()})
-        per_chain.append({k: float(v) for k, v in scalars.items()})
-        seconds.append(time.perf_counter() - chain_began)
-    total = time.perf_counter() - began
+    for index, (key, start) in enumerate(zip(keys, initial, strict=True)):
+        settings = chain_settings(name, index, start, config)
+        stored = None if chain_store is None else unit_store.load(chain_store, settings)
+        if stored is None:
+            chain_began = time.perf_counter()
+            draws, scalars = jax.block_until_ready(compiled(key, jnp.asarray(start)))
+            stored = (
+                {k: np.asarray(v) for k, v in draws.items()},
+                {"scalars": {k: float(v) for k, v in scalars.items()},
+                 "seconds": time.perf_counter() - chain_began},
+            )  # fmt: skip
+            if chain_store is not None:
+                unit_store.save(chain_store, settings, *stored)
+        per_draw.append(stored[0])
+        per_chain.append(stored[1]["scalars"])
+        seconds.append(stored[1]["seconds"])
+    total = sum(seconds)  # a resumed run counts each chain's own time
     stacked = {k: np.stack([d[k] for d in per_draw]) for k in per_draw[0]}
     samples = stacked["draws"].astype(np.float64)
     log_density = stacked["log_density"].astype(np.float64)
@@ -246,21 +274,27 @@ def _run(name: str, chain: ChainFunction, initial: np.ndarray, config: ChainsCon
 
 
 def run_mclmc_chains(
-    potential: JaxPotential, initial: np.ndarray, config: ChainsConfig
+    potential: JaxPotential,
+    initial: np.ndarray,
+    config: ChainsConfig,
+    chain_store: Path | None = None,
 ) -> ChainsResult:
     """``config.chains`` unadjusted MCLMC chains of exp(-U) from ``initial`` (C, D), each tuned
     for ``config.warmup`` integrator steps, then ``config.samples`` draws kept, one every
     ceil(L / eps) steps (2 gradients a step). ``leapfrog_steps`` counts the integrator steps a
     draw; ``diverging`` marks draws during which the kernel rejected a step for a non-finite
     energy. Biased: see the module docstring."""
-    return _run("run_mclmc_chains", _mclmc_chain(potential, config), initial, config)
+    return _run("run_mclmc_chains", _mclmc_chain(potential, config), initial, config, chain_store)
 
 
 def run_mams_chains(
-    potential: JaxPotential, initial: np.ndarray, config: ChainsConfig
+    potential: JaxPotential,
+    initial: np.ndarray,
+    config: ChainsConfig,
+    chain_store: Path | None = None,
 ) -> ChainsResult:
     """``config.chains`` MAMS chains of exp(-U) from ``initial`` (C, D): ``config.warmup``
     tuning transitions (three stages, module docstring), then ``config.samples`` kept.
     ``leapfrog_steps`` counts integration steps per transition; ``diverging`` the transitions
     whose energy error passed BlackJAX's divergence threshold (1000)."""
-    return _run("run_mams_chains", _mams_chain(potential, config), initial, config)
+    return _run("run_mams_chains", _mams_chain(potential, config), initial, config, chain_store)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 from enum import Enum
+from pathlib import Path
 
 import numpy as np
 
@@ -40,9 +41,17 @@ def require_sampler(sampler: Sampler) -> None:
 
 
 def run_sampler(
-    sampler: Sampler, potential: JaxPotential, initial: np.ndarray, config: ChainsConfig
+    sampler: Sampler,
+    potential: JaxPotential,
+    initial: np.ndarray,
+    config: ChainsConfig,
+    chain_store: Path | None = None,
 ) -> ChainsResult:
-    """``config.chains`` chains of exp(-U) from ``initial`` (C, D) with ``sampler``."""
+    """``config.chains`` chains of exp(-U) from ``initial`` (C, D) with ``sampler``.
+
+    ``chain_store``: a directory where MAMS and MCLMC keep each finished chain, so that a killed
+    run resumes from its finished chains (``jax_mclmc``); NUTS runs its chains in one call and
+    stores none."""
     sampler = Sampler(sampler)
     if sampler is Sampler.NUTS:
         return run_chains(potential, initial, config)
@@ -50,4 +59,4 @@ def run_sampler(
     from vbnn.references import jax_mclmc  # optional dependency: BlackJAX
 
     run = jax_mclmc.run_mams_chains if sampler is Sampler.MAMS else jax_mclmc.run_mclmc_chains
-    return run(potential, initial, config)
+    return run(potential, initial, config, chain_store)

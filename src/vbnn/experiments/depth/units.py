@@ -14,14 +14,16 @@ when the units are aggregated, from the stored diagnostics.
 
 Every finished unit is written atomically to ``<out>/units/<key>.json`` and its samples to
 ``<out>/samples/<key>.npz``, so a killed run loses nothing finished and a re-run skips (and
-re-plots from) what is there. :func:`compute_unit` computes and stores nothing, so a Ray worker
-runs it and the driver stores its :class:`UnitOutcome` (:func:`store_unit`); :func:`run_unit`
-does both here.
+re-plots from) what is there; a unit in flight keeps its finished MAMS or MCLMC chains in
+``<out>/chains/<key>/`` until it is stored, so a rerun loses only the chain that was running.
+:func:`compute_unit` stores no unit, so a Ray worker runs it and the driver stores its
+:class:`UnitOutcome` (:func:`store_unit`); :func:`run_unit` does both here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -123,8 +125,14 @@ def load_samples(settings: UnitSettings, out: Path) -> tuple[Any, dict[str, Any]
     return None if cached is None else (cached[0]["samples"], cached[1])
 
 
-def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | None) -> UnitOutcome:
-    """One unit's numbers, storing nothing (a worker's part; sampling skipped when ``cached``).
+def compute_unit(
+    settings: UnitSettings,
+    cached: tuple[Any, dict[str, Any]] | None,
+    chain_store: Path | None = None,
+) -> UnitOutcome:
+    """One unit's numbers (a worker's part; sampling skipped when ``cached``). It stores nothing
+    but, given a ``chain_store`` directory, each finished MAMS or MCLMC chain there, which a
+    rerun of a killed unit reads back (:func:`chain_store`).
 
     The chains' diagnostics go into the record with the prefix ``nuts_`` whatever the sampler
     (the column names of every stored unit); ``sampler`` says which one made them."""
@@ -142,7 +150,8 @@ def compute_unit(settings: UnitSettings, cached: tuple[Any, dict[str, Any]] | No
         chains = dataclasses.replace(settings.chains, seed=seed)
         potential = jax_potential(architecture, x.numpy(), y.numpy())
         start = torch.cat([p.detach().reshape(-1) for p in network.parameters()]).numpy()
-        result = run_sampler(settings.sampler, potential, jittered_starts(start, chains), chains)
+        starts = jittered_starts(start, chains)
+        result = run_sampler(settings.sampler, potential, starts, chains, chain_store)
         samples, diagnostics = result.samples, result.diagnostics
         arrays = {
             "samples": samples.astype(np.float32),
@@ -194,11 +203,18 @@ def software_versions(sampler: Sampler = Sampler.NUTS) -> str:
     return f"{versions}, blackjax {version('blackjax')}"
 
 
+def chain_store(settings: UnitSettings, out: Path) -> Path:
+    """Where a unit in flight keeps its finished chains: ``<out>/chains/<unit key>``."""
+    return out / "chains" / unit_store.settings_key(settings.to_dict())
+
+
 def store_unit(settings: UnitSettings, out: Path, outcome: UnitOutcome) -> dict[str, Any]:
-    """Store a computed unit (its new samples first, the record last); returns the record."""
+    """Store a computed unit (its new samples first, the record last) and drop its chains in
+    flight (now in its samples); returns the record."""
     if outcome.samples is not None:
         unit_store.save(out / "samples", settings.to_dict(), outcome.samples, outcome.diagnostics)
     unit_store.save(out / "units", settings.to_dict(), None, outcome.record)
+    shutil.rmtree(chain_store(settings, out), ignore_errors=True)
     return outcome.record
 
 
@@ -221,4 +237,5 @@ def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
             unit_store.save(out / "units", settings.to_dict(), None, record)
     if record is not None:
         return record
-    return store_unit(settings, out, compute_unit(settings, load_samples(settings, out)))
+    outcome = compute_unit(settings, load_samples(settings, out), chain_store(settings, out))
+    return store_unit(settings, out, outcome)
