@@ -1,0 +1,174 @@
+"""Why the chains of an MLP posterior do or do not mix: measures read from the draws alone.
+
+R-hat and ESS say *that* chains have not mixed; these say *where* and suggest *why*, for draws
+(C chains, N draws, D parameters) of a network described by an ``MLPArchitecture`` (flat vector
+in its ``named_parameters`` order: per layer the weight (I, O), then the bias (O)):
+
+* **layers**: per layer, weights and biases apart, how many parameters are slow (bulk ESS < 100
+  or R-hat > 1.05) and the worst of each (:func:`layer_mixing`).
+* **the rescaling ridge**: a ReLU or LeakyReLU network is unchanged when hidden unit j's incoming
+  weights and bias are multiplied by c > 0 and its outgoing weights by 1 / c (positive
+  homogeneity; a linear network has a whole matrix group of such moves); only the prior pins c.
+  Along the ridge the likelihood is flat and the prior's curvature varies, a geometry that a
+  single step size serves badly. Its coordinate is ``log |(w_in, b)_j| - log |w_out_j|``
+  (:func:`rescaling_coordinates`): slow chains along it have a small ESS there.
+* **units that switch off**: the share of draws in which a hidden unit is inactive
+  (pre-activation <= 0) on every input (:func:`network_outputs`). An inactive ReLU unit leaves
+  its incoming weights to the prior; turning units on and off moves between modes, and chains
+  that spend different shares of time with a unit off disagree on the posterior.
+* **modes or drift** of the slowest parameters (:func:`modes_or_drift`): the spread of the chain
+  means over the mean within-chain standard deviation, and the largest difference between the
+  two halves of a chain on the same scale. Chains apart whose halves agree sit in different
+  modes; halves that disagree say the chains are still moving (too short for the curvature).
+* **function space**: ESS and R-hat of the network's logit at a few inputs. Slow weights with a
+  fast function are slow only along directions that leave the predictions unchanged (the
+  symmetries above), which still enter any weight-space measure such as a covariance gap.
+
+Vehtari et al. (2021) for R-hat and ESS; the rescaling symmetry of ReLU networks e.g. Dinh et al.
+(2017), "Sharp minima can generalize for deep nets".
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import torch
+
+from vbnn.references.architecture import MLPArchitecture
+from vbnn.references.chain_diagnostics import bulk_ess, rank_rhat
+
+SLOW_ESS = 100.0
+SLOW_RHAT = 1.05
+SLOWEST = 20  # parameters whose chain means and halves are compared
+CHUNK = 100  # draws a network pass handles at once
+
+
+def layer_slices(sizes: tuple[int, ...]) -> list[tuple[slice, slice]]:
+    """(weight, bias) slices of the flat parameter vector, one pair per layer."""
+    out, begin = [], 0
+    for inputs, outputs in itertools.pairwise(sizes):
+        weight = slice(begin, begin + inputs * outputs)
+        bias = slice(weight.stop, weight.stop + outputs)
+        out.append((weight, bias))
+        begin = bias.stop
+    return out
+
+
+def unpack(draws: np.ndarray, sizes: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(weight (..., I, O), bias (..., O)) of every layer of flat draws (..., D)."""
+    expected = layer_slices(sizes)[-1][1].stop
+    if draws.shape[-1] != expected:
+        raise ValueError(f"unpack: sizes {sizes} have {expected} parameters, draws {draws.shape}")
+    lead = draws.shape[:-1]
+    return [
+        (draws[..., weight].reshape(*lead, inputs, outputs), draws[..., bias])
+        for (weight, bias), (inputs, outputs) in zip(
+            layer_slices(sizes), itertools.pairwise(sizes), strict=True
+        )
+    ]
+
+
+def rescaling_coordinates(draws: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """``log |(w_in, b)_j| - log |w_out_j|`` of every hidden unit j, layer by layer: (..., H)."""
+    layers = unpack(draws, sizes)
+    out = []
+    for (weight, bias), (following, _) in itertools.pairwise(layers):
+        incoming = np.sqrt((weight**2).sum(-2) + bias**2)
+        outgoing = np.sqrt((following**2).sum(-1))
+        out.append(np.log(incoming) - np.log(outgoing))
+    return np.concatenate(out, axis=-1)
+
+
+def network_outputs(
+    draws: np.ndarray, architecture: MLPArchitecture, inputs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Logits (C, N, inputs) of every draw and, per hidden unit, whether it is inactive on every
+    input (C, N, H); single outputs only (the Bernoulli networks of the depth experiment)."""
+    if architecture.sizes[-1] != 1:
+        raise ValueError(f"network_outputs: one output needed, sizes {architecture.sizes}")
+    logits, inactive = [], []
+    x = torch.as_tensor(np.asarray(inputs), dtype=torch.float32)
+    for begin in range(0, draws.shape[1], CHUNK):
+        chunk = np.asarray(draws[:, begin : begin + CHUNK], dtype=np.float32)
+        layers = unpack(chunk, architecture.sizes)
+        hidden, off = x.expand(*chunk.shape[:2], *x.shape), []
+        for weight, bias in layers[:-1]:
+            pre = hidden @ torch.as_tensor(weight) + torch.as_tensor(bias)[..., None, :]
+            off.append((pre <= 0).all(dim=-2))
+            hidden = torch.where(pre > 0, pre, architecture.slope * pre)
+        weight, bias = layers[-1]
+        logits.append((hidden @ torch.as_tensor(weight))[..., 0] + torch.as_tensor(bias))
+        inactive.append(torch.cat(off, dim=-1))
+    return torch.cat(logits, dim=1).numpy(), torch.cat(inactive, dim=1).numpy()
+
+
+def modes_or_drift(draws: np.ndarray, ess: np.ndarray) -> dict[str, float]:
+    """Medians over the ``SLOWEST`` parameters by ``ess`` of the chain means' spread and of the
+    largest half-to-half difference of a chain's mean, both over the mean within-chain sd."""
+    chosen = draws[..., np.argsort(ess)[:SLOWEST]]
+    within = chosen.std(axis=1).mean(axis=0)
+    half = chosen.shape[1] // 2
+    drift = np.abs(chosen[:, :half].mean(axis=1) - chosen[:, -half:].mean(axis=1)).max(axis=0)
+    return {
+        "between_over_within": float(np.median(chosen.mean(axis=1).std(axis=0) / within)),
+        "half_drift": float(np.median(drift / within)),
+    }
+
+
+def layer_mixing(rhat: np.ndarray, ess: np.ndarray, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Per layer and kind (weight, bias): parameters, slow ones, worst R-hat and bulk ESS."""
+    rows = []
+    for layer, (weight, bias) in enumerate(layer_slices(sizes)):
+        for kind, part in (("weight", weight), ("bias", bias)):
+            slow = (ess[part] < SLOW_ESS) | (rhat[part] > SLOW_RHAT)
+            rows.append({
+                "layer": layer, "kind": kind, "parameters": part.stop - part.start,
+                "slow": int(slow.sum()), "rhat_max": float(rhat[part].max()),
+                "bulk_ess_min": float(ess[part].min()),
+            })  # fmt: skip
+    return rows
+
+
+def mixing_report(
+    draws: np.ndarray,
+    architecture: MLPArchitecture,
+    inputs: np.ndarray,
+    test_inputs: np.ndarray,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The measures of the module docstring for draws (C, N, D): a summary and per-layer rows.
+
+    Args:
+        draws: (C >= 2 chains, N >= 4 draws, D parameters).
+        inputs: the training inputs (units inactive on all of them are counted).
+        test_inputs: where the logit's mixing is measured.
+    """
+    draws = np.asarray(draws, dtype=np.float64)
+    if draws.ndim != 3 or draws.shape[0] < 2:
+        raise ValueError(f"mixing_report: draws must be (chains >= 2, N, D), got {draws.shape}")
+    sizes = architecture.sizes
+    rhat, ess = rank_rhat(draws), bulk_ess(draws)
+    ridge = rescaling_coordinates(draws, sizes)
+    ridge_rhat, ridge_ess = rank_rhat(ridge), bulk_ess(ridge)
+    logits, _ = network_outputs(draws, architecture, test_inputs)
+    _, inactive = network_outputs(draws, architecture, inputs)
+    off_share = inactive.mean(axis=1)  # (C, H)
+    pooled = off_share.mean(axis=0)
+    summary = {
+        "rhat_max": float(rhat.max()), "bulk_ess_min": float(ess.min()),
+        "bulk_ess_median": float(np.median(ess)),
+        "slow_parameters": int(((ess < SLOW_ESS) | (rhat > SLOW_RHAT)).sum()),
+        "parameters": draws.shape[-1],
+        "rescaling_rhat_max": float(ridge_rhat.max()),
+        "rescaling_ess_min": float(ridge_ess.min()),
+        "rescaling_ess_median": float(np.median(ridge_ess)),
+        "logit_rhat_max": float(rank_rhat(logits).max()),
+        "logit_ess_min": float(bulk_ess(logits).min()),
+        "hidden_units": len(pooled),
+        "units_always_off": int((pooled > 0.99).sum()),
+        "switching_units": int(((pooled > 0.01) & (pooled < 0.99)).sum()),
+        "off_share_spread": float((off_share.max(axis=0) - off_share.min(axis=0)).max()),
+        **modes_or_drift(draws, ess),
+    }  # fmt: skip
+    return summary, layer_mixing(rhat, ess, sizes)
