@@ -168,6 +168,7 @@ def mixing_report(
         "hidden_units": len(pooled),
         "units_always_off": int((pooled > 0.99).sum()),
         "switching_units": int(((pooled > 0.01) & (pooled < 0.99)).sum()),
+        "off_share_median": float(np.median(pooled)),
         "off_share_spread": float((off_share.max(axis=0) - off_share.min(axis=0)).max()),
         **modes_or_drift(draws, ess),
     }  # fmt: skip
