@@ -121,14 +121,11 @@ def run_units(
     numbers, and this process stores them; otherwise they run and are stored here, in order."""
     records = []
     if executor is not None and executor.kind is not ExecutorKind.LOCAL:
-
-        def local(settings: UnitSettings) -> Path | None:
-            """Worker processes share this disk and keep their finished chains on it."""
-            return chain_store(settings, out) if executor.kind is ExecutorKind.PROCESSES else None
-
+        shared_disk = executor.kind is ExecutorKind.PROCESSES  # where workers can keep chains
         missing = [
             Unit(f"{s.label()} depth {s.depth} repeat {s.repeat} {s.sampler.value}", compute_unit,
-                 (s, load_samples(s, out), local(s)), executor.cpus_per_unit)
+                 (s, load_samples(s, out), chain_store(s, out) if shared_disk else None),
+                 executor.cpus_per_unit)
             for s in units
             if stored_record(s, out) is None
         ]  # fmt: skip
