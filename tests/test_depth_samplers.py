@@ -168,6 +168,62 @@ def test_a_killed_run_resumes_from_its_finished_chains(gaussian, tmp_path, sampl
     assert (moved.samples[0] != 7.0).all() and (reseeded.samples[0] != 7.0).all()
 
 
+def test_a_chain_another_process_runs_is_waited_for_not_run_twice(
+    gaussian, tmp_path, monkeypatch
+) -> None:
+    """Two processes on one chain store: a chain claimed by a live process is left to it and read
+    back once stored; if the store goes away meanwhile (the other process stored the whole unit),
+    the waiting run says so instead of running the chain again."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    from vbnn.references import jax_mclmc
+    from vbnn.references.jax_mclmc import ChainStoreRemoved, chain_settings
+    from vbnn.stores import unit_store
+
+    monkeypatch.setattr(jax_mclmc, "CLAIM_POLL_SECONDS", 0.05)
+    potential, starts, _, _ = gaussian
+    config = dataclasses.replace(CONFIG, warmup=50, samples=20)
+    finished = tmp_path / "finished"
+    whole = run_sampler(Sampler.MAMS, potential, starts, config, finished)
+    settings = chain_settings("run_mams_chains", 1, starts[1], config)
+    key = unit_store.settings_key(settings)
+    draws, info = unit_store.load(finished, settings)
+    unit_store.save(finished, settings, {**draws, "draws": np.full_like(draws["draws"], 7.0)}, info)
+    store = tmp_path / "shared"
+    store.mkdir()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) as other:
+        (store / f"{key}.claim").write_text(f"{socket.gethostname()} {other.pid}")
+
+        def other_finishes() -> None:  # the other process stores chain 1 and lets it go
+            for suffix in (".npz", ".json"):  # the record last, as unit_store.save writes it
+                shutil.copy(finished / f"{key}{suffix}", store / f"{key}{suffix}")
+            (store / f"{key}.claim").unlink()
+
+        timer = threading.Timer(1.0, other_finishes)
+        timer.start()
+        shared = run_sampler(Sampler.MAMS, potential, starts, config, store)
+        timer.join()
+        assert (shared.samples[1] == 7.0).all()  # read back from the other process, not run
+        np.testing.assert_array_equal(shared.samples[[0, 2, 3]], whole.samples[[0, 2, 3]])
+        assert not list(store.glob("*.claim"))
+
+        gone = tmp_path / "gone"
+        shutil.copytree(finished, gone)  # every chain stored but chain 1, which the other runs
+        for suffix in (".npz", ".json"):
+            (gone / f"{key}{suffix}").unlink()
+        (gone / f"{key}.claim").write_text(f"{socket.gethostname()} {other.pid}")
+        timer = threading.Timer(1.0, shutil.rmtree, (gone,))
+        timer.start()
+        with pytest.raises(ChainStoreRemoved, match="gone"):
+            run_sampler(Sampler.MAMS, potential, starts, config, gone)
+        timer.join()
+        other.kill()
+
+
 @pytest.fixture(scope="module")
 def tiny_network() -> tuple:
     """A 2-3-1 ReLU network (13 parameters) on 20 two-moons points, a long NUTS reference."""

@@ -1,8 +1,13 @@
-"""Saved models: exact round trip for every method, clear errors for bad folders."""
+"""Saved models: exact round trip for every method, clear errors for bad folders; atomic writes
+and unit claims."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,7 @@ from vbnn.regression.engine import train_stack
 from vbnn.regression.methods import method_config, taken_by
 from vbnn.regression.saved_models import ModelFileError, load_model, save_model
 from vbnn.regression.stack import build_stack
+from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic, write_folder_atomic
 
 
@@ -104,3 +110,27 @@ def test_atomic_writes_keep_the_old_version_when_writing_fails(tmp_path) -> None
         write_folder_atomic(folder, lambda staging: half_then_crash(staging / "x.json"))
     assert (folder / "x.json").read_text() == "{}"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["model", "sub", "table.csv", "x.json"]
+
+
+def test_a_unit_claim_holds_while_its_process_lives(tmp_path) -> None:
+    """``unit_store.claim``: one process holds a unit; a live process's claim is respected, an
+    ended one's taken over; ``release`` drops it."""
+    settings = {"unit": 1}
+    path = tmp_path / f"{unit_store.settings_key(settings)}.claim"
+    assert unit_store.claim(tmp_path, settings) and unit_store.claim(tmp_path, settings)
+    unit_store.release(tmp_path, settings)
+    assert not path.exists()
+    host = socket.gethostname()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
+        path.write_text(f"{host} {alive.pid}")
+        assert not unit_store.claim(tmp_path, settings)
+        path.write_text(f"another-host {alive.pid}")  # cannot be checked: respected
+        assert not unit_store.claim(tmp_path, settings)
+        alive.kill()
+        alive.wait()
+        path.write_text(f"{host} {alive.pid}")
+        assert unit_store.claim(tmp_path, settings)  # its process ended: taken over
+    assert path.read_text().split()[1] == str(os.getpid())
+    # the stored unit is unaffected by its claim file: it is not read as a unit
+    unit_store.save(tmp_path, settings, None, {"x": 1})
+    assert unit_store.load(tmp_path, settings) == (None, {"x": 1})

@@ -10,7 +10,10 @@ tuned on its own (its own step size, L and diagonal preconditioner) and runs in 
 function; the chains run one after the other. With a ``chain_store`` directory every finished
 chain is stored there (``vbnn.stores.unit_store``, keyed by ``chain_settings``) and read back
 instead of run again, so a long run that is killed loses only the chain in flight; a chain's
-draws do not depend on whether it was read back.
+draws do not depend on whether it was read back. Processes on one machine that run the same
+chains with the same store share them: each runs the chains that no other has claimed
+(``unit_store.claim``) and waits for the rest, so the same command started twice gives a unit's
+chains two cores.
 
 * **MCLMC** (Robnik & Seljak 2024; tuning from Robnik, De Luca, Silverstein & Seljak 2023):
   isokinetic Langevin dynamics with the McLachlan integrator (2 gradients a step), no Metropolis
@@ -65,6 +68,7 @@ from vbnn.references.jax_potential import JaxPotential
 from vbnn.stores import unit_store
 
 GRADIENTS_PER_STEP = 2  # the McLachlan (two-stage) integrator, first-same-as-last
+CLAIM_POLL_SECONDS = 30.0  # how often a process waiting for another's chain looks for it
 MAMS_L_FACTOR = 0.5  # L = 0.5 x integration time per effective sample (BlackJAX's MAMS value)
 
 # one chain: (key, start (D,)) -> per-draw arrays and per-chain scalars
@@ -205,6 +209,44 @@ def chain_settings(name: str, index: int, start: np.ndarray, config: ChainsConfi
     return {"sampler": name, "chain": index, "chains": config.to_dict(), "start": digest}
 
 
+class ChainStoreRemoved(RuntimeError):
+    """The chain store went away while this process waited for a chain that another process
+    ran: that process has stored the whole unit (and dropped its chains in flight)."""
+
+
+def _stored_or_run(
+    compiled: Callable,
+    key: jax.Array,
+    start: np.ndarray,
+    settings: dict,
+    chain_store: Path | None,
+) -> tuple[dict, dict] | None:
+    """One chain's (draws, info): read from ``chain_store``, or run here and stored there; None
+    while another process runs it (its claim is in ``chain_store``)."""
+    if chain_store is not None:
+        stored = unit_store.load(chain_store, settings)
+        if stored is not None:
+            return stored
+        if not unit_store.claim(chain_store, settings):
+            return None
+    try:
+        stored = None if chain_store is None else unit_store.load(chain_store, settings)
+        if stored is None:  # not finished by another process between the two looks
+            began = time.perf_counter()
+            draws, scalars = jax.block_until_ready(compiled(key, jnp.asarray(start)))
+            stored = (
+                {k: np.asarray(v) for k, v in draws.items()},
+                {"scalars": {k: float(v) for k, v in scalars.items()},
+                 "seconds": time.perf_counter() - began},
+            )  # fmt: skip
+            if chain_store is not None:
+                unit_store.save(chain_store, settings, *stored)
+    finally:
+        if chain_store is not None:
+            unit_store.release(chain_store, settings)
+    return stored
+
+
 def _run(
     name: str,
     chain: ChainFunction,
@@ -219,23 +261,24 @@ def _run(
         raise ValueError(f"{name}: the tuning needs warmup >= 10 steps, got {config.warmup}")
     compiled = jax.jit(chain)
     keys = jax.random.split(jax.random.PRNGKey(config.seed), config.chains)
-    per_draw, per_chain, seconds = [], [], []
-    for index, (key, start) in enumerate(zip(keys, initial, strict=True)):
-        settings = chain_settings(name, index, start, config)
-        stored = None if chain_store is None else unit_store.load(chain_store, settings)
-        if stored is None:
-            chain_began = time.perf_counter()
-            draws, scalars = jax.block_until_ready(compiled(key, jnp.asarray(start)))
-            stored = (
-                {k: np.asarray(v) for k, v in draws.items()},
-                {"scalars": {k: float(v) for k, v in scalars.items()},
-                 "seconds": time.perf_counter() - chain_began},
-            )  # fmt: skip
-            if chain_store is not None:
-                unit_store.save(chain_store, settings, *stored)
-        per_draw.append(stored[0])
-        per_chain.append(stored[1]["scalars"])
-        seconds.append(stored[1]["seconds"])
+    finished: dict[int, tuple[dict, dict]] = {}
+    if chain_store is not None:
+        chain_store.mkdir(parents=True, exist_ok=True)
+    while True:
+        for index, (key, start) in enumerate(zip(keys, initial, strict=True)):
+            if chain_store is not None and not chain_store.is_dir():
+                raise ChainStoreRemoved(f"{chain_store}: removed while this process waited")
+            if index not in finished:
+                settings = chain_settings(name, index, start, config)
+                stored = _stored_or_run(compiled, key, start, settings, chain_store)
+                if stored is not None:
+                    finished[index] = stored
+        if len(finished) == config.chains:
+            break
+        time.sleep(CLAIM_POLL_SECONDS)  # another process runs the missing chains
+    per_draw = [finished[index][0] for index in range(config.chains)]
+    per_chain = [finished[index][1]["scalars"] for index in range(config.chains)]
+    seconds = [finished[index][1]["seconds"] for index in range(config.chains)]
     total = sum(seconds)  # a resumed run counts each chain's own time
     stacked = {k: np.stack([d[k] for d in per_draw]) for k in per_draw[0]}
     samples = stacked["draws"].astype(np.float64)

@@ -9,12 +9,19 @@ version is never read as this one's: a directory that holds such units is report
 vbnn.migrate DIRECTORY`` re-keys them. Every file is written by ``atomic.write_atomic`` and the JSON
 goes last, so a unit exists only when complete: a killed run loses the unit in flight and nothing
 else, and re-running the same command skips every stored unit. (UCI runs resume through the results
-database instead, where they sit beside the Optuna studies that tuned them.)"""
+database instead, where they sit beside the Optuna studies that tuned them.)
+
+Processes on one machine can share a directory's units: ``claim`` marks a unit as being computed
+(``<key>.claim`` holds the host and process id), so that another process computes a different
+one instead of the same one twice; a claim whose process has ended is taken over."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -89,6 +96,54 @@ def load(directory: Path, settings: dict[str, Any]) -> tuple[Arrays | None, dict
     with np.load(npz) as data:
         arrays = {name: data[name] for name in data.files}
     return arrays, record["info"]
+
+
+def claim(directory: Path, settings: dict[str, Any]) -> bool:
+    """Mark the unit of ``settings`` as computed by this process: True if it now holds the claim
+    (or held it), False if a process that is alive, or one on another host (which cannot be
+    checked), holds it. A claim of an ended process on this host is taken over. Two processes
+    that take over the same dead claim at once may both compute the unit: the store stays whole
+    (every write is atomic), only the time is spent twice."""
+    path = Path(directory) / f"{settings_key(settings)}.claim"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if _claimed_elsewhere(path):
+                return False
+            path.unlink(missing_ok=True)  # its process has ended
+            continue
+        with os.fdopen(handle, "w") as file:
+            file.write(f"{socket.gethostname()} {os.getpid()}")
+        return True
+    return False
+
+
+def release(directory: Path, settings: dict[str, Any]) -> None:
+    """Drop this process's claim on the unit of ``settings`` (none is fine)."""
+    (Path(directory) / f"{settings_key(settings)}.claim").unlink(missing_ok=True)
+
+
+def _claimed_elsewhere(path: Path) -> bool:
+    """Whether the claim at ``path`` belongs to another process that may still run."""
+    try:
+        host, pid = path.read_text().split()
+    except FileNotFoundError:
+        return False
+    except ValueError:  # being written, or left empty by a kill: give it a minute
+        return time.time() - path.stat().st_mtime < 60
+    if host != socket.gethostname():
+        return True
+    if int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @cache

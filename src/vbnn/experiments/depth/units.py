@@ -50,6 +50,7 @@ from vbnn.references.gaussian_gap import (
     empirical_covariance,
     kl_closest_diagonal_chain_null,
 )
+from vbnn.references.jax_mclmc import ChainStoreRemoved
 from vbnn.references.jax_nuts import ChainsConfig, jittered_starts
 from vbnn.references.jax_potential import jax_potential
 from vbnn.references.samplers import Sampler, run_sampler
@@ -237,5 +238,11 @@ def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
             unit_store.save(out / "units", settings.to_dict(), None, record)
     if record is not None:
         return record
-    outcome = compute_unit(settings, load_samples(settings, out), chain_store(settings, out))
+    try:
+        outcome = compute_unit(settings, load_samples(settings, out), chain_store(settings, out))
+    except ChainStoreRemoved:  # another process ran the same unit's chains and stored it
+        record = stored_record(settings, out)
+        if record is None:
+            raise
+        return record
     return store_unit(settings, out, outcome)
