@@ -15,11 +15,11 @@ reproductions/depth/mams-1000-long``.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from mixing_reasons import units_with_chains  # beside this script
 
 from vbnn.references.gaussian_gap import (
     diagonal_gap,
@@ -51,17 +51,10 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="a depth run's folder (units/, samples/)")
     run = parser.parse_args().run
     frames = []
-    for path in sorted((run / "units").glob("*.json")):
-        record = json.loads(path.read_text())["info"]
-        samples_path = run / "samples" / path.name.replace(".json", ".npz")
-        if not samples_path.is_file():
-            print(f"{path.name}: no chains in {run / 'samples'}, skipped")
-            continue
-        with np.load(samples_path) as data:
-            samples = data["samples"].astype(np.float64)
+    for record, draws, _ in units_with_chains(run):
         settings = record["settings"]
         seed = settings["seed"] * 1000 + settings["repeat"]  # compute_unit's
-        frame = gap_by_draws(samples, settings["jitter"], seed)
+        frame = gap_by_draws(draws.astype(np.float64), settings["jitter"], seed)
         frame.insert(0, "depth", record["depth"])
         frame.insert(0, "activation", record["activation"])
         frames.append(frame)
