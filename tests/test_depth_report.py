@@ -78,6 +78,8 @@ def test_every_unit_carries_the_estimators_floor_and_the_draws_it_needs() -> Non
         row.update(parameters=100, settings={"chains": {"chains": 4, "samples": 300}})
     rows[1]["kl_floor_chains"] = 400.0  # the chain floor, where the unit stored one
     rows[1]["draws"] = 1200
+    rows[1]["kl_above_floor_limit"] = 50.0  # and its limit over draw counts
+    rows[1]["kl_above_floor_limit_drift"] = -3.0
     frame = trusted_units(rows, ConvergenceCriterion())
     floor = expected_kl_floor(100, 1200)
     assert 100 * 99 / (4 * 1199) < floor < 1.2 * 100 * 99 / (4 * 1199)  # its large-N asymptote
@@ -85,12 +87,15 @@ def test_every_unit_carries_the_estimators_floor_and_the_draws_it_needs() -> Non
     assert frame["floor"].tolist() == ["independent draws", "chains"]
     above = np.array([900.0 - floor, 300.0])
     assert frame["kl_above_floor"].to_numpy() == pytest.approx(above)
-    for needed, gap in zip(frame["draws_for_floor_10pc"], above, strict=True):
+    gaps = [above[0], 50.0]  # the floor is measured against the limit where there is one
+    for needed, gap in zip(frame["draws_for_floor_10pc"], gaps, strict=True):
         assert expected_kl_floor(100, int(needed)) <= 0.1 * gap
         assert expected_kl_floor(100, int(needed) - 1) > 0.1 * gap
     row = aggregate(rows, ConvergenceCriterion()).iloc[0]
     assert row["kl_above_floor_mean"] == pytest.approx(above.mean())
     assert row["kl_above_floor_sem"] == pytest.approx(np.std(above, ddof=1) / math.sqrt(2))
+    assert row["kl_above_floor_limit_mean"] == 50.0  # over the units that have one
+    assert row["kl_above_floor_limit_error"] == 3.0  # one unit: no SEM, its drift
 
 
 def test_a_unit_without_a_size_has_no_floor() -> None:

@@ -102,12 +102,14 @@ def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none) -> 
     depth.run(parser.parse_args([*flags, "--no-fashion"]))
     units_after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "units").glob("*.json")}
     assert units_before == units_after
-    # every unit carries the estimator's floor; a record stored before it did gets it back from
-    # its chains, the same number
-    assert np.isfinite(units["kl_floor_chains"]).all() and (units["draws"] == 24).all()
+    # every unit carries the estimator's floor and its limit; a record stored before it did gets
+    # them back from its chains, the same numbers
+    measures = ["kl_floor_chains", "kl_above_floor_limit", "kl_above_floor_limit_drift"]
+    assert np.isfinite(units[measures]).all(axis=None) and (units["draws"] == 24).all()
     record_path = sorted((tmp_path / "units").glob("*.json"))[0]
     stored = json.loads(record_path.read_text())
-    floor = stored["info"].pop("kl_floor_chains")
+    values = [stored["info"].pop(name) for name in measures]
     record_path.write_text(json.dumps(stored))
     depth.run(parser.parse_args([*flags, "--no-fashion"]))
-    assert json.loads(record_path.read_text())["info"]["kl_floor_chains"] == floor
+    info = json.loads(record_path.read_text())["info"]
+    assert [info[name] for name in measures] == values

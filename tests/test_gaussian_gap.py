@@ -16,6 +16,7 @@ from vbnn.references.gaussian_gap import (
     empirical_covariance,
     expected_kl_floor,
     gaussian_kl,
+    kl_above_floor_limit,
     kl_closest_diagonal,
     kl_closest_diagonal_chain_null,
     kl_closest_diagonal_null,
@@ -174,3 +175,62 @@ def test_draws_for_floor_is_the_fewest_that_reach_it() -> None:
     for dim, floor in [(10, 0.5), (997, 21.1), (300, 3.0)]:
         draws = draws_for_floor(dim, floor)
         assert expected_kl_floor(dim, draws) <= floor < expected_kl_floor(dim, draws - 1)
+
+
+def test_for_gaussian_draws_the_bias_is_the_floor_whatever_the_correlation() -> None:
+    """log det S and the residual variances 1 / (S^-1)_ii have Sigma-free Wishart laws, so the
+    estimator's mean less the true KL is ``expected_kl_floor`` for a correlated Sigma too."""
+    dim, draws = 30, 200
+    covariance = _random_covariance(dim, 1)
+    factor = np.linalg.cholesky(covariance)
+    truth = kl_closest_diagonal(covariance)
+    rng = np.random.default_rng(0)
+    bias = [
+        kl_closest_diagonal(
+            empirical_covariance(rng.standard_normal((draws, dim)) @ factor.T, 0.0)[1]
+        )
+        - truth
+        for _ in range(200)
+    ]
+    error = np.std(bias, ddof=1) / np.sqrt(len(bias))
+    assert truth > 5.0  # far from diagonal
+    assert abs(np.mean(bias) - expected_kl_floor(dim, draws)) < 4 * error
+
+
+def _limits(draw: object, repeats: int) -> dict[str, np.ndarray]:
+    """``kl_above_floor_limit`` of ``repeats`` draw sets, each entry an array over them."""
+    rows = [kl_above_floor_limit(draw(np.random.default_rng(s)), 0.0, s) for s in range(repeats)]
+    return {name: np.array([row[name] for row in rows]) for name in rows[0]}
+
+
+def test_the_limit_removes_the_excess_of_a_shared_scale_and_keeps_a_gaussian_gap() -> None:
+    """Multivariate Student-t (5 degrees of freedom, identity scale): the coordinates are
+    uncorrelated (true gap 0) but share a scale, which the decoupled floor does not carry, so
+    the KL above the floor stays positive and about doubles when the draws halve; the
+    split-half limit removes most of it, more than the same extrapolation from the halves and
+    quarters. On correlated Gaussian draws it is unbiased for the
+    true KL."""
+    dim, shape = 30, (4, 400, 30)
+
+    def student(rng: np.random.Generator) -> np.ndarray:
+        scale = np.sqrt(rng.chisquare(5, (*shape[:2], 1)) / 5)
+        return rng.standard_normal(shape) / scale
+
+    heavy = _limits(student, 40)
+    above = heavy["kl_above_floor"]
+    assert np.mean(above) > 8 * np.std(above, ddof=1) / np.sqrt(len(above))  # the floor leaves it
+    assert np.mean(heavy["kl_above_floor_halves"]) == pytest.approx(2 * np.mean(above), rel=0.3)
+    assert np.mean(heavy["kl_above_floor_quarters"]) > np.mean(heavy["kl_above_floor_halves"])
+    limit = heavy["kl_above_floor_limit"]
+    assert np.mean(limit) < 0.35 * np.mean(above)  # most of it removed
+    from_halves = limit - heavy["kl_above_floor_limit_drift"]  # 2 K(N / 2) - K(N / 4)
+    assert np.mean(limit) < np.mean(from_halves) < np.mean(above)  # nearer 0 with more draws
+
+    factor = np.linalg.cholesky(_random_covariance(dim, 2))
+    truth = kl_closest_diagonal(factor @ factor.T)
+    limit = _limits(lambda rng: rng.standard_normal(shape) @ factor.T, 40)["kl_above_floor_limit"]
+    error = np.std(limit, ddof=1) / np.sqrt(len(limit))
+    assert truth > 5.0
+    assert abs(np.mean(limit) - truth) < 4 * error
+    with pytest.raises(ValueError, match="draws >= 4"):
+        kl_above_floor_limit(np.ones((4, 3, dim)))

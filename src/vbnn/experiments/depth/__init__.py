@@ -229,6 +229,7 @@ def run(args: argparse.Namespace) -> None:
         "wasserstein2_mean": "W2",
         "wasserstein2_sem": "sem ",
         "kl_full_diag_mean": "KL(full||diag)",
+        "kl_above_floor_limit_mean": "above floor, limit",
         "nuts_bulk_ess_min_mean": "ESS min",
         "nuts_rhat_max_mean": "R-hat max",
         "trusted": "trusted",

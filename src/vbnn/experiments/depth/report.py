@@ -172,8 +172,13 @@ def estimator_floor(frame: pd.DataFrame, records: list[dict[str, Any]]) -> pd.Da
       draws are worth fewer independent ones;
     * ``kl_above_floor``: the KL less the chain floor, or less ``kl_floor`` where there is none
       (``floor``: which one);
+    * ``kl_above_floor_limit``: the KL above the chain floor extrapolated to infinitely many
+      draws (stored by ``compute_unit``, ``kl_above_floor_limit``; NaN without it): the
+      posterior's gap, where ``kl_above_floor`` still holds a bias of order 1 / draws, and
+      ``kl_above_floor_limit_drift``, how far it moves when extrapolated from half the draws;
     * ``draws_for_floor_10pc``: the fewest independent draws whose expected floor is at most
-      ``FLOOR_SHARE`` of ``kl_above_floor`` (NaN where the KL is not above its floor).
+      ``FLOOR_SHARE`` of the gap (the limit where there is one, else ``kl_above_floor``; NaN
+      where it is not positive).
     """
     frame = frame.copy()
     frame["draws"] = [_draws(record) for record in records]
@@ -182,22 +187,27 @@ def estimator_floor(frame: pd.DataFrame, records: list[dict[str, Any]]) -> pd.Da
         expected_kl_floor(int(p), int(n)) if n > p else math.nan  # NaN compares False
         for p, n in zip(parameters, frame["draws"], strict=True)
     ]
-    if "kl_floor_chains" not in frame:
-        frame["kl_floor_chains"] = math.nan
+    for column in ("kl_floor_chains", "kl_above_floor_limit", "kl_above_floor_limit_drift"):
+        if column not in frame:
+            frame[column] = math.nan
     chains = frame["kl_floor_chains"].notna()
     frame["floor"] = np.where(chains, "chains", "independent draws")
     floor = frame["kl_floor_chains"].where(chains, frame["kl_floor"])
     frame["kl_above_floor"] = frame["kl_diag_full"] - floor
+    limit = frame["kl_above_floor_limit"]
+    gap = limit.where(limit.notna(), frame["kl_above_floor"])
     frame["draws_for_floor_10pc"] = [
-        draws_for_floor(int(p), FLOOR_SHARE * above) if above > 0 else math.nan
-        for p, above in zip(parameters, frame["kl_above_floor"], strict=True)
+        draws_for_floor(int(p), FLOOR_SHARE * value) if value > 0 else math.nan
+        for p, value in zip(parameters, gap, strict=True)
     ]
     return frame
 
 
 def aggregate(records: list[dict[str, Any]], criterion: ConvergenceCriterion) -> pd.DataFrame:
     """Per activation and depth: mean and SEM over all repeats, the number of trusted repeats,
-    and the gaps' mean and SEM over the trusted repeats only (NaN where none passed)."""
+    the gaps' mean and SEM over the trusted repeats only (NaN where none passed), and
+    ``kl_above_floor_limit_error``, the limit's SEM and its units' root-mean-square drift
+    (``estimator_floor``) added in quadrature."""
     frame = trusted_units(records, criterion)
     columns = [
         *GAPS,
@@ -212,10 +222,13 @@ def aggregate(records: list[dict[str, Any]], criterion: ConvergenceCriterion) ->
         "sample_w2_full",
         "sample_w2_baseline",
     ]
-    floors = ["kl_floor", "kl_floor_chains", "kl_above_floor", "draws_for_floor_10pc"]
+    floors = [
+        "kl_floor", "kl_floor_chains", "kl_above_floor", "kl_above_floor_limit",
+        "draws_for_floor_10pc",
+    ]  # fmt: skip
     grouped = frame.groupby(["activation", "depth"])
     table = grouped[columns + floors].mean().add_suffix("_mean")
-    spread = [*GAPS, "kl_full_diag", "kl_above_floor"]
+    spread = [*GAPS, "kl_full_diag", "kl_above_floor", "kl_above_floor_limit"]
     sem = grouped[spread].sem().add_suffix("_sem")  # NaN with one repeat
     trusted = frame[frame["trusted"]].groupby(["activation", "depth"])
     kept = trusted[spread]
@@ -224,6 +237,13 @@ def aggregate(records: list[dict[str, Any]], criterion: ConvergenceCriterion) ->
     table = table.join(grouped["width"].first()).join(grouped.size().rename("repeats"))
     table = table.join(grouped["trusted"].sum().rename("trusted_repeats"))
     table["trusted"] = table["trusted_repeats"] == table["repeats"]
+    # the limit's error bar: its SEM over repeats and its units' root-mean-square drift
+    drift = (frame["kl_above_floor_limit_drift"] ** 2).groupby(
+        [frame["activation"], frame["depth"]]
+    )
+    table["kl_above_floor_limit_error"] = np.hypot(
+        table["kl_above_floor_limit_sem"].fillna(0.0), drift.mean() ** 0.5
+    )
     return table.reset_index()
 
 
@@ -234,20 +254,37 @@ def doubtful_depths(table: pd.DataFrame) -> list[int]:
     return [int(depth) for depth in anywhere.index[~anywhere.to_numpy(dtype=bool)]]
 
 
+def _gap_to_plot(rows: pd.DataFrame, gap: str) -> str:
+    """The column the ``gap`` panel draws: above the floor, its limit where the units have it."""
+    limit = "kl_above_floor_limit"
+    return limit if gap == "kl_above_floor" and rows[f"{limit}_mean"].notna().any() else gap
+
+
+def _error_bar(rows: pd.DataFrame, column: str) -> np.ndarray:
+    """The SEM over repeats, or for the limit its ``aggregate`` error (SEM and drift)."""
+    name = f"{column}_error" if column == "kl_above_floor_limit" else f"{column}_sem"
+    return np.nan_to_num(rows[name].to_numpy())
+
+
 def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
     """Farquhar et al. 2020 Fig. 2 (KL) and the blog's Wasserstein figure: gap vs depth over all
     repeats, SEM as error bars, and the KL above the estimator's floor (``estimator_floor``; the
-    floor is dashed on the KL panel). A point whose repeats' chains do not all pass the criterion
-    is drawn hollow; a depth where no activation's do is shaded grey, as the paper shades its
+    floor is dashed on the KL panel): its limit over draw counts with its ``aggregate`` error
+    (SEM and drift), and dotted, its value at this run's draws. A point whose repeats' chains
+    do not all pass the criterion is drawn hollow; a depth where no activation's do is shaded
+    grey, as the paper shades its
     doubtful region (one activation that never mixes, such as a linear net, would otherwise
     shade every depth)."""
     panels = {**GAPS, "kl_above_floor": "KL(q_diag || q_full) above its floor"}
     figure, axes = pyplot().subplots(1, len(panels), figsize=(19, 4.2))
     for axis, (gap, label) in zip(axes, panels.items(), strict=True):
         for activation, rows in table.groupby("activation"):
-            mean = rows[f"{gap}_mean"].to_numpy()
-            sem = np.nan_to_num(rows[f"{gap}_sem"].to_numpy())
-            line = axis.errorbar(rows["depth"], mean, sem, marker="o", capsize=3, label=activation)
+            column = _gap_to_plot(rows, gap)
+            mean = rows[f"{column}_mean"].to_numpy()
+            error = _error_bar(rows, column)
+            line = axis.errorbar(
+                rows["depth"], mean, error, marker="o", capsize=3, label=activation
+            )
             color = line[0].get_color()
             failed = ~rows["trusted"].to_numpy(dtype=bool)
             axis.scatter(
@@ -258,6 +295,8 @@ def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
                 chains = rows["kl_floor_chains_mean"]
                 floor = chains.where(chains.notna(), rows["kl_floor_mean"])
                 axis.plot(rows["depth"], floor, "--", color=color, linewidth=1)
+            if column != gap:
+                axis.plot(rows["depth"], rows[f"{gap}_mean"], ":", color=color, linewidth=1)
         for depth in doubtful_depths(table):
             axis.axvspan(depth - 0.5, depth + 0.5, color="grey", alpha=0.15, linewidth=0)
         axis.set_xticks(sorted(table["depth"].unique()))
@@ -269,6 +308,7 @@ def plot_depth_gap(table: pd.DataFrame, path: Path, quick: bool) -> None:
             axis.set_yscale("log")
         axis.legend(fontsize=8)
     axes[0].set_title("dashed: the estimator's floor", fontsize=9)
+    axes[-1].set_title("extrapolated to infinitely many draws; dotted: at this run's", fontsize=9)
     figure.suptitle(
         "Diagonal vs full-covariance Gaussian fitted to the reference chains"
         + (" (QUICK)" if quick else "")

@@ -48,7 +48,7 @@ from vbnn.references.architecture import MLPArchitecture
 from vbnn.references.gaussian_gap import (
     diagonal_gap,
     empirical_covariance,
-    kl_closest_diagonal_chain_null,
+    kl_above_floor_limit,
 )
 from vbnn.references.jax_mclmc import ChainStoreRemoved
 from vbnn.references.jax_nuts import ChainsConfig, jittered_starts
@@ -186,14 +186,19 @@ def compute_unit(
 
 
 def chain_floor(samples: np.ndarray, jitter: float, seed: int) -> dict[str, float]:
-    """What the gap estimator reports for these chains with no correlation between parameters:
-    ``kl_floor_chains``, KL(q_diag || q_full) after every parameter's chains are decoupled from
-    the others (``kl_closest_diagonal_chain_null``: marginals and autocorrelation kept), and
-    ``draws``, the pooled draw count the estimate used."""
-    return {
-        "draws": int(samples.shape[0] * samples.shape[1]),
-        "kl_floor_chains": kl_closest_diagonal_chain_null(samples, jitter, seed),
-    }
+    """What the gap estimator reports for these chains beyond their posterior's gap:
+
+    * ``draws``: the pooled draw count of the estimate;
+    * ``kl_floor_chains``: KL(q_diag || q_full) after every parameter's chains are decoupled
+      from the others (``kl_closest_diagonal_chain_null``: marginals and autocorrelation kept);
+    * ``kl_above_floor_limit``: the KL above that floor extrapolated to infinitely many draws
+      from the chains' halves (``kl_above_floor_limit``), with ``kl_above_floor_limit_drift``
+      (how far it moves when made from the halves and quarters instead) and the KL above the
+      floor on the halves and quarters (``kl_above_floor_halves``, ``..._quarters``).
+    """
+    limit = kl_above_floor_limit(samples, jitter, seed)
+    del limit["kl_above_floor"]  # the report's: the unit's KL less this floor
+    return {"draws": int(samples.shape[0] * samples.shape[1]), **limit}
 
 
 def software_versions(sampler: Sampler = Sampler.NUTS) -> str:
@@ -228,9 +233,9 @@ def stored_record(settings: UnitSettings, out: Path) -> dict[str, Any] | None:
 def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
     """Run (or load) one unit here; returns its flat record of settings, diagnostics and gaps."""
     record = stored_record(settings, out)
-    if record is not None and "kl_floor_chains" not in record:
-        # a unit finished before its record carried the estimator's floor: add it from the
-        # stored chains, if they are here (the seed is compute_unit's)
+    if record is not None and "kl_above_floor_limit_drift" not in record:
+        # a unit finished before its record carried the estimator's floor and limit: add them
+        # from the stored chains, if they are here (the seed is compute_unit's)
         cached = load_samples(settings, out)
         if cached is not None:
             seed = settings.seed * 1000 + settings.repeat
