@@ -8,6 +8,11 @@ from the others, ``kl_closest_diagonal_chain_null``), the independent-draw floor
 should not move with ``n`` once the chains have mixed; a gap that falls with ``n`` is still
 partly the estimator's.
 
+What sets that excess, the number of draws or the length of the chains? ``gap_by_subset.csv``
+measures the KL above its floor on the same unit's draws cut four ways: all of them, random
+halves and quarters of the pooled draws (an independent-draws floor: every coordinate permuted
+on its own), the first half of every chain, and every second draw of every chain.
+
 Run from the repository root: ``python reproductions/depth/gap_by_draws.py
 reproductions/depth/mams-1000-long``.
 """
@@ -29,40 +34,66 @@ from vbnn.references.gaussian_gap import (
 )
 
 
+def _above(draws: np.ndarray, jitter: float, seed: int) -> dict[str, float]:
+    """KL of the pooled (C, N, D) draws, their chain floor and the KL above it."""
+    _, covariance = empirical_covariance(draws.reshape(-1, draws.shape[-1]), jitter)
+    kl = diagonal_gap(covariance)["kl_diag_full"]
+    floor = kl_closest_diagonal_chain_null(draws, jitter, seed)
+    return {"draws": draws.shape[0] * draws.shape[1], "kl_diag_full": kl,
+            "floor": floor, "kl_above_floor": kl - floor}  # fmt: skip
+
+
 def gap_by_draws(samples: np.ndarray, jitter: float, seed: int) -> pd.DataFrame:
     """One row per prefix length n of the (C, N, D) chains: draws, KL, floors, KL above floor."""
     chains, length, dimension = samples.shape
     lengths = [n for n in (250, 500, 1000, 2000, 4000, 8000) if n < length] + [length]
     rows = []
     for n in lengths:
-        prefix = samples[:, :n]
-        _, covariance = empirical_covariance(prefix.reshape(-1, dimension), jitter)
-        kl = diagonal_gap(covariance)["kl_diag_full"]
-        floor = kl_closest_diagonal_chain_null(prefix, jitter, seed)
+        row = _above(samples[:, :n], jitter, seed)
+        row["kl_floor_chains"] = row.pop("floor")
         independent = expected_kl_floor(dimension, chains * n) if chains * n > dimension else None
-        rows.append({"per_chain": n, "draws": chains * n, "kl_diag_full": kl,
-                     "kl_floor_chains": floor, "kl_floor": independent,
-                     "kl_above_floor": kl - floor})  # fmt: skip
+        rows.append({"per_chain": n, **row, "kl_floor": independent})
     return pd.DataFrame(rows)
+
+
+def gap_by_subset(samples: np.ndarray, jitter: float, seed: int) -> pd.DataFrame:
+    """The KL above its floor on all draws, random pooled halves and quarters (one chain of
+    shuffled draws: the chain floor is then an independent-draws floor), the chains' first
+    halves, and every second draw; also all draws against an independent-draws floor."""
+    _, length, dimension = samples.shape
+    pooled = samples.reshape(-1, dimension)
+    shuffled = pooled[np.random.default_rng(seed).permutation(len(pooled))][None]
+    cuts = {
+        "all draws, chain floor": samples,
+        "all draws, independent-draws floor": shuffled,
+        "random half of the pooled draws": shuffled[:, : len(pooled) // 2],
+        "random quarter of the pooled draws": shuffled[:, : len(pooled) // 4],
+        "first half of every chain": samples[:, : length // 2],
+        "every second draw of every chain": samples[:, ::2],
+    }
+    return pd.DataFrame([{"draws_from": name, **_above(cut, jitter, seed)}
+                         for name, cut in cuts.items()])  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a depth run's folder (units/, samples/)")
     run = parser.parse_args().run
-    frames = []
+    tables: dict[str, list[pd.DataFrame]] = {"gap_by_draws": [], "gap_by_subset": []}
     for record, draws, _ in units_with_chains(run):
         settings = record["settings"]
         seed = settings["seed"] * 1000 + settings["repeat"]  # compute_unit's
-        frame = gap_by_draws(draws.astype(np.float64), settings["jitter"], seed)
-        frame.insert(0, "depth", record["depth"])
-        frame.insert(0, "activation", record["activation"])
-        frames.append(frame)
-    if not frames:
+        for name, measure in (("gap_by_draws", gap_by_draws), ("gap_by_subset", gap_by_subset)):
+            frame = measure(draws.astype(np.float64), settings["jitter"], seed)
+            for column in ("repeat", "depth", "activation"):
+                frame.insert(0, column, record[column])
+            tables[name].append(frame)
+    if not tables["gap_by_draws"]:
         raise SystemExit(f"{run}: no unit has its chains in samples/")
-    table = pd.concat(frames, ignore_index=True)
-    table.to_csv(run / "gap_by_draws.csv", index=False)
-    print(table.to_string(index=False, float_format="%.1f"))
+    for name, frames in tables.items():
+        table = pd.concat(frames, ignore_index=True)
+        table.to_csv(run / f"{name}.csv", index=False)
+        print(table.to_string(index=False, float_format="%.1f"))
 
 
 if __name__ == "__main__":
