@@ -289,11 +289,12 @@ def kl_above_floor_limit(
     Richardson extrapolation, the delete-half jackknife's bias correction), and how far that
     extrapolation moves when it is made from half the draws.
 
-    For Gaussian draws the estimator's bias does not depend on Sigma (log det S and the
-    residual variances 1 / (S^-1)_ii have Sigma-free Wishart laws), so the floor removes it. For
-    dependent but non-Gaussian draws (a scale shared by all coordinates, say) the residual
-    variances spread more than Wishart says, and the KL above the floor is still a bias of
-    order 1 / N that a decoupled null cannot carry. With K(N) = a + b / N + o(1 / N),
+    For independent Gaussian draws the estimator's bias does not depend on Sigma (log det S and
+    the residual variances 1 / (S^-1)_ii have Sigma-free Wishart laws), so the floor removes it.
+    Two things leave a bias of order 1 / N that a null with decoupled coordinates cannot carry:
+    dependence between coordinates that is not correlation (a scale shared by all of them, say),
+    and in chains, dependence between coordinates across time (lagged cross-covariances), which
+    falls with the chains' length. With K(N) = a + b / N + o(1 / N),
 
         K_limit = 2 K(N) - K(N / 2),
 
