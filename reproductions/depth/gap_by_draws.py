@@ -11,7 +11,9 @@ partly the estimator's.
 What sets that excess, the number of draws or the length of the chains? ``gap_by_subset.csv``
 measures the KL above its floor on the same unit's draws cut four ways: all of them, random
 halves and quarters of the pooled draws (an independent-draws floor: every coordinate permuted
-on its own), the first half of every chain, and every second draw of every chain.
+on its own), the first half of every chain, and every second draw of every chain. And are the
+draws Gaussian-like, or do the parameters share a scale (``non_gaussian.csv``: the median excess
+kurtosis of the parameters, and the mean correlation between squared standardised parameters)?
 
 Run from the repository root: ``python reproductions/depth/gap_by_draws.py
 reproductions/depth/mams-1000-long``.
@@ -75,25 +77,43 @@ def gap_by_subset(samples: np.ndarray, jitter: float, seed: int) -> pd.DataFrame
                          for name, cut in cuts.items()])  # fmt: skip
 
 
+def non_gaussian(samples: np.ndarray) -> pd.DataFrame:
+    """Median excess kurtosis over parameters, and the mean over pairs of parameters of the
+    correlation between their squared standardised values (zero without a shared scale)."""
+    pooled = samples.reshape(-1, samples.shape[-1])
+    standard = (pooled - pooled.mean(0)) / pooled.std(0)
+    squares = np.corrcoef(standard**2, rowvar=False)
+    pairs = ~np.eye(len(squares), dtype=bool)
+    return pd.DataFrame([{
+        "median_excess_kurtosis": float(np.median((standard**4).mean(0) - 3)),
+        "mean_squares_correlation": float(squares[pairs].mean()),
+    }])  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a depth run's folder (units/, samples/)")
     run = parser.parse_args().run
-    tables: dict[str, list[pd.DataFrame]] = {"gap_by_draws": [], "gap_by_subset": []}
+    measures = {"gap_by_draws": gap_by_draws, "gap_by_subset": gap_by_subset}
+    tables: dict[str, list[pd.DataFrame]] = {name: [] for name in [*measures, "non_gaussian"]}
     for record, draws, _ in units_with_chains(run):
         settings = record["settings"]
         seed = settings["seed"] * 1000 + settings["repeat"]  # compute_unit's
-        for name, measure in (("gap_by_draws", gap_by_draws), ("gap_by_subset", gap_by_subset)):
-            frame = measure(draws.astype(np.float64), settings["jitter"], seed)
+        draws = draws.astype(np.float64)
+        frames = {
+            name: measure(draws, settings["jitter"], seed) for name, measure in measures.items()
+        }
+        frames["non_gaussian"] = non_gaussian(draws)
+        for name, frame in frames.items():
             for column in ("repeat", "depth", "activation"):
                 frame.insert(0, column, record[column])
             tables[name].append(frame)
     if not tables["gap_by_draws"]:
         raise SystemExit(f"{run}: no unit has its chains in samples/")
-    for name, frames in tables.items():
-        table = pd.concat(frames, ignore_index=True)
+    for name, parts in tables.items():
+        table = pd.concat(parts, ignore_index=True)
         table.to_csv(run / f"{name}.csv", index=False)
-        print(table.to_string(index=False, float_format="%.1f"))
+        print(table.to_string(index=False, float_format="%.4g"))
 
 
 if __name__ == "__main__":
