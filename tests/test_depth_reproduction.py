@@ -6,6 +6,8 @@ import argparse
 import json
 import math
 import os
+import runpy
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,7 @@ from vbnn.networks.mlp import MLP
 from vbnn.training.optimizer import parameters_with_role
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SCRIPTS = Path(__file__).resolve().parents[1] / "reproductions" / "depth"
 
 
 @pytest.fixture
@@ -67,7 +70,7 @@ def test_pre_training_of_the_means_selects_the_weight_and_bias_means() -> None:
 
 
 @pytest.mark.slow
-def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none) -> None:
+def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none, monkeypatch) -> None:
     parser = argparse.ArgumentParser()
     depth.add_arguments(parser)
     flags = [
@@ -113,3 +116,16 @@ def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none) -> 
     depth.run(parser.parse_args([*flags, "--no-fashion"]))
     info = json.loads(record_path.read_text())["info"]
     assert [info[name] for name in measures] == values
+    # the stored chains say which transitions diverged, and the run's analysis scripts read them
+    with np.load(sorted((tmp_path / "samples").glob("*.npz"))[0]) as arrays:
+        assert arrays["diverging"].shape == (2, 12) and arrays["diverging"].dtype == bool
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    for script, written in [
+        ("mixing_reasons.py", "mixing.csv"),
+        ("gap_by_draws.py", "gap_by_subset.csv"),
+    ]:
+        monkeypatch.setattr(sys, "argv", [script, str(tmp_path)])
+        runpy.run_path(str(SCRIPTS / script), run_name="__main__")
+        assert len(pd.read_csv(tmp_path / written)) >= 4, script
+    if units["nuts_divergences"].sum() > 0:  # where they started, one row per feature
+        assert len(pd.read_csv(tmp_path / "divergences.csv")) >= 5

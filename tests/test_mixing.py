@@ -10,6 +10,8 @@ pytest.importorskip("pyro", reason="pip install 'vbnn[nuts]'")
 
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.references.mixing import (
+    divergence_episodes,
+    divergence_locations,
     mixing_report,
     modes_or_drift,
     network_outputs,
@@ -89,3 +91,51 @@ def test_independent_chains_report_no_slow_coordinate() -> None:
     assert [(row["layer"], row["kind"]) for row in layers][:2] == [(0, "weight"), (0, "bias")]
     with pytest.raises(ValueError, match="sizes"):
         mixing_report(draws[..., :43], ARCHITECTURE, np.zeros((3, 2)), np.zeros((3, 2)))
+
+
+def test_divergences_that_start_where_a_layer_is_large_are_found_there() -> None:
+    """Independent draws; a transition diverges when the draw before it (its start) has a
+    first-layer weight norm in the top 5 % of its chain: the starts sit at the 97.5th percentile
+    of that norm (far outside the shifted null), not at the other layers' or the log density's.
+    Marking the divergent draws themselves instead would look like no association at all."""
+    rng = np.random.default_rng(5)
+    draws = rng.standard_normal((4, 2000, 44))
+    norm = np.sqrt((draws[..., :10] ** 2).sum(-1))
+    top = norm > np.quantile(norm, 0.95, axis=1, keepdims=True)
+    diverging = np.zeros_like(top)
+    diverging[:, 1:] = top[:, :-1]
+    rows = {
+        row["feature"]: row
+        for row in divergence_locations(
+            draws, diverging, rng.standard_normal((4, 2000)), ARCHITECTURE.sizes, shifts=200
+        )
+    }
+    first = rows["layer_0_log_norm"]
+    assert first["divergent_starts"] == top[:, :-1].sum()
+    assert abs(first["percentile"] - 0.975) < 0.003 and first["z"] > 20 and first["p"] == 0
+    assert first["median_at_starts"] > first["median_all"]
+    for name in ("layer_1_log_norm", "layer_2_log_norm", "log_density", "rescaling_max"):
+        assert abs(rows[name]["z"]) < 4 and abs(rows[name]["null_mean"] - 0.5) < 0.01
+    same_draw = divergence_locations(draws, top, np.zeros((4, 2000)), ARCHITECTURE.sizes, 200)
+    assert abs(same_draw[1]["z"]) < 4  # layer 0 at the divergent draw, not at its start
+
+
+def test_divergences_at_random_report_no_location() -> None:
+    rng = np.random.default_rng(6)
+    draws = np.cumsum(rng.standard_normal((4, 2000, 44)), axis=1) / 20  # autocorrelated
+    diverging = rng.random((4, 2000)) < 0.01
+    rows = divergence_locations(draws, diverging, rng.standard_normal((4, 2000)),
+                                ARCHITECTURE.sizes, shifts=200)  # fmt: skip
+    assert len(rows) == 5 and all(abs(row["z"]) < 4 for row in rows)
+    assert divergence_locations(draws, np.zeros((4, 2000), bool), np.zeros((4, 2000)),
+                                ARCHITECTURE.sizes) == []  # fmt: skip
+    with pytest.raises(ValueError, match=r"diverging \(4, 1999\)"):
+        divergence_locations(draws, diverging[:, 1:], np.zeros((4, 2000)), ARCHITECTURE.sizes)
+
+
+def test_divergence_episodes_count_bursts() -> None:
+    diverging = np.zeros((2, 200), bool)
+    diverging[0, [3, 10, 25, 100]] = True  # 3-10-25 one burst (gaps <= 20), 100 another
+    diverging[1, [150]] = True
+    assert divergence_episodes(diverging) == 3
+    assert divergence_episodes(diverging, gap=5) == 5  # every divergence its own burst

@@ -29,9 +29,9 @@ import pandas as pd
 from mixing_reasons import units_with_chains  # beside this script
 
 from vbnn.references.gaussian_gap import (
-    diagonal_gap,
     empirical_covariance,
     expected_kl_floor,
+    kl_closest_diagonal,
     kl_closest_diagonal_chain_null,
 )
 
@@ -39,7 +39,7 @@ from vbnn.references.gaussian_gap import (
 def _above(draws: np.ndarray, jitter: float, seed: int) -> dict[str, float]:
     """KL of the pooled (C, N, D) draws, their chain floor and the KL above it."""
     _, covariance = empirical_covariance(draws.reshape(-1, draws.shape[-1]), jitter)
-    kl = diagonal_gap(covariance)["kl_diag_full"]
+    kl = kl_closest_diagonal(covariance)
     floor = kl_closest_diagonal_chain_null(draws, jitter, seed)
     return {"draws": draws.shape[0] * draws.shape[1], "kl_diag_full": kl,
             "floor": floor, "kl_above_floor": kl - floor}  # fmt: skip
@@ -96,10 +96,10 @@ def main() -> None:
     run = parser.parse_args().run
     measures = {"gap_by_draws": gap_by_draws, "gap_by_subset": gap_by_subset}
     tables: dict[str, list[pd.DataFrame]] = {name: [] for name in [*measures, "non_gaussian"]}
-    for record, draws, _ in units_with_chains(run):
+    for record, arrays, _ in units_with_chains(run):
         settings = record["settings"]
         seed = settings["seed"] * 1000 + settings["repeat"]  # compute_unit's
-        draws = draws.astype(np.float64)
+        draws = arrays["samples"].astype(np.float64)
         frames = {
             name: measure(draws, settings["jitter"], seed) for name, measure in measures.items()
         }

@@ -1,9 +1,11 @@
-"""Why a depth run's chains do or do not mix: ``mixing.csv`` and ``mixing_layers.csv`` beside it.
+"""Why a depth run's chains do or do not mix: ``mixing.csv``, ``mixing_layers.csv`` and
+``divergences.csv`` beside it.
 
 For every unit of ``<run>/units`` whose chains are in ``<run>/samples``, the measures of
 ``vbnn.references.mixing`` (slow parameters by layer, the rescaling ridge, units that switch off,
 modes or drift, the logit at 16 test inputs) with each chain's tuned step size and trajectory
-length.
+length; for units that stored which transitions diverged and had any, where those transitions
+started (``divergence_locations``: one row per feature, with the number of bursts).
 
 Run from the repository root: ``python reproductions/depth/mixing_reasons.py
 reproductions/depth/mams-1000``. A run's chains stay on the machine that ran it (not in git:
@@ -24,7 +26,7 @@ import torch
 from vbnn.experiments.depth.models import PretrainConfig
 from vbnn.experiments.depth.units import UnitSettings, two_moons
 from vbnn.references.jax_nuts import ChainsConfig
-from vbnn.references.mixing import mixing_report
+from vbnn.references.mixing import divergence_episodes, divergence_locations, mixing_report
 
 TEST_INPUTS = 16
 SHOWN = ["activation", "depth", "rhat_max", "bulk_ess_min", "slow_parameters",
@@ -53,41 +55,61 @@ def diagnose(record: dict, draws: np.ndarray, chains: dict) -> tuple[dict, list[
     row = {
         **unit, **summary, "rhat_log_density": chains.get("rhat_log_density", np.nan),
         "divergences": chains.get("divergences", np.nan),
-        "step_size_by_chain": json.dumps([round(v, 4) for v in chains["chain_step_size"]]),
+        # tuned per chain by MAMS and MCLMC (a NUTS unit records neither: empty lists)
+        "step_size_by_chain": json.dumps(
+            [round(v, 4) for v in chains.get("chain_step_size", [])]),
         "trajectory_length_by_chain": json.dumps(
-            [round(v, 3) for v in chains["chain_trajectory_length"]]),
+            [round(v, 3) for v in chains.get("chain_trajectory_length", [])]),
     }  # fmt: skip
     return row, [{**unit, **layer} for layer in layers]
 
 
-def units_with_chains(run: Path) -> Iterator[tuple[dict, np.ndarray, dict]]:
-    """(record, draws (C, N, D), chain diagnostics) of every unit of ``run/units`` whose chains
-    are in ``run/samples``; says which units it skips."""
+def where_divergent(record: dict, arrays: dict) -> list[dict]:
+    """One unit's rows of ``divergences.csv`` (none without stored divergences)."""
+    if "diverging" not in arrays or not arrays["diverging"].any():
+        return []
+    sizes = settings_of(record["settings"]).architecture().sizes
+    unit = {key: record[key] for key in ("activation", "depth", "repeat", "points", "sampler")}
+    episodes = divergence_episodes(arrays["diverging"])
+    rows = divergence_locations(
+        arrays["samples"], arrays["diverging"], arrays["log_density"], sizes
+    )
+    return [{**unit, "episodes": episodes, **row} for row in rows]
+
+
+def units_with_chains(run: Path) -> Iterator[tuple[dict, dict, dict]]:
+    """(record, stored arrays (``samples`` (C, N, D), ``log_density``, ...), chain diagnostics)
+    of every unit of ``run/units`` whose chains are in ``run/samples``; says which it skips."""
     for path in sorted((run / "units").glob("*.json")):
         stored = run / "samples" / path.name
         if not stored.is_file():
             print(f"{path.name}: no chains in {run / 'samples'}, skipped")
             continue
         with np.load(stored.with_suffix(".npz")) as data:
-            draws = data["samples"]
-        yield json.loads(path.read_text())["info"], draws, json.loads(stored.read_text())["info"]
+            arrays = {key: data[key] for key in data.files}
+        yield json.loads(path.read_text())["info"], arrays, json.loads(stored.read_text())["info"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a depth run's output folder")
     args = parser.parse_args()
-    units, layers = [], []
-    for record, draws, chains in units_with_chains(args.run):
-        row, rows = diagnose(record, draws, chains)
+    units, layers, divergent = [], [], []
+    for record, arrays, chains in units_with_chains(args.run):
+        row, rows = diagnose(record, arrays["samples"], chains)
         units.append(row)
         layers.extend(rows)
+        divergent.extend(where_divergent(record, arrays))
     if not units:
         raise SystemExit(f"{args.run}: no unit with stored chains")
     table = pd.DataFrame(units).sort_values(["points", "activation", "depth", "repeat"])
     table.to_csv(args.run / "mixing.csv", index=False)
     pd.DataFrame(layers).to_csv(args.run / "mixing_layers.csv", index=False)
     print(table[SHOWN].to_string(index=False, float_format=lambda value: f"{value:.3g}"))
+    if divergent:
+        starts = pd.DataFrame(divergent)
+        starts.to_csv(args.run / "divergences.csv", index=False)
+        print(starts.to_string(index=False, float_format=lambda value: f"{value:.3g}"))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ in its ``named_parameters`` order: per layer the weight (I, O), then the bias (O
 * **function space**: ESS and R-hat of the network's logit at a few inputs. Slow weights with a
   fast function are slow only along directions that leave the predictions unchanged (the
   symmetries above), which still enter any weight-space measure such as a covariance gap.
+* **where divergent transitions start** (:func:`divergence_locations`): the within-chain
+  percentile of the log density, of each layer's weight norm and of the largest rescaling
+  coordinate at the draws from which a transition diverged, against the same chains' divergences
+  shifted in time (a null that keeps their clustering and the features' autocorrelation). The
+  curvature of a layer's weights grows with the other layers' norms (the network is a product),
+  so divergences that start where some layer is large point at the product geometry.
 
 Vehtari et al. (2021) for R-hat and ESS; the rescaling symmetry of ReLU networks e.g. Dinh et al.
 (2017), "Sharp minima can generalize for deep nets".
@@ -115,6 +121,84 @@ def modes_or_drift(draws: np.ndarray, ess: np.ndarray) -> dict[str, float]:
         "between_over_within": float(np.median(chosen.mean(axis=1).std(axis=0) / within)),
         "half_drift": float(np.median(drift / within)),
     }
+
+
+def _within_chain_percentiles(values: np.ndarray) -> np.ndarray:
+    """Each draw's percentile (0, 1) among its own chain's draws: (C, N) -> (C, N)."""
+    return (values.argsort(axis=1).argsort(axis=1) + 0.5) / values.shape[1]
+
+
+def divergence_locations(
+    draws: np.ndarray,
+    diverging: np.ndarray,
+    log_density: np.ndarray,
+    sizes: tuple[int, ...],
+    shifts: int = 500,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Where the divergent transitions of chains (C, N, D) start, one row per feature.
+
+    A transition that diverged at draw t started from draw t - 1 (a divergent proposal is
+    rejected, so draw t repeats it); divergences at t = 0 started from the warm-up and are left
+    out. For each feature (``log_density``, ``layer_<l>_log_norm`` = log of layer l's weight
+    Frobenius norm, ``rescaling_max`` = the largest |rescaling coordinate|) the row gives the mean
+    within-chain percentile at the starts (0.5 when divergences ignore the feature), its null
+    mean and sd over ``shifts`` random circular shifts of each chain's divergence indicator (which
+    keep the divergences' clustering in time and the feature's autocorrelation), ``z`` and the
+    two-sided null share ``p`` as far from the null mean, and the feature's median at the starts
+    and over all draws.
+
+    Args:
+        diverging: (C, N) bool, whether the transition that produced draw t diverged.
+        log_density: (C, N) log density of the draws.
+    """
+    draws, diverging = np.asarray(draws), np.asarray(diverging, dtype=bool)
+    chains, count = draws.shape[:2]
+    if diverging.shape != (chains, count) or np.shape(log_density) != (chains, count):
+        raise ValueError(
+            f"divergence_locations: diverging {diverging.shape} and log_density "
+            f"{np.shape(log_density)} must both be (chains, draws) = {(chains, count)}"
+        )
+    starts = [np.flatnonzero(diverging[chain, 1:]) for chain in range(chains)]
+    total = sum(len(index) for index in starts)
+    if total == 0:
+        return []
+    features = {"log_density": np.asarray(log_density, dtype=np.float64)}
+    for layer, (weight, _) in enumerate(unpack(draws, sizes)):
+        features[f"layer_{layer}_log_norm"] = 0.5 * np.log((weight**2).sum(axis=(-2, -1)))
+    if len(sizes) > 2:
+        features["rescaling_max"] = np.abs(rescaling_coordinates(draws, sizes)).max(axis=-1)
+    offsets = np.random.default_rng(seed).integers(1, count, size=(shifts, chains))
+    rows = []
+    for name, values in features.items():
+        ranks = _within_chain_percentiles(values)
+        observed = sum(ranks[chain, index].sum() for chain, index in enumerate(starts)) / total
+        null = np.array([
+            sum(ranks[chain, (index + offset[chain]) % count].sum()
+                for chain, index in enumerate(starts)) / total
+            for offset in offsets
+        ])  # fmt: skip
+        spread = np.abs(null - null.mean())
+        rows.append({
+            "feature": name, "divergent_starts": total, "percentile": float(observed),
+            "null_mean": float(null.mean()), "null_sd": float(null.std()),
+            "z": float((observed - null.mean()) / null.std()),
+            "p": float(np.mean(spread >= abs(observed - null.mean()))),
+            "median_at_starts": float(np.median(np.concatenate(
+                [values[chain, index] for chain, index in enumerate(starts)]))),
+            "median_all": float(np.median(values)),
+        })  # fmt: skip
+    return rows
+
+
+def divergence_episodes(diverging: np.ndarray, gap: int = 20) -> int:
+    """How many bursts the divergent transitions (C, N) come in: runs whose divergences are at
+    most ``gap`` transitions apart count once."""
+    episodes = 0
+    for chain in np.asarray(diverging, dtype=bool):
+        index = np.flatnonzero(chain)
+        episodes += int(len(index) > 0) + int((np.diff(index) > gap).sum())
+    return episodes
 
 
 def layer_mixing(rhat: np.ndarray, ess: np.ndarray, sizes: tuple[int, ...]) -> list[dict[str, Any]]:

@@ -158,6 +158,8 @@ def compute_unit(
             "samples": samples.astype(np.float32),
             "log_density": result.log_density,
             "steps": result.leapfrog_steps,
+            # where the integrator failed: a divergent transition started from the draw before
+            "diverging": result.diverging,
         }
     else:
         samples, diagnostics = cached
