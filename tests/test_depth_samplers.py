@@ -10,6 +10,9 @@ fourth moment) with the ESS of the squared deviations; every coordinate must be 
 from __future__ import annotations
 
 import dataclasses
+import runpy
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,7 +274,7 @@ def test_the_sampler_enters_the_unit_key(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path) -> None:
+def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path, monkeypatch) -> None:
     import argparse
 
     import pandas as pd
@@ -292,3 +295,13 @@ def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path) ->
     ]
     assert "blackjax" in units["software"][0]
     assert not list((tmp_path / "chains").glob("*/*"))  # a stored unit drops its chains in flight
+    # the curvature along the chains, from the unit's own potential and tuned step sizes
+    scripts = Path(__file__).resolve().parents[1] / "reproductions" / "depth"
+    monkeypatch.syspath_prepend(str(scripts))
+    monkeypatch.setattr(
+        sys, "argv", ["curvature_along_chains.py", str(tmp_path), "--per-chain", "5"]
+    )
+    runpy.run_path(str(scripts / "curvature_along_chains.py"), run_name="__main__")
+    curvature = pd.read_csv(tmp_path / "curvature_points.csv")
+    assert len(curvature) >= 10 and (curvature["h"] > 0).all()
+    assert (tmp_path / "curvature.png").stat().st_size > 0

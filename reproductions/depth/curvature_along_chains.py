@@ -1,0 +1,166 @@
+"""How far does the posterior's curvature vary along a depth run's chains, and do divergent
+transitions start where it is largest? ``curvature.csv``, ``curvature_points.csv`` and
+``curvature.png`` beside the run.
+
+For every unit of ``<run>/units`` whose chains are in ``<run>/samples``: at ``--per-chain``
+evenly spaced draws of each chain (and at every draw from which a transition diverged, where the
+unit stored them), the largest eigenvalue lambda of the preconditioned Hessian diag(s) H diag(s)
+of the unit's potential (``vbnn.references.curvature.largest_curvature``), with s the chain's own
+standard deviations (the diagonal preconditioner MAMS tunes estimates the same), and
+h = eps sqrt(lambda / D) with eps the chain's tuned step size and D the parameters: the
+microcanonical samplers (MAMS, MCLMC) move at unit speed, so a step of eps spreads over D
+coordinates and stands for a Hamiltonian step of eps / sqrt(D) (hence BlackJAX's initial step
+size of 0.25 sqrt(D)); the integrator is stable only while h stays below a constant of order 1.
+``curvature.csv`` gives per unit the quantiles of h over the evenly spaced draws, how far
+lambda's largest value lies above its median (its square root is the factor by which eps would
+have to shrink for the worst visited draw to look like a typical one: the cost of a step size
+tuned to the worst draw), the rank correlation of log lambda with each layer's weight norm, and
+the percentile of h at the divergent starts among the evenly spaced draws.
+
+Run from the repository root: ``python reproductions/depth/curvature_along_chains.py
+reproductions/depth/mams-1000-long``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+from mixing_reasons import settings_of, units_with_chains  # beside this script
+from scipy.stats import spearmanr
+
+from vbnn.experiments.depth.units import two_moons
+from vbnn.references.curvature import largest_curvature
+from vbnn.references.jax_potential import jax_potential
+from vbnn.references.mixing import unpack
+
+# a reference mark for h: the leapfrog integrator's stability limit on a quadratic (the two-stage
+# isokinetic integrator of MAMS has its own, of the same order)
+STABILITY_MARK = 2.0
+
+
+def measure_unit(record: dict, arrays: dict, chains: dict, per_chain: int) -> pd.DataFrame:
+    """One row per measured draw: chain, draw, lambda, h, whether a divergence started there,
+    each layer's log weight norm."""
+    settings = settings_of(record["settings"])
+    seed = settings.seed * 1000 + settings.repeat  # compute_unit's
+    x, y = two_moons(settings.points, settings.noise, seed, torch.float32)
+    architecture = settings.architecture()
+    potential = jax_potential(architecture, x.numpy(), y.numpy())
+    draws = arrays["samples"]
+    diverging = arrays.get("diverging", np.zeros(draws.shape[:2], bool))
+    steps = np.asarray(chains["chain_step_size"]) / np.sqrt(draws.shape[-1])
+    frames = []
+    for chain, chain_draws in enumerate(draws):
+        even = np.linspace(0, len(chain_draws) - 1, per_chain).round().astype(int)
+        starts = np.flatnonzero(diverging[chain, 1:])  # transition t started from draw t - 1
+        index = np.concatenate([even, starts])
+        points = chain_draws[index]
+        curvature = largest_curvature(potential, points, chain_draws.std(axis=0), seed=chain)
+        frame = pd.DataFrame({
+            "chain": chain, "draw": index, "evenly_spaced": np.arange(len(index)) < len(even),
+            "divergence_start": np.arange(len(index)) >= len(even), "curvature": curvature,
+            "h": steps[chain] * np.sqrt(np.clip(curvature, 0, None)),
+            "log_density": arrays["log_density"][chain, index],
+        })  # fmt: skip
+        for layer, (weight, _) in enumerate(unpack(points, architecture.sizes)):
+            frame[f"layer_{layer}_log_norm"] = 0.5 * np.log((weight**2).sum(axis=(-2, -1)))
+        frames.append(frame)
+    table = pd.concat(frames, ignore_index=True)
+    for key in ("activation", "depth", "repeat", "points", "sampler"):
+        table.insert(0, key, record[key])
+    return table
+
+
+def summarise(points: pd.DataFrame, record: dict, chains: dict) -> dict:
+    """One unit's row of ``curvature.csv``."""
+    even = points[points["evenly_spaced"]]
+    curvature = even["curvature"].to_numpy()
+    row = {key: record[key] for key in ("activation", "depth", "repeat", "points", "sampler")}
+    row.update(
+        divergences=chains.get("divergences", np.nan),
+        step_size_by_chain=json.dumps([round(v, 4) for v in chains["chain_step_size"]]),
+        negative_share=float((curvature < 0).mean()),
+        h_median=float(even["h"].median()), h_q90=float(even["h"].quantile(0.9)),
+        h_q99=float(even["h"].quantile(0.99)), h_max=float(even["h"].max()),
+        share_h_above_mark=float((even["h"] > STABILITY_MARK).mean()),
+        # the share of transitions that diverged, beside the share of draws past the mark
+        divergent_share=chains.get("divergences", np.nan)
+        / (record["settings"]["chains"]["chains"] * record["settings"]["chains"]["samples"]),
+        curvature_max_over_median=float(np.abs(curvature).max() / np.median(np.abs(curvature))),
+    )  # fmt: skip
+    row["step_shrink_for_worst"] = float(np.sqrt(row["curvature_max_over_median"]))
+    log_curvature = np.log(np.abs(curvature))
+    for column in ["log_density", *[c for c in points if c.endswith("_log_norm")]]:
+        row[f"rho_{column}"] = float(spearmanr(log_curvature, even[column]).statistic)
+    starts = points[points["divergence_start"]]
+    row["divergence_starts_measured"] = len(starts)
+    if len(starts):
+        row["h_percentile_at_divergence_starts"] = float(
+            np.mean([(even["h"] < value).mean() for value in starts["h"]])
+        )
+        row["h_median_at_divergence_starts"] = float(starts["h"].median())
+    return row
+
+
+def plot(points: pd.DataFrame, path: Path) -> None:
+    """h at the evenly spaced draws, one panel per activation and depth, one line per repeat,
+    on a shared axis; divergent starts (where stored) filled red."""
+    cells = list(points.groupby(["activation", "depth"], sort=True))
+    figure, axes = plt.subplots(
+        1, len(cells), figsize=(3.4 * len(cells), 3), squeeze=False, sharex=True
+    )
+    positive = points["h"][points["h"] > 0]
+    bins = np.geomspace(positive.min(), positive.max() * 1.01, 40)
+    for axis, ((activation, depth), cell) in zip(axes[0], cells, strict=True):
+        for repeat, unit in cell.groupby("repeat"):
+            axis.hist(unit["h"][unit["evenly_spaced"]], bins=bins, histtype="step",
+                      label=f"repeat {repeat}")  # fmt: skip
+        starts = cell[cell["divergence_start"]]
+        if len(starts):
+            axis.hist(starts["h"], bins=bins, color="tab:red", alpha=0.5,
+                      label="divergence starts")  # fmt: skip
+        axis.axvline(STABILITY_MARK, color="grey", linestyle=":")
+        axis.set_xscale("log")
+        axis.set_title(f"{activation}, depth {depth}", fontsize=9)
+        axis.set_xlabel("h = eps sqrt(lambda_max / D)")
+        axis.legend(fontsize=7)
+    axes[0, 0].set_ylabel("draws")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run", type=Path, help="a depth run's folder (units/, samples/)")
+    parser.add_argument("--per-chain", type=int, default=100, help="evenly spaced draws a chain")
+    args = parser.parse_args()
+    rows, tables = [], []
+    for record, arrays, chains in units_with_chains(args.run):
+        if "chain_step_size" not in chains:  # NUTS: its step sizes are not stored
+            print(f"{record['sampler']} unit (depth {record['depth']}): no step sizes, skipped")
+            continue
+        table = measure_unit(record, arrays, chains, args.per_chain)
+        rows.append(summarise(table, record, chains))
+        tables.append(table)
+    if not rows:
+        raise SystemExit(f"{args.run}: no unit has its chains in samples/")
+    summary = pd.DataFrame(rows).sort_values(["points", "activation", "depth", "repeat"])
+    summary.to_csv(args.run / "curvature.csv", index=False)
+    points = pd.concat(tables, ignore_index=True)
+    points.to_csv(args.run / "curvature_points.csv", index=False, float_format="%.6g")
+    plot(points, args.run / "curvature.png")
+    print(summary.to_string(index=False, float_format=lambda value: f"{value:.3g}"))
+
+
+if __name__ == "__main__":
+    main()
