@@ -14,8 +14,10 @@ size of 0.25 sqrt(D)); the integrator is stable only while h stays below a const
 ``curvature.csv`` gives per unit the quantiles of h over the evenly spaced draws, how far
 lambda's largest value lies above its median (its square root is the factor by which eps would
 have to shrink for the worst visited draw to look like a typical one: the cost of a step size
-tuned to the worst draw), the rank correlation of log lambda with each layer's weight norm, and
-the percentile of h at the divergent starts among the evenly spaced draws.
+tuned to the worst draw), the rank correlation of log lambda with each layer's weight norm, with
+the log density and with the sum over the training points of p (1 - p) (the weight of the
+likelihood's Gauss-Newton curvature), and the percentile of h at the divergent starts among the
+evenly spaced draws.
 
 Run from the repository root: ``python reproductions/depth/curvature_along_chains.py
 reproductions/depth/mams-1000-long``.
@@ -40,7 +42,7 @@ from scipy.stats import spearmanr
 from vbnn.experiments.depth.units import two_moons
 from vbnn.references.curvature import largest_curvature
 from vbnn.references.jax_potential import jax_potential
-from vbnn.references.mixing import unpack
+from vbnn.references.mixing import network_outputs, unpack
 
 # a reference mark for h: the leapfrog integrator's stability limit on a quadratic (the two-stage
 # isokinetic integrator of MAMS has its own, of the same order)
@@ -73,6 +75,10 @@ def measure_unit(record: dict, arrays: dict, chains: dict, per_chain: int) -> pd
         })  # fmt: skip
         for layer, (weight, _) in enumerate(unpack(points, architecture.sizes)):
             frame[f"layer_{layer}_log_norm"] = 0.5 * np.log((weight**2).sum(axis=(-2, -1)))
+        # the likelihood's Gauss-Newton curvature is sum_n p_n (1 - p_n) J_n J_n': its weight
+        logits, _ = network_outputs(points[None], architecture, x.numpy())
+        probability = 1 / (1 + np.exp(-np.clip(logits[0], -50, 50)))
+        frame["bernoulli_variance_sum"] = (probability * (1 - probability)).sum(axis=-1)
         frames.append(frame)
     table = pd.concat(frames, ignore_index=True)
     for key in ("activation", "depth", "repeat", "points", "sampler"):
@@ -99,7 +105,8 @@ def summarise(points: pd.DataFrame, record: dict, chains: dict) -> dict:
     )  # fmt: skip
     row["step_shrink_for_worst"] = float(np.sqrt(row["curvature_max_over_median"]))
     log_curvature = np.log(np.abs(curvature))
-    for column in ["log_density", *[c for c in points if c.endswith("_log_norm")]]:
+    features = ["log_density", "bernoulli_variance_sum"]
+    for column in [*features, *[c for c in points if c.endswith("_log_norm")]]:
         row[f"rho_{column}"] = float(spearmanr(log_curvature, even[column]).statistic)
     starts = points[points["divergence_start"]]
     row["divergence_starts_measured"] = len(starts)
