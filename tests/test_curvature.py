@@ -30,7 +30,10 @@ def test_a_gaussian_gives_the_preconditioned_precisions_top_eigenvalue_everywher
     expected = largest_in_magnitude(scale[:, None] * precision * scale)
     a = jnp.asarray(precision, dtype=jnp.float32)
     found = largest_curvature(lambda t: 0.5 * t @ a @ t, rng.standard_normal((3, 12)), scale)
-    np.testing.assert_allclose(found, expected, rtol=1e-3)
+    np.testing.assert_allclose(found.values, expected, rtol=1e-3)
+    _, eigenvectors = np.linalg.eigh(scale[:, None] * precision * scale)
+    overlap = np.abs(found.vectors @ eigenvectors[:, -1])  # unit vectors, sign free
+    np.testing.assert_allclose(overlap, 1.0, atol=1e-3)
 
 
 def test_a_quartic_curves_most_where_its_largest_coordinate_is() -> None:
@@ -38,14 +41,15 @@ def test_a_quartic_curves_most_where_its_largest_coordinate_is() -> None:
     s multiplies it by s_i^2 at that coordinate."""
     points = np.array([[0.1, -2.0, 0.5, 1.0], [3.0, 0.2, -0.1, 0.0]], dtype=np.float32)
     found = largest_curvature(lambda t: jnp.sum(t**4) / 4, points, np.ones(4))
-    np.testing.assert_allclose(found, [12.0, 27.0], rtol=1e-4)
+    np.testing.assert_allclose(found.values, [12.0, 27.0], rtol=1e-4)
+    np.testing.assert_allclose(np.abs(found.vectors), np.eye(4)[[1, 0]], atol=1e-3)
     scaled = largest_curvature(lambda t: jnp.sum(t**4) / 4, points, [1.0, 0.5, 1.0, 1.0])
-    np.testing.assert_allclose(scaled, [3.0, 27.0], rtol=1e-4)
+    np.testing.assert_allclose(scaled.values, [3.0, 27.0], rtol=1e-4)
 
 
 def test_a_saddle_keeps_its_sign() -> None:
     found = largest_curvature(lambda t: 0.5 * jnp.sum(t**2) - 5.0 * t[0] ** 2, np.ones((2, 5)), 1.0)
-    np.testing.assert_allclose(found, -9.0, rtol=1e-4)
+    np.testing.assert_allclose(found.values, -9.0, rtol=1e-4)
 
 
 def test_the_network_potentials_curvature_is_its_dense_hessians() -> None:
@@ -57,7 +61,7 @@ def test_the_network_potentials_curvature_is_its_dense_hessians() -> None:
     potential = jax_potential(architecture, x, y)
     points = rng.standard_normal((3, 51)).astype(np.float32)
     scale = rng.uniform(0.5, 1.5, 51).astype(np.float32)
-    found = largest_curvature(potential, points, scale, iterations=400)
+    found = largest_curvature(potential, points, scale, iterations=400).values
     for point, value in zip(points, found, strict=True):
         hessian = np.asarray(jax.hessian(potential)(jnp.asarray(point)), dtype=np.float64)
         np.testing.assert_allclose(value, largest_in_magnitude(scale[:, None] * hessian * scale),

@@ -16,8 +16,9 @@ lambda's largest value lies above its median (its square root is the factor by w
 have to shrink for the worst visited draw to look like a typical one: the cost of a step size
 tuned to the worst draw), the rank correlation of log lambda with each layer's weight norm, with
 the log density and with the sum over the training points of p (1 - p) (the weight of the
-likelihood's Gauss-Newton curvature), and the percentile of h at the divergent starts among the
-evenly spaced draws.
+likelihood's Gauss-Newton curvature), whether the stiffest directions of the most curved 5 % of
+the draws are few and shared (which a constant dense preconditioner could fold in) or many, and
+the percentile of h at the divergent starts among the evenly spaced draws.
 
 Run from the repository root: ``python reproductions/depth/curvature_along_chains.py
 reproductions/depth/mams-1000-long``.
@@ -49,9 +50,12 @@ from vbnn.references.mixing import network_outputs, unpack
 STABILITY_MARK = 2.0
 
 
-def measure_unit(record: dict, arrays: dict, chains: dict, per_chain: int) -> pd.DataFrame:
-    """One row per measured draw: chain, draw, lambda, h, whether a divergence started there,
-    each layer's log weight norm."""
+def measure_unit(
+    record: dict, arrays: dict, chains: dict, per_chain: int
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """One row per measured draw (chain, draw, lambda, h, whether a divergence started there,
+    each layer's log weight norm, ...) and the draws' top eigenvectors as parameter-space
+    directions in units of the pooled standard deviations (rows, D), unit length."""
     settings = settings_of(record["settings"])
     seed = settings.seed * 1000 + settings.repeat  # compute_unit's
     x, y = two_moons(settings.points, settings.noise, seed, torch.float32)
@@ -60,13 +64,17 @@ def measure_unit(record: dict, arrays: dict, chains: dict, per_chain: int) -> pd
     draws = arrays["samples"]
     diverging = arrays.get("diverging", np.zeros(draws.shape[:2], bool))
     steps = np.asarray(chains["chain_step_size"]) / np.sqrt(draws.shape[-1])
-    frames = []
+    frames, directions = [], []
+    pooled_scale = draws.reshape(-1, draws.shape[-1]).std(axis=0)
     for chain, chain_draws in enumerate(draws):
         even = np.linspace(0, len(chain_draws) - 1, per_chain).round().astype(int)
         starts = np.flatnonzero(diverging[chain, 1:])  # transition t started from draw t - 1
         index = np.concatenate([even, starts])
         points = chain_draws[index]
-        curvature = largest_curvature(potential, points, chain_draws.std(axis=0), seed=chain)
+        scale = chain_draws.std(axis=0)
+        curvature, vectors = largest_curvature(potential, points, scale, seed=chain)
+        moved = vectors * scale / pooled_scale  # the eigenvector as a move of theta / pooled sd
+        directions.append(moved / np.linalg.norm(moved, axis=-1, keepdims=True))
         frame = pd.DataFrame({
             "chain": chain, "draw": index, "evenly_spaced": np.arange(len(index)) < len(even),
             "divergence_start": np.arange(len(index)) >= len(even), "curvature": curvature,
@@ -83,11 +91,28 @@ def measure_unit(record: dict, arrays: dict, chains: dict, per_chain: int) -> pd
     table = pd.concat(frames, ignore_index=True)
     for key in ("activation", "depth", "repeat", "points", "sampler"):
         table.insert(0, key, record[key])
-    return table
+    return table, np.concatenate(directions)
 
 
-def summarise(points: pd.DataFrame, record: dict, chains: dict) -> dict:
-    """One unit's row of ``curvature.csv``."""
+def shared_directions(directions: np.ndarray) -> dict[str, float]:
+    """Are the top eigenvectors (rows, unit length) of the most curved draws few and shared?
+    Mean |cosine| over pairs, and the share of their summed squares that the first one and
+    first three principal directions carry (1 / rows for directions with nothing in common)."""
+    if len(directions) < 2:
+        return {"top_directions": len(directions)}
+    cosines = np.abs(directions @ directions.T)[np.triu_indices(len(directions), 1)]
+    energy = np.linalg.svd(directions, compute_uv=False) ** 2
+    energy = energy / energy.sum()
+    return {
+        "top_directions": len(directions),
+        "top_directions_mean_abs_cosine": float(cosines.mean()),
+        "top_directions_first_share": float(energy[0]),
+        "top_directions_first_three_share": float(energy[:3].sum()),
+    }
+
+
+def summarise(points: pd.DataFrame, directions: np.ndarray, record: dict, chains: dict) -> dict:
+    """One unit's row of ``curvature.csv``; ``directions`` (rows of ``points``, D)."""
     even = points[points["evenly_spaced"]]
     curvature = even["curvature"].to_numpy()
     row = {key: record[key] for key in ("activation", "depth", "repeat", "points", "sampler")}
@@ -108,6 +133,13 @@ def summarise(points: pd.DataFrame, record: dict, chains: dict) -> dict:
     features = ["log_density", "bernoulli_variance_sum"]
     for column in [*features, *[c for c in points if c.endswith("_log_norm")]]:
         row[f"rho_{column}"] = float(spearmanr(log_curvature, even[column]).statistic)
+    # the top 5 % of the evenly spaced draws by curvature: one shared stiff direction or many?
+    magnitude = np.abs(curvature)
+    curved = points.index[points["evenly_spaced"]][magnitude >= np.quantile(magnitude, 0.95)]
+    row.update(shared_directions(directions[curved]))
+    row["all_draws_mean_abs_cosine"] = shared_directions(
+        directions[points.index[points["evenly_spaced"]]]
+    ).get("top_directions_mean_abs_cosine", np.nan)
     starts = points[points["divergence_start"]]
     row["divergence_starts_measured"] = len(starts)
     if len(starts):
@@ -156,8 +188,8 @@ def main() -> None:
         if "chain_step_size" not in chains:  # NUTS: its step sizes are not stored
             print(f"{record['sampler']} unit (depth {record['depth']}): no step sizes, skipped")
             continue
-        table = measure_unit(record, arrays, chains, args.per_chain)
-        rows.append(summarise(table, record, chains))
+        table, directions = measure_unit(record, arrays, chains, args.per_chain)
+        rows.append(summarise(table, directions, record, chains))
         tables.append(table)
     if not rows:
         raise SystemExit(f"{args.run}: no unit has its chains in samples/")

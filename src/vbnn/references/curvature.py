@@ -17,6 +17,8 @@ value is a saddle direction, where the integrator's error also grows).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,14 +27,23 @@ from numpy.typing import ArrayLike
 from vbnn.references.jax_potential import JaxPotential
 
 
+class Curvature(NamedTuple):
+    """The eigenvalue of largest magnitude (P,) and its unit eigenvector (P, D), in the
+    preconditioned coordinates theta / scale."""
+
+    values: np.ndarray
+    vectors: np.ndarray
+
+
 def largest_curvature(
     potential: JaxPotential,
     points: ArrayLike,
     scale: ArrayLike,
     iterations: int = 100,
     seed: int = 0,
-) -> np.ndarray:
-    """The eigenvalue of largest magnitude of diag(scale) H(theta) diag(scale) at each point.
+) -> Curvature:
+    """The eigenvalue of largest magnitude of diag(scale) H(theta) diag(scale) at each point,
+    with its eigenvector.
 
     Args:
         potential: U(theta), (D,) -> ().
@@ -45,7 +56,7 @@ def largest_curvature(
         seed: the random start vectors.
 
     Returns:
-        (P,) the estimates, in the dtype of ``points``.
+        ``Curvature``: values (P,) and vectors (P, D), in the dtype of ``points``.
     """
     points = jnp.asarray(points)
     if points.ndim != 2:
@@ -64,7 +75,8 @@ def largest_curvature(
             return w / jnp.linalg.norm(w)
 
         v = jax.lax.fori_loop(0, iterations - 1, power_step, start / jnp.linalg.norm(start))
-        return jnp.vdot(v, product(v))
+        return jnp.vdot(v, product(v)), v
 
     starts = jax.random.normal(jax.random.PRNGKey(seed), points.shape, points.dtype)
-    return np.asarray(jax.jit(jax.vmap(one_point))(points, scale, starts))
+    values, vectors = jax.jit(jax.vmap(one_point))(points, scale, starts)
+    return Curvature(np.asarray(values), np.asarray(vectors))
