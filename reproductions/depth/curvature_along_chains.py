@@ -169,6 +169,9 @@ def plot(points: pd.DataFrame, path: Path) -> None:
                       label="divergence starts")  # fmt: skip
         axis.axvline(STABILITY_MARK, color="grey", linestyle=":")
         axis.set_xscale("log")
+        axis.minorticks_off()
+        ticks = [t for t in (0.01, 0.03, 0.1, 0.3, 1, 3, 10) if bins[0] <= t <= bins[-1]]
+        axis.set_xticks(ticks, labels=[f"{t:g}" for t in ticks])
         axis.set_title(f"{activation}, depth {depth}", fontsize=9)
         axis.set_xlabel("h = eps sqrt(lambda_max / D)")
         axis.legend(fontsize=7)
