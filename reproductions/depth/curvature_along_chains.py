@@ -43,7 +43,7 @@ from scipy.stats import spearmanr
 from vbnn.experiments.depth.units import two_moons
 from vbnn.references.curvature import largest_curvature
 from vbnn.references.jax_potential import jax_potential
-from vbnn.references.mixing import network_outputs, unpack
+from vbnn.references.mixing import layer_log_norms, network_outputs
 
 # a reference mark for h: the leapfrog integrator's stability limit on a quadratic (the two-stage
 # isokinetic integrator of MAMS has its own, of the same order)
@@ -81,8 +81,8 @@ def measure_unit(
             "h": steps[chain] * np.sqrt(np.clip(curvature, 0, None)),
             "log_density": arrays["log_density"][chain, index],
         })  # fmt: skip
-        for layer, (weight, _) in enumerate(unpack(points, architecture.sizes)):
-            frame[f"layer_{layer}_log_norm"] = 0.5 * np.log((weight**2).sum(axis=(-2, -1)))
+        for layer, norms in enumerate(layer_log_norms(points, architecture.sizes).T):
+            frame[f"layer_{layer}_log_norm"] = norms
         # the likelihood's Gauss-Newton curvature is sum_n p_n (1 - p_n) J_n J_n': its weight
         logits, _ = network_outputs(points[None], architecture, x.numpy())
         probability = 1 / (1 + np.exp(-np.clip(logits[0], -50, 50)))

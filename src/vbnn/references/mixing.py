@@ -76,6 +76,14 @@ def unpack(draws: np.ndarray, sizes: tuple[int, ...]) -> list[tuple[np.ndarray, 
     ]
 
 
+def layer_log_norms(draws: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """The log Frobenius norm of every layer's weight matrix for flat draws (..., D): (..., L)."""
+    return np.stack(
+        [0.5 * np.log((weight**2).sum(axis=(-2, -1))) for weight, _ in unpack(draws, sizes)],
+        axis=-1,
+    )
+
+
 def rescaling_coordinates(draws: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     """``log |(w_in, b)_j| - log |w_out_j|`` of every hidden unit j, layer by layer: (..., H)."""
     layers = unpack(draws, sizes)
@@ -164,8 +172,8 @@ def divergence_locations(
     if total == 0:
         return []
     features = {"log_density": np.asarray(log_density, dtype=np.float64)}
-    for layer, (weight, _) in enumerate(unpack(draws, sizes)):
-        features[f"layer_{layer}_log_norm"] = 0.5 * np.log((weight**2).sum(axis=(-2, -1)))
+    for layer, norms in enumerate(np.moveaxis(layer_log_norms(draws, sizes), -1, 0)):
+        features[f"layer_{layer}_log_norm"] = norms
     if len(sizes) > 2:
         features["rescaling_max"] = np.abs(rescaling_coordinates(draws, sizes)).max(axis=-1)
     offsets = np.random.default_rng(seed).integers(1, count, size=(shifts, chains))
