@@ -129,3 +129,9 @@ def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none, mon
         assert len(pd.read_csv(tmp_path / written)) >= 4, script
     if units["nuts_divergences"].sum() > 0:  # where they started, one row per feature
         assert len(pd.read_csv(tmp_path / "divergences.csv")) >= 5
+    # a run against itself: every unit finds its posterior, and the same draws agree exactly
+    monkeypatch.setattr(sys, "argv", ["compare_runs.py", str(tmp_path), str(tmp_path)])
+    runpy.run_path(str(SCRIPTS / "compare_runs.py"), run_name="__main__")
+    agreement = pd.read_csv(tmp_path / "agreement.csv")
+    assert len(agreement) == 4
+    assert (agreement[["parameter_mean_z_max", "logit_variance_z_max"]] == 0).all(axis=None)

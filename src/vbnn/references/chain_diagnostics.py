@@ -16,6 +16,11 @@ ArviZ). For draws theta (C chains, N draws) of one coordinate:
   ESS(.) is Geyer's initial monotone sequence estimator over chains (Pyro's
   ``effective_sample_size``, the Stan reference manual's formula).
 
+Two sets of chains of one target (two samplers, two settings of one) are compared moment by
+moment with :func:`moment_agreement`: differences of means and of variances in Monte Carlo
+standard errors, with the ESS of each set (Stan's MCSE of a mean; the variance as the mean of the
+squared deviations).
+
 ``tests/test_chain_diagnostics.py`` checks them on independent draws (ESS ~ S, R-hat ~ 1), on AR(1)
 chains (ESS = S (1 - rho) / (1 + rho)), and that R-hat catches chains that differ in location or
 only in scale (the folded part).
@@ -147,6 +152,67 @@ class ConvergenceCriterion:
                 or bool(np.max(energy) <= self.max_energy_error_variance)
             )
         )
+
+
+@dataclass(frozen=True)
+class MomentAgreement:
+    """Per coordinate, how far two sets of chains of one target are apart in mean and
+    variance, in standard errors (:func:`moment_agreement`).
+
+    Attributes:
+        mean_z: (mean_a - mean_b) / sqrt(var_a / ESS_a + var_b / ESS_b).
+        variance_z: (s2_a - s2_b) / sqrt(se_a^2 + se_b^2), se^2 = Var[(x - mean)^2] /
+            ESS[(x - mean)^2]: the variance is the mean of the squared deviations.
+        variance_ratio: s2_b / s2_a.
+    """
+
+    mean_z: np.ndarray
+    variance_z: np.ndarray
+    variance_ratio: np.ndarray
+
+
+def _mean_and_error(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mean over chains and draws of (C, N, ...) and its squared Monte Carlo standard error,
+    var / ESS with the ESS of the (unranked) split chains, as Stan's MCSE of a mean (NaN where
+    the ESS is not positive: too few draws to estimate it)."""
+    pooled = draws.reshape(-1, *draws.shape[2:])
+    ess = _ess(split_chains(draws))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pooled.mean(0), np.where(ess > 0, pooled.var(0) / ess, np.nan)
+
+
+def moment_agreement(first: np.ndarray, second: np.ndarray) -> MomentAgreement:
+    """Do two samplers (or two runs of one) give the same means and variances? Both (C, N, ...)
+    draws of the same target; the chains' autocorrelation enters through the ESS, so where the
+    two agree every z is close to N(0, 1) and the largest |z| over K coordinates stays near
+    :func:`max_abs_normal_quantile` (K, 0.5); a bias of either shows as |z| beyond it. A
+    coordinate whose ESS cannot be estimated (too few draws) gets NaN."""
+    first, second = (np.asarray(d, dtype=np.float64) for d in (first, second))
+    if first.ndim < 2 or first.shape[2:] != second.shape[2:]:
+        raise ValueError(
+            "moment_agreement: draws must be (chains, draws, ...) with the same trailing "
+            f"shape, got {first.shape} and {second.shape}"
+        )
+    (mean_a, error_a), (mean_b, error_b) = _mean_and_error(first), _mean_and_error(second)
+    squares = [(d - d.reshape(-1, *d.shape[2:]).mean(0)) ** 2 for d in (first, second)]
+    (variance_a, variance_error_a), (variance_b, variance_error_b) = map(_mean_and_error, squares)
+    with np.errstate(invalid="ignore", divide="ignore"):  # NaN errors stay NaN
+        return MomentAgreement(
+            mean_z=(mean_a - mean_b) / np.sqrt(error_a + error_b),
+            variance_z=(variance_a - variance_b) / np.sqrt(variance_error_a + variance_error_b),
+            variance_ratio=variance_b / variance_a,
+        )
+
+
+def max_abs_normal_quantile(count: int, probability: float) -> float:
+    """The ``probability`` quantile of the largest |z| of ``count`` independent N(0, 1):
+    P(max |z| <= x) = (2 Phi(x) - 1)^count."""
+    if count < 1 or not 0 < probability < 1:
+        raise ValueError(
+            f"max_abs_normal_quantile: need count >= 1 and 0 < probability < 1, got {count}, "
+            f"{probability}"
+        )
+    return float(norm.ppf((1 + probability ** (1 / count)) / 2))
 
 
 def _worst(values: np.ndarray, pick, undefined: float) -> float:
