@@ -69,8 +69,21 @@ def test_pre_training_of_the_means_selects_the_weight_and_bias_means() -> None:
     assert len(selected) == 2 * 3
 
 
+def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> None:
+    pytest.importorskip("numpyro")
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    flags = ["--quick", "--out", str(tmp_path), "--depths", "1,2", "--stored-only"]
+    with pytest.raises(
+        FileNotFoundError, match=r"none of the 6 units named is finished in .*units"
+    ):
+        depth.run(parser.parse_args(flags))
+
+
 @pytest.mark.slow
-def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none, monkeypatch) -> None:
+def test_tiny_end_to_end_run_writes_every_output(
+    tmp_path, data_dir_or_none, monkeypatch, capsys
+) -> None:
     parser = argparse.ArgumentParser()
     depth.add_arguments(parser)
     flags = [
@@ -105,6 +118,16 @@ def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none, mon
     depth.run(parser.parse_args([*flags, "--no-fashion"]))
     units_after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "units").glob("*.json")}
     assert units_before == units_after
+    # --stored-only reports the finished units among those named and names the rest
+    figure_before = (tmp_path / "product_covariance.png").stat().st_mtime_ns
+    capsys.readouterr()
+    named = [*flags, "--no-fashion", "--stored-only"]
+    named[named.index("--depths") + 1] = "1-3"
+    depth.run(parser.parse_args(named))
+    assert capsys.readouterr().err.count("--stored-only: not finished, left out") == 2
+    assert pd.read_csv(tmp_path / "depth_units.csv")["depth"].tolist() == [1, 1, 3, 3]
+    assert len(list((tmp_path / "units").glob("*.json"))) == 4
+    assert (tmp_path / "product_covariance.png").stat().st_mtime_ns == figure_before
     # every unit carries the estimator's floor and its limit; a record stored before it did gets
     # them back from its chains, the same numbers
     measures = ["kl_floor_chains", "kl_above_floor_limit", "kl_above_floor_limit_drift"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
 
 from vbnn.core.contracts import Activation
@@ -102,6 +103,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=None, help="mean and ELBO epochs, each")
     parser.add_argument("--jitter", type=float, default=1e-4, help="added to the covariance")
     add_executor_arguments(parser)
+    parser.add_argument(
+        "--stored-only",
+        action="store_true",
+        help="tables and figure from the named units already finished under --out; runs "
+        "nothing else (no unit, Figure 1 or Fashion-MNIST) and lists the missing units",
+    )
     parser.add_argument("--no-fashion", action="store_true", help="skip the Fashion-MNIST part")
     parser.add_argument("--fashion-images", type=int, default=None, help="training images used")
     parser.add_argument("--fashion-samples", type=int, default=None, help="weight samples drawn")
@@ -188,6 +195,26 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
     return units, shared
 
 
+def stored_units(units: list, out: Path) -> list:
+    """The units among ``units`` that are finished under ``out`` (``--stored-only``); names the
+    missing ones on stderr, and raises if none is finished."""
+    from vbnn.experiments.depth.units import stored_record
+
+    finished = [stored_record(unit, out) is not None for unit in units]
+    stored = [unit for unit, done in zip(units, finished, strict=True) if done]
+    for unit in (unit for unit, done in zip(units, finished, strict=True) if not done):
+        print(
+            f"--stored-only: not finished, left out: {unit.label()} depth {unit.depth} "
+            f"repeat {unit.repeat}",
+            file=sys.stderr,
+        )
+    if not stored:
+        raise FileNotFoundError(
+            f"--stored-only: none of the {len(units)} units named is finished in {out / 'units'}"
+        )
+    return stored
+
+
 def run(args: argparse.Namespace) -> None:
     _require_jax()
     from vbnn.experiments.depth.report import (
@@ -203,9 +230,11 @@ def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     units, shared = build_settings(args)
+    if args.stored_only:
+        units = stored_units(units, out)
     note = run_note(units, shared, args.quick)
     print(note)
-    product = run_product_figure(out, args.heatmap_samples, args.seed)
+    product = None if args.stored_only else run_product_figure(out, args.heatmap_samples, args.seed)
     criterion = ConvergenceCriterion(
         args.max_rhat, args.min_ess, args.min_ess, args.max_divergences, args.max_energy_error
     )
@@ -213,7 +242,7 @@ def run(args: argparse.Namespace) -> None:
     table = aggregate(records, criterion)
     table.to_csv(out / "depth_gap.csv", index=False)
     plot_depth_gap(table, out / "depth_gap.png", args.quick)
-    fashion = None if args.no_fashion else run_fashion(out, args)
+    fashion = None if args.no_fashion or args.stored_only else run_fashion(out, args)
     results = {
         "product_support": product,
         "gap_table": table.to_dict(orient="records"),
