@@ -36,7 +36,7 @@ import torch
 from vbnn.core.contracts import Activation
 from vbnn.experiments.depth.models import parameter_count
 from vbnn.experiments.depth.units import UnitSettings, two_moons
-from vbnn.references.jax_mclmc import GRADIENTS_PER_STEP, _mams_chain
+from vbnn.references.jax_mclmc import GRADIENTS_PER_STEP, mams_chain
 from vbnn.references.jax_nuts import ChainsConfig
 from vbnn.references.jax_potential import jax_potential
 from vbnn.stores.atomic import write_atomic
@@ -88,7 +88,7 @@ def mams_rows(device, points: int, depth: int, chains: int, budget: tuple[int, i
     with jax.default_device(device):
         potential, architecture = unit_potential(points, depth)
         size = parameter_count(list(architecture.sizes))
-        chain = _mams_chain(potential, config)
+        chain = mams_chain(potential, config)
         for together in sorted({1, chains}):
             keys = jax.random.split(jax.random.PRNGKey(0), together)
             starts = jnp.asarray(

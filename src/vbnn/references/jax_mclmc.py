@@ -75,7 +75,11 @@ MAMS_L_FACTOR = 0.5  # L = 0.5 x integration time per effective sample (BlackJAX
 ChainFunction = Callable[[jax.Array, jax.Array], tuple[dict, dict]]
 
 
-def _mclmc_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction:
+def mclmc_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction:
+    """One unadjusted MCLMC chain as a pure function ``(key, start) -> (per_draw, per_chain)``:
+    tuning, then ``config.samples`` draws (:func:`run_mclmc_chains` runs and stores them; jit or
+    vmap it to time or batch chains)."""
+
     def log_density(theta):
         return -potential(theta)
 
@@ -131,7 +135,11 @@ def _mclmc_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction
     return chain
 
 
-def _mams_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction:
+def mams_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction:
+    """One MAMS chain as a pure function ``(key, start) -> (per_draw, per_chain)``: the three
+    tuning stages, then ``config.samples`` transitions (:func:`run_mams_chains` runs and stores
+    them; jit or vmap it to time or batch chains)."""
+
     def log_density(theta):
         return -potential(theta)
 
@@ -327,7 +335,7 @@ def run_mclmc_chains(
     ceil(L / eps) steps (2 gradients a step). ``leapfrog_steps`` counts the integrator steps a
     draw; ``diverging`` marks draws during which the kernel rejected a step for a non-finite
     energy. Biased: see the module docstring."""
-    return _run("run_mclmc_chains", _mclmc_chain(potential, config), initial, config, chain_store)
+    return _run("run_mclmc_chains", mclmc_chain(potential, config), initial, config, chain_store)
 
 
 def run_mams_chains(
@@ -340,4 +348,4 @@ def run_mams_chains(
     tuning transitions (three stages, module docstring), then ``config.samples`` kept.
     ``leapfrog_steps`` counts integration steps per transition; ``diverging`` the transitions
     whose energy error passed BlackJAX's divergence threshold (1000)."""
-    return _run("run_mams_chains", _mams_chain(potential, config), initial, config, chain_store)
+    return _run("run_mams_chains", mams_chain(potential, config), initial, config, chain_store)
