@@ -115,6 +115,49 @@ def test_every_sampler_recovers_a_correlated_gaussian(gaussian, sampler: Sampler
     assert np.abs(correlation - exact).max() < 0.1  # sd of a correlation <= 1 / sqrt(ESS > 100)
 
 
+def test_a_scaled_mams_step_keeps_the_tuning_and_the_target(gaussian) -> None:
+    """``step_scale`` divides the tuned step and keeps the tuned trajectory length: the same
+    tuning (same keys) gives exactly half the step, twice the integration steps a transition, a
+    higher acceptance and still the Gaussian's moments."""
+    potential, starts, mean, covariance = gaussian
+    plain = run_sampler(Sampler.MAMS, potential, starts, CONFIG).diagnostics
+    config = dataclasses.replace(CONFIG, step_scale=2.0)
+    result = run_sampler(Sampler.MAMS, potential, starts, config)
+    scaled = result.diagnostics
+    np.testing.assert_allclose(
+        scaled["chain_step_size"], np.asarray(plain["chain_step_size"]) / 2, rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        scaled["chain_trajectory_length"], plain["chain_trajectory_length"], rtol=1e-6
+    )
+    assert 1.7 < scaled["leapfrog_steps_mean"] / plain["leapfrog_steps_mean"] < 2.3
+    assert scaled["accept_probability"] > plain["accept_probability"]
+    mean_z, variance_z = moment_z_scores(
+        result.samples, mean, np.diag(covariance), np.zeros((2, 6))
+    )
+    assert mean_z.max() < TOLERANCE and variance_z.max() < TOLERANCE, (mean_z, variance_z)
+
+
+def test_the_step_scale_is_for_mams_and_enters_the_key_only_when_used(gaussian) -> None:
+    potential, starts, _, _ = gaussian
+    assert "step_scale" not in CONFIG.to_dict()  # the keys of chains stored before it came
+    assert dataclasses.replace(CONFIG, step_scale=1.5).to_dict()["step_scale"] == 1.5
+    with pytest.raises(ValueError, match="step_scale"):
+        ChainsConfig(step_scale=0.5)
+    with pytest.raises(ValueError, match=r"step_scale=2\.0 applies to MAMS only, not nuts"):
+        run_sampler(Sampler.NUTS, potential, starts, dataclasses.replace(CONFIG, step_scale=2.0))
+    import argparse
+
+    from vbnn.experiments import depth
+
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    with pytest.raises(ValueError, match=r"--step-scale 2\.0: for --sampler mams only"):
+        depth.build_settings(parser.parse_args(["--sampler", "nuts", "--step-scale", "2"]))
+    units, _ = depth.build_settings(parser.parse_args(["--quick", "--step-scale", "2"]))
+    assert units[0].to_dict()["chains"]["step_scale"] == 2.0
+
+
 def test_mclmc_reports_its_energy_error_draw_by_draw(gaussian) -> None:
     """The per-draw energy error (each draw's mean squared error per dimension over its steps)
     summarised: median, maximum, the share of draws above 5e-3, the log density at the worst;

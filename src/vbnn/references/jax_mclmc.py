@@ -186,7 +186,8 @@ def mams_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction:
             fix_L_first_da=True,
         )  # fmt: skip
         state, params, _, stage3 = retune(state, params, config.warmup, retune_key)
-        params = MCLMCAdaptationState(params.L, params.step_size, params.inverse_mass_matrix)
+        step_size = params.step_size / config.step_scale  # L kept: step_scale x the steps
+        params = MCLMCAdaptationState(params.L, step_size, params.inverse_mass_matrix)
 
         def step(state, step_key):
             state, info = transition(step_key, state, params)

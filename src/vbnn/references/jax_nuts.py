@@ -47,6 +47,10 @@ class ChainsConfig:
         start_jitter: std of the independent N(0, start_jitter^2) added to the start per chain.
         chain_method: how the chains share the machine.
         seed: JAX PRNG seed of the chains and the jitter.
+        step_scale: MAMS only: after tuning, the step size is divided by this and the trajectory
+            length kept, so a transition takes ``step_scale`` times the integration steps; a
+            smaller step than the acceptance target asks for keeps the integrator stable where
+            the curvature is far above typical (fewer divergent transitions).
     """
 
     chains: int = 4
@@ -58,6 +62,7 @@ class ChainsConfig:
     start_jitter: float = 0.1
     chain_method: ChainMethod = ChainMethod.SEQUENTIAL
     seed: int = 0
+    step_scale: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chain_method", ChainMethod(self.chain_method))
@@ -69,13 +74,19 @@ class ChainsConfig:
             "max_tree_depth": 1 <= self.max_tree_depth <= 15,
             "start_jitter": self.start_jitter >= 0,
             "seed": self.seed >= 0,
+            "step_scale": self.step_scale >= 1,
         }
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"ChainsConfig: invalid {name}={getattr(self, name)!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "chain_method": self.chain_method.value}
+        """The settings as stored and hashed into chain and unit keys; ``step_scale`` only where
+        it is not 1 (it came later: the stored keys of unscaled chains stay as they were)."""
+        out = {**asdict(self), "chain_method": self.chain_method.value}
+        if self.step_scale == 1:
+            del out["step_scale"]
+        return out
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,11 @@ def run_sampler(
     run resumes from its finished chains (``jax_mclmc``); NUTS runs its chains in one call and
     stores none."""
     sampler = Sampler(sampler)
+    if config.step_scale != 1 and sampler is not Sampler.MAMS:
+        raise ValueError(
+            f"run_sampler: step_scale={config.step_scale} applies to MAMS only, not "
+            f"{sampler.value} (NUTS and MCLMC tune their own step sizes)"
+        )
     if sampler is Sampler.NUTS:
         return run_chains(potential, initial, config)
     require_sampler(sampler)

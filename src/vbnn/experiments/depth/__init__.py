@@ -36,7 +36,8 @@ def run_note(units: list, shared: dict, quick: bool) -> str:
     mass = "dense" if chains.dense_mass else "diagonal"
     sampler = {
         "nuts": f"NumPyro NUTS (tree depth <= {chains.max_tree_depth}, {mass} mass matrix)",
-        "mams": f"BlackJAX MAMS (target acceptance {chains.target_accept})",
+        "mams": f"BlackJAX MAMS (target acceptance {chains.target_accept}"
+        + (f", step / {chains.step_scale:g})" if chains.step_scale != 1 else ")"),
         "mclmc": "BlackJAX unadjusted MCLMC (biased)",
     }[shared["sampler"].value]
     sizes = (
@@ -98,6 +99,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=None, help="kept samples per chain")
     parser.add_argument(
         "--target-accept", type=float, default=None, help="NUTS 0.8, MAMS 0.9 by default"
+    )
+    parser.add_argument(
+        "--step-scale",
+        type=float,
+        default=1.0,
+        help="MAMS: divide the tuned step size by this, trajectory length kept (>= 1; costs "
+        "that many times the gradients a transition; fewer divergent transitions)",
     )
     parser.add_argument("--max-tree-depth", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=None, help="mean and ELBO epochs, each")
@@ -163,7 +171,10 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
         max_tree_depth=args.max_tree_depth or (6 if quick else 10),
         dense_mass=args.dense_mass,
         target_accept=args.target_accept or (0.9 if sampler is Sampler.MAMS else 0.8),
+        step_scale=args.step_scale,
     )
+    if chains.step_scale != 1 and sampler is not Sampler.MAMS:
+        raise ValueError(f"--step-scale {args.step_scale}: for --sampler mams only")
     # 5 repeats by default, a unit a time: see reproductions/depth/README.md for the budget
     repeats = args.repeats or (1 if quick else 5)
     shared = {
