@@ -348,3 +348,15 @@ def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path, mo
     curvature = pd.read_csv(tmp_path / "curvature_points.csv")
     assert len(curvature) >= 10 and (curvature["h"] > 0).all()
     assert (tmp_path / "curvature.png").stat().st_size > 0
+    # --depths measures those units again and keeps the rows of the others; --plot-only redraws
+    summary = pd.read_csv(tmp_path / "curvature.csv")
+    other = summary.assign(depth=7)
+    pd.concat([summary, other]).to_csv(tmp_path / "curvature.csv", index=False)
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--depths", "1"])
+    runpy.run_path(str(scripts / "curvature_along_chains.py"), run_name="__main__")
+    assert pd.read_csv(tmp_path / "curvature.csv")["depth"].tolist() == [1, 7]
+    assert len(pd.read_csv(tmp_path / "curvature_points.csv")) == len(curvature)
+    (tmp_path / "curvature.png").unlink()
+    monkeypatch.setattr(sys, "argv", ["curvature_along_chains.py", str(tmp_path), "--plot-only"])
+    runpy.run_path(str(scripts / "curvature_along_chains.py"), run_name="__main__")
+    assert (tmp_path / "curvature.png").stat().st_size > 0

@@ -48,6 +48,7 @@ from vbnn.references.mixing import layer_log_norms, network_outputs
 # a reference mark for h: the leapfrog integrator's stability limit on a quadratic (the two-stage
 # isokinetic integrator of MAMS has its own, of the same order)
 STABILITY_MARK = 2.0
+UNIT_KEY = ["sampler", "points", "activation", "depth", "repeat"]  # one unit of a run
 
 
 def measure_unit(
@@ -181,13 +182,38 @@ def plot(points: pd.DataFrame, path: Path) -> None:
     plt.close(figure)
 
 
+def _keep_others(path: Path, new: pd.DataFrame) -> pd.DataFrame:
+    """``new`` and the rows of ``path`` (if it exists) of units that ``new`` does not hold."""
+    if not path.is_file():
+        return new
+    old = pd.read_csv(path)
+    measured = pd.MultiIndex.from_frame(new[UNIT_KEY].drop_duplicates())
+    kept = old[~pd.MultiIndex.from_frame(old[UNIT_KEY]).isin(measured)]
+    return pd.concat([kept, new], ignore_index=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a depth run's folder (units/, samples/)")
     parser.add_argument("--per-chain", type=int, default=100, help="evenly spaced draws a chain")
+    parser.add_argument(
+        "--depths",
+        default=None,
+        help="measure only the units of these depths, e.g. 2,3; the other units' rows already "
+        "in curvature.csv and curvature_points.csv are kept",
+    )
+    parser.add_argument(
+        "--plot-only", action="store_true", help="redraw curvature.png from curvature_points.csv"
+    )
     args = parser.parse_args()
+    if args.plot_only:
+        plot(pd.read_csv(args.run / "curvature_points.csv"), args.run / "curvature.png")
+        return
+    depths = None if args.depths is None else {int(d) for d in args.depths.split(",")}
     rows, tables = [], []
     for record, arrays, chains in units_with_chains(args.run):
+        if depths is not None and record["depth"] not in depths:
+            continue
         if "chain_step_size" not in chains:  # NUTS: its step sizes are not stored
             print(f"{record['sampler']} unit (depth {record['depth']}): no step sizes, skipped")
             continue
@@ -196,9 +222,14 @@ def main() -> None:
         tables.append(table)
     if not rows:
         raise SystemExit(f"{args.run}: no unit has its chains in samples/")
-    summary = pd.DataFrame(rows).sort_values(["points", "activation", "depth", "repeat"])
+    summary, points = pd.DataFrame(rows), pd.concat(tables, ignore_index=True)
+    if depths is not None:  # keep the rows of the units not measured now
+        summary, points = (
+            _keep_others(args.run / name, new)
+            for name, new in (("curvature.csv", summary), ("curvature_points.csv", points))
+        )
+    summary = summary.sort_values(["points", "activation", "depth", "repeat"])
     summary.to_csv(args.run / "curvature.csv", index=False)
-    points = pd.concat(tables, ignore_index=True)
     points.to_csv(args.run / "curvature_points.csv", index=False, float_format="%.6g")
     plot(points, args.run / "curvature.png")
     print(summary.to_string(index=False, float_format=lambda value: f"{value:.3g}"))
