@@ -36,7 +36,8 @@ import torch
 from vbnn.core.contracts import Activation
 from vbnn.experiments.depth.models import parameter_count
 from vbnn.experiments.depth.units import UnitSettings, two_moons
-from vbnn.references.jax_mclmc import GRADIENTS_PER_STEP, mams_chain
+from vbnn.references.chain_runner import GRADIENTS_PER_STEP
+from vbnn.references.jax_mclmc import mams_chain
 from vbnn.references.jax_nuts import ChainsConfig
 from vbnn.references.jax_potential import jax_potential
 from vbnn.stores.atomic import write_atomic

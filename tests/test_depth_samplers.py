@@ -186,7 +186,7 @@ def test_the_same_seed_gives_the_same_chains(gaussian) -> None:
 def test_a_killed_run_resumes_from_its_finished_chains(gaussian, tmp_path, sampler) -> None:
     """Finished chains are stored and read back instead of run again; the chains that were not
     stored run again to the draws of an uninterrupted run; other starts or seeds are not read."""
-    from vbnn.references.jax_mclmc import chain_settings
+    from vbnn.references.chain_runner import chain_settings
     from vbnn.stores import unit_store
 
     potential, starts, _, _ = gaussian
@@ -214,6 +214,51 @@ def test_a_killed_run_resumes_from_its_finished_chains(gaussian, tmp_path, sampl
     assert (moved.samples[0] != 7.0).all() and (reseeded.samples[0] != 7.0).all()
 
 
+@pytest.mark.parametrize("sampler", [Sampler.MAMS, Sampler.MCLMC])
+def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
+    gaussian, tmp_path, monkeypatch, sampler
+) -> None:
+    """A chain stopped after a tuning stage or between sampling segments goes on from its last
+    checkpoint (no stage or segment is run again) to the draws of a chain that ran in one
+    compiled call; the checkpoints are gone once the chain is stored."""
+    from vbnn.references import chain_runner, jax_mclmc
+
+    potential, starts, _, _ = gaussian
+    config = dataclasses.replace(CONFIG, warmup=50, samples=45)
+    monkeypatch.setattr(chain_runner, "SEGMENT_DRAWS", 7)  # 7 segments, the last of 3 draws
+    monkeypatch.setattr(chain_runner, "CHECKPOINT_SECONDS", 0.0)  # after every segment
+    whole = jax.jit(getattr(jax_mclmc, f"{sampler.value}_chain")(potential, config))
+    keys = jax.random.split(jax.random.PRNGKey(config.seed), config.chains)
+    expected = np.stack([whole(key, jnp.asarray(start))[0]["draws"] for key, start in
+                         zip(keys, starts, strict=True)])  # fmt: skip
+    stages = 3 if sampler is Sampler.MAMS else 1
+    saved, stop_after = [], {stages, stages + 4}  # after the tuning, then 4 segments later
+
+    class Killed(Exception):
+        pass
+
+    checkpoint = chain_runner._checkpoint
+
+    def killed_after_some(store, settings, progress, *state):
+        checkpoint(store, settings, progress, *state)
+        saved.append(progress)
+        if len(saved) in stop_after:
+            raise Killed
+
+    monkeypatch.setattr(chain_runner, "_checkpoint", killed_after_some)
+    store = tmp_path / "chains"
+    for _ in stop_after:
+        with pytest.raises(Killed):
+            run_sampler(sampler, potential, starts, config, store)
+    result = run_sampler(sampler, potential, starts, config, store)
+    np.testing.assert_array_equal(result.samples, expected)
+    first_chain = [p for p in saved[: stages + 4]]  # the same chain, over two runs, no repeat
+    assert [p["stage"] for p in first_chain] == list(range(1, stages + 1)) + [stages] * 4
+    assert [p["drawn"] for p in first_chain[stages:]] == [7, 14, 21, 28]
+    assert saved[stages + 4]["drawn"] == 35  # the third run went on from 28 draws
+    assert not list((store / "in-flight").iterdir()) and len(list(store.glob("*.npz"))) == 4
+
+
 def test_a_chain_another_process_runs_is_waited_for_not_run_twice(
     gaussian, tmp_path, monkeypatch
 ) -> None:
@@ -226,11 +271,11 @@ def test_a_chain_another_process_runs_is_waited_for_not_run_twice(
     import sys
     import threading
 
-    from vbnn.references import jax_mclmc
-    from vbnn.references.jax_mclmc import ChainStoreRemoved, chain_settings
+    from vbnn.references import chain_runner
+    from vbnn.references.chain_runner import ChainStoreRemoved, chain_settings
     from vbnn.stores import unit_store
 
-    monkeypatch.setattr(jax_mclmc, "CLAIM_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(chain_runner, "CLAIM_POLL_SECONDS", 0.05)
     potential, starts, _, _ = gaussian
     config = dataclasses.replace(CONFIG, warmup=50, samples=20)
     finished = tmp_path / "finished"

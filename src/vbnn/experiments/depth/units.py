@@ -45,12 +45,12 @@ from vbnn.experiments.depth.models import (
     train_mean_field,
 )
 from vbnn.references.architecture import MLPArchitecture
+from vbnn.references.chain_runner import ChainStoreRemoved
 from vbnn.references.gaussian_gap import (
     diagonal_gap,
     empirical_covariance,
     kl_above_floor_limit,
 )
-from vbnn.references.jax_mclmc import ChainStoreRemoved
 from vbnn.references.jax_nuts import ChainsConfig, jittered_starts
 from vbnn.references.jax_potential import jax_potential
 from vbnn.references.samplers import Sampler, run_sampler

@@ -1,0 +1,290 @@
+"""Running the chains of a BlackJAX sampler so that a long run that is killed loses little.
+
+A sampler is a ``ChainProgram``: the pieces of one chain, in the order they run, as pure JAX
+functions. The runner (:func:`run_chains`) compiles each piece once and runs the chains one
+after the other. With a ``chain_store`` directory it stores
+
+* every finished chain (``vbnn.stores.unit_store``, keyed by :func:`chain_settings`), read back
+  instead of run again;
+* the chain in flight (``<chain_store>/in-flight``): after every tuning stage and then at least
+  every ``CHECKPOINT_SECONDS`` of sampling, its state, tuned parameters and draws so far, from
+  which a rerun goes on.
+
+So a killed run loses at most the last stage or ``CHECKPOINT_SECONDS`` of one chain, and a chain
+that takes longer than any one session still finishes across several. A chain's draws do not
+depend on where it was stopped, how often, or whether it ran in one compiled function
+(:func:`whole_chain`, for vmapping or timing): every draw has its own key, split from the
+chain's key as the whole chain splits it. Processes on one machine that run the same chains with
+the same store share them: each runs the chains that no other has claimed
+(``unit_store.claim``), goes on from their checkpoints, and waits for the rest, so the same
+command started twice gives a unit's chains two cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from blackjax.adaptation.mclmc_adaptation import MCLMCAdaptationState
+
+from vbnn.references.chain_diagnostics import ENERGY_ERROR_LIMIT, summarise_chains
+from vbnn.references.jax_nuts import ChainsConfig, ChainsResult
+from vbnn.stores import unit_store
+
+GRADIENTS_PER_STEP = 2  # the McLachlan (two-stage) integrator, first-same-as-last
+CLAIM_POLL_SECONDS = 30.0  # how often a process waiting for another's chain looks for it
+CHECKPOINT_SECONDS = 600.0  # a chain in flight is stored at least this often while it samples
+SEGMENT_DRAWS = 50  # draws per compiled sampling call (the checkpoints fall between them)
+
+# one chain: (key, start (D,)) -> per-draw arrays and per-chain scalars
+ChainFunction = Callable[[jax.Array, jax.Array], tuple[dict, dict]]
+
+
+class ChainProgram(NamedTuple):
+    """One chain as the pieces the runner can stop between; the chain's key is split into
+    ``len(tuning) + 2`` keys: one for ``init``, one per tuning stage, one for the draws.
+
+    Attributes:
+        init: ``(key, start (D,)) -> state``, a BlackJAX state (a NamedTuple of arrays).
+        tuning: stages ``(key, state, params) -> (state, params, gradients)``; ``params`` is
+            None before the first stage and an ``MCLMCAdaptationState`` after it.
+        sample: ``(state, params, keys (n, 2)) -> (state, per_draw)``, one draw per key.
+        finish: ``(params, per_draw) -> (per_draw, per_chain)`` on the whole run's draws: the
+            per-draw arrays to keep and the chain's scalars (``tuning_gradients`` is added).
+        samples: the draws of a chain.
+    """
+
+    init: Callable
+    tuning: tuple[Callable, ...]
+    sample: Callable
+    finish: Callable
+    samples: int
+
+
+def whole_chain(program: ChainProgram) -> ChainFunction:
+    """The program as one pure function ``(key, start) -> (per_draw, per_chain)``: the same draws
+    as :func:`run_chains`, in one compiled call (jit or vmap it to time or batch chains)."""
+
+    def chain(key, start):
+        keys = jax.random.split(key, len(program.tuning) + 2)
+        state, params, gradients = program.init(keys[0], start), None, 0
+        for stage, stage_key in zip(program.tuning, keys[1:-1], strict=True):
+            state, params, spent = stage(stage_key, state, params)
+            gradients = gradients + spent
+        _, per_draw = program.sample(state, params, jax.random.split(keys[-1], program.samples))
+        per_draw, per_chain = program.finish(params, per_draw)
+        return per_draw, {**per_chain, "tuning_gradients": gradients}
+
+    return chain
+
+
+def chain_settings(name: str, index: int, start: np.ndarray, config: ChainsConfig) -> dict:
+    """What makes one chain's draws (its store key): the sampler, the chain's index (its random
+    key), the run's config (seed and budgets) and a digest of its start."""
+    digest = hashlib.sha256(np.ascontiguousarray(start).tobytes()).hexdigest()[:16]
+    return {"sampler": name, "chain": index, "chains": config.to_dict(), "start": digest}
+
+
+class ChainStoreRemoved(RuntimeError):
+    """The chain store went away while this process waited for a chain that another process
+    ran: that process has stored the whole unit (and dropped its chains in flight)."""
+
+
+class _Compiled(NamedTuple):
+    init: Callable
+    tuning: tuple[Callable, ...]
+    sample: Callable
+
+
+def _checkpoint(store: Path, settings: dict, progress: dict, state, params, draws: list) -> None:
+    """Store a chain in flight: its state, its tuned parameters and its draws so far."""
+    arrays = {f"state.{name}": np.asarray(value) for name, value in state._asdict().items()}
+    if params is not None:
+        arrays.update({f"params.{n}": np.asarray(v) for n, v in params._asdict().items()})
+    if draws:
+        arrays.update({f"draw.{n}": np.concatenate([d[n] for d in draws]) for n in draws[0]})
+    unit_store.save(store, settings, arrays, progress)
+
+
+def _resume(store: Path, settings: dict, state_template) -> tuple[dict, Any, Any, list] | None:
+    """(progress, state, params, draws) of a stored chain in flight, or None."""
+    stored = unit_store.load(store, settings)
+    if stored is None:
+        return None
+    arrays, progress = stored
+    state = type(state_template)(*(arrays[f"state.{n}"] for n in state_template._fields))
+    fields = MCLMCAdaptationState._fields
+    params = None  # before the first stage
+    if "params.L" in arrays:
+        params = MCLMCAdaptationState(*(arrays[f"params.{name}"] for name in fields))
+    drawn = {name[len("draw.") :]: arrays[name] for name in arrays if name.startswith("draw.")}
+    return progress, state, params, [drawn] if drawn else []
+
+
+def _run_chain(
+    program: ChainProgram,
+    compiled: _Compiled,
+    key: jax.Array,
+    start: np.ndarray,
+    settings: dict,
+    in_flight: Path | None,
+) -> tuple[dict, dict]:
+    """One chain's (per-draw arrays, {"scalars", "seconds"}), going on from its checkpoint in
+    ``in_flight`` if there is one, and storing checkpoints there."""
+    keys = jax.random.split(key, len(program.tuning) + 2)
+    draw_keys = jax.random.split(keys[-1], program.samples)
+    began = time.perf_counter()
+    state = compiled.init(keys[0], jnp.asarray(start))
+    params, draws = None, []
+    progress = {"stage": 0, "drawn": 0, "seconds": 0.0, "tuning_gradients": 0.0}
+    resumed = None if in_flight is None else _resume(in_flight, settings, state)
+    if resumed is not None:
+        progress, state, params, draws = resumed
+        began = time.perf_counter()  # the stored seconds count what came before
+
+    def seconds() -> float:
+        return progress["seconds"] + time.perf_counter() - began
+
+    def save() -> None:
+        if in_flight is not None:
+            _checkpoint(in_flight, settings, {**progress, "seconds": seconds()}, state, params,
+                        draws)  # fmt: skip
+
+    while progress["stage"] < len(program.tuning):
+        stage = progress["stage"]
+        state, params, spent = compiled.tuning[stage](keys[stage + 1], state, params)
+        progress = {**progress, "stage": stage + 1,
+                    "tuning_gradients": progress["tuning_gradients"] + float(spent)}  # fmt: skip
+        save()
+    saved = time.perf_counter()
+    while progress["drawn"] < program.samples:
+        drawn = progress["drawn"]
+        segment = draw_keys[drawn : drawn + SEGMENT_DRAWS]
+        state, per_draw = compiled.sample(state, params, segment)
+        draws.append({name: np.asarray(value) for name, value in per_draw.items()})
+        progress = {**progress, "drawn": drawn + len(segment)}
+        due = time.perf_counter() - saved >= CHECKPOINT_SECONDS
+        if due and progress["drawn"] < program.samples:
+            save()
+            saved = time.perf_counter()
+    whole = {name: np.concatenate([d[name] for d in draws]) for name in draws[0]}
+    per_draw, per_chain = program.finish(params, whole)
+    scalars = {name: float(value) for name, value in per_chain.items()}
+    scalars["tuning_gradients"] = progress["tuning_gradients"]
+    return {k: np.asarray(v) for k, v in per_draw.items()}, {"scalars": scalars,
+                                                              "seconds": seconds()}  # fmt: skip
+
+
+def _stored_or_run(
+    program: ChainProgram,
+    compiled: _Compiled,
+    key: jax.Array,
+    start: np.ndarray,
+    settings: dict,
+    chain_store: Path | None,
+) -> tuple[dict, dict] | None:
+    """One chain's (draws, info): read from ``chain_store``, or run here (from its checkpoint
+    there, if any) and stored there; None while another process runs it (its claim is in
+    ``chain_store``)."""
+    if chain_store is None:
+        return _run_chain(program, compiled, key, start, settings, None)
+    stored = unit_store.load(chain_store, settings)
+    if stored is not None:
+        return stored
+    if not unit_store.claim(chain_store, settings):
+        return None
+    try:
+        stored = unit_store.load(chain_store, settings)
+        if stored is None:  # not finished by another process between the two looks
+            in_flight = chain_store / "in-flight"
+            stored = _run_chain(program, compiled, key, start, settings, in_flight)
+            unit_store.save(chain_store, settings, *stored)
+            for suffix in (".json", ".npz"):  # the checkpoint's record first: no half checkpoint
+                (in_flight / f"{unit_store.settings_key(settings)}{suffix}").unlink(missing_ok=True)
+    finally:
+        unit_store.release(chain_store, settings)
+    return stored
+
+
+def run_chains(
+    name: str,
+    program: ChainProgram,
+    initial: np.ndarray,
+    config: ChainsConfig,
+    chain_store: Path | None = None,
+) -> ChainsResult:
+    """``config.chains`` chains of ``program`` from ``initial`` (C, D), one after the other, with
+    their diagnostics; ``name`` (the sampler's) enters every chain's store key."""
+    initial = np.asarray(initial)
+    if initial.ndim != 2 or initial.shape[0] != config.chains:
+        raise ValueError(f"{name}: initial must be ({config.chains}, D), got {initial.shape}")
+    if config.warmup < 10:
+        raise ValueError(f"{name}: the tuning needs warmup >= 10 steps, got {config.warmup}")
+    compiled = _Compiled(
+        jax.jit(program.init), tuple(jax.jit(stage) for stage in program.tuning),
+        jax.jit(program.sample),
+    )  # fmt: skip
+    keys = jax.random.split(jax.random.PRNGKey(config.seed), config.chains)
+    finished: dict[int, tuple[dict, dict]] = {}
+    if chain_store is not None:
+        chain_store.mkdir(parents=True, exist_ok=True)
+    while True:
+        for index, (key, start) in enumerate(zip(keys, initial, strict=True)):
+            if chain_store is not None and not chain_store.is_dir():
+                raise ChainStoreRemoved(f"{chain_store}: removed while this process waited")
+            if index not in finished:
+                settings = chain_settings(name, index, start, config)
+                stored = _stored_or_run(program, compiled, key, start, settings, chain_store)
+                if stored is not None:
+                    finished[index] = stored
+        if len(finished) == config.chains:
+            break
+        time.sleep(CLAIM_POLL_SECONDS)  # another process runs the missing chains
+    return _summarise([finished[index] for index in range(config.chains)], config)
+
+
+def _summarise(chains: list[tuple[dict, dict]], config: ChainsConfig) -> ChainsResult:
+    """The chains stacked (C, N, ...) with their diagnostics."""
+    per_chain = [info["scalars"] for _, info in chains]
+    seconds = [info["seconds"] for _, info in chains]
+    total = sum(seconds)  # a resumed run counts each chain's own time
+    stacked = {k: np.stack([draws[k] for draws, _ in chains]) for k in chains[0][0]}
+    samples = stacked["draws"].astype(np.float64)
+    log_density = stacked["log_density"].astype(np.float64)
+    steps = stacked["steps"].astype(np.int64)
+    diverging = stacked["diverging"].astype(bool)
+    diagnostics = summarise_chains(samples, log_density)
+    if "energy_error_variance" in stacked:
+        # per draw: the mean squared energy error per dimension over its steps. A median far
+        # below the mean says that a minority of draws make the error; the log density says where
+        energy = stacked["energy_error_variance"].astype(np.float64)
+        worst = np.unravel_index(np.argmax(energy), energy.shape)
+        diagnostics.update(
+            energy_error_variance_draw_median=float(np.median(energy)),
+            energy_error_variance_draw_max=float(energy.max()),
+            energy_error_variance_draws_above_5e_3=float((energy > ENERGY_ERROR_LIMIT).mean()),
+            log_density_at_worst_energy_error=float(log_density[worst]),
+        )
+    sampling_gradients = GRADIENTS_PER_STEP * float(steps.sum())
+    tuning_gradients = sum(c["tuning_gradients"] for c in per_chain)
+    diagnostics.update(
+        seconds=total,
+        bulk_ess_min_per_second=diagnostics["bulk_ess_min"] / total,
+        bulk_ess_log_density_per_second=diagnostics["bulk_ess_log_density"] / total,
+        accept_probability=float(np.mean([c["accept_probability"] for c in per_chain])),
+        divergences=float(diverging.sum()),
+        leapfrog_steps_mean=float(steps.mean()),
+        # the share of draws at the step cap, the counterpart of NUTS's tree-depth cap hits
+        max_tree_depth_hit_fraction=float((steps >= 2**config.max_tree_depth - 1).mean()),
+        gradient_evaluations=sampling_gradients + tuning_gradients,
+        sampling_gradient_evaluations=sampling_gradients,
+        chain_seconds=seconds,
+        **{f"chain_{k}": [c[k] for c in per_chain] for k in per_chain[0]},
+    )
+    return ChainsResult(samples, log_density, steps, diverging, diagnostics)
