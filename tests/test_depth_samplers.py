@@ -259,6 +259,62 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
     assert not list((store / "in-flight").iterdir()) and len(list(store.glob("*.npz"))) == 4
 
 
+@pytest.mark.parametrize("number", ["SIGTERM", "SIGINT"])
+def test_a_chain_asked_to_stop_stores_its_draws_first(
+    gaussian, tmp_path, monkeypatch, number
+) -> None:
+    """SIGTERM or SIGINT while a chain samples: the segment under way ends, the chain in flight
+    is stored with every draw made, the process stops as the signal says, and the rerun goes on
+    to the draws of an unbroken chain."""
+    import os
+    import signal
+
+    from vbnn.references import chain_runner
+    from vbnn.references.jax_mclmc import mams_chain, mams_program
+    from vbnn.stores import unit_store
+
+    potential, starts, _, _ = gaussian
+    config = dataclasses.replace(CONFIG, warmup=50, samples=45)
+    monkeypatch.setattr(chain_runner, "SEGMENT_DRAWS", 7)
+    program = mams_program(potential, config)
+    key = jax.random.PRNGKey(5)
+    expected = jax.jit(mams_chain(potential, config))(key, jnp.asarray(starts[0]))[0]["draws"]
+    sample = jax.jit(program.sample)
+    calls = []
+
+    def signalled_on_the_third_segment(*arguments):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), getattr(signal, number))
+        return sample(*arguments)
+
+    def compiled(sample) -> chain_runner._Compiled:
+        tuning = tuple(jax.jit(stage) for stage in program.tuning)
+        return chain_runner._Compiled(jax.jit(program.init), tuning, sample)
+
+    settings = {"chain": 0}
+    in_flight = tmp_path / "in-flight"
+    stops = KeyboardInterrupt if number == "SIGINT" else SystemExit
+    with pytest.raises(stops):
+        chain_runner._run_chain(
+            program, compiled(signalled_on_the_third_segment), key, starts[0], settings, in_flight
+        )
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+    progress = unit_store.load(in_flight, settings)[1]
+    assert (progress["stage"], progress["drawn"]) == (3, 21)
+    resumed = []
+
+    def counted(*arguments):
+        resumed.append(1)
+        return sample(*arguments)
+
+    draws, info = chain_runner._run_chain(program, compiled(counted), key, starts[0], settings,
+                                          in_flight)  # fmt: skip
+    np.testing.assert_array_equal(draws["draws"], expected)
+    assert len(resumed) == 4  # draws 22-45, no tuning stage or segment run again
+    assert info["seconds"] > progress["seconds"]
+
+
 def test_a_chain_another_process_runs_is_waited_for_not_run_twice(
     gaussian, tmp_path, monkeypatch
 ) -> None:

@@ -8,14 +8,15 @@ after the other. With a ``chain_store`` directory it stores
   instead of run again;
 * the chain in flight (``<chain_store>/in-flight``): after every tuning stage and then at least
   every ``CHECKPOINT_SECONDS`` of sampling, its state, tuned parameters and draws so far, from
-  which a rerun goes on.
+  which a rerun goes on; and on SIGINT or SIGTERM, at the end of the stage or segment under way,
+before the process stops.
 
-So a killed run loses at most the last stage or ``CHECKPOINT_SECONDS`` of one chain, and a chain
-that takes longer than any one session still finishes across several. A chain's draws do not
-depend on where it was stopped, how often, or whether it ran in one compiled function
-(:func:`whole_chain`, for vmapping or timing): every draw has its own key, split from the
-chain's key as the whole chain splits it. Processes on one machine that run the same chains with
-the same store share them: each runs the chains that no other has claimed
+So a killed run loses at most the last stage or ``CHECKPOINT_SECONDS`` of one chain (a stopped
+one nothing), and a chain that takes longer than any one session still finishes across several.
+A chain's draws do not depend on where it was stopped, how often, or whether it ran in one
+compiled function (:func:`whole_chain`, for vmapping or timing): every draw has its own key,
+split from the chain's key as the whole chain splits it. Processes on one machine that run the
+same chains with the same store share them: each runs the chains that no other has claimed
 (``unit_store.claim``), goes on from their checkpoints, and waits for the rest, so the same
 command started twice gives a unit's chains two cores.
 """
@@ -23,8 +24,11 @@ command started twice gives a unit's chains two cores.
 from __future__ import annotations
 
 import hashlib
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -102,6 +106,33 @@ class _Compiled(NamedTuple):
     sample: Callable
 
 
+@contextmanager
+def _stop_requests() -> Iterator[list[int]]:
+    """The signals (SIGINT, SIGTERM) that asked this process to stop while a chain ran: the
+    runner stores the chain in flight at the end of the stage or segment under way, then stops
+    (a signal cannot interrupt a compiled call). Outside the main thread, where Python cannot
+    take signals, the list stays empty."""
+    requested: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield requested
+        return
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    previous = {number: signal.signal(number, lambda number, _: requested.append(number))
+                for number in wanted}  # fmt: skip
+    try:
+        yield requested
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _stop(number: int) -> None:
+    """Stop as the signal ``number`` would have, now that the chain in flight is stored."""
+    if number == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + number)
+
+
 def _checkpoint(store: Path, settings: dict, progress: dict, state, params, draws: list) -> None:
     """Store a chain in flight: its state, its tuned parameters and its draws so far."""
     arrays = {f"state.{name}": np.asarray(value) for name, value in state._asdict().items()}
@@ -156,23 +187,28 @@ def _run_chain(
             _checkpoint(in_flight, settings, {**progress, "seconds": seconds()}, state, params,
                         draws)  # fmt: skip
 
-    while progress["stage"] < len(program.tuning):
-        stage = progress["stage"]
-        state, params, spent = compiled.tuning[stage](keys[stage + 1], state, params)
-        progress = {**progress, "stage": stage + 1,
-                    "tuning_gradients": progress["tuning_gradients"] + float(spent)}  # fmt: skip
-        save()
-    saved = time.perf_counter()
-    while progress["drawn"] < program.samples:
-        drawn = progress["drawn"]
-        segment = draw_keys[drawn : drawn + SEGMENT_DRAWS]
-        state, per_draw = compiled.sample(state, params, segment)
-        draws.append({name: np.asarray(value) for name, value in per_draw.items()})
-        progress = {**progress, "drawn": drawn + len(segment)}
-        due = time.perf_counter() - saved >= CHECKPOINT_SECONDS
-        if due and progress["drawn"] < program.samples:
+    with _stop_requests() as requested:
+        while progress["stage"] < len(program.tuning):
+            stage = progress["stage"]
+            state, params, spent = compiled.tuning[stage](keys[stage + 1], state, params)
+            spent = progress["tuning_gradients"] + float(spent)
+            progress = {**progress, "stage": stage + 1, "tuning_gradients": spent}
             save()
-            saved = time.perf_counter()
+            if requested:
+                _stop(requested[0])
+        saved = time.perf_counter()
+        while progress["drawn"] < program.samples:
+            drawn = progress["drawn"]
+            segment = draw_keys[drawn : drawn + SEGMENT_DRAWS]
+            state, per_draw = compiled.sample(state, params, segment)
+            draws.append({name: np.asarray(value) for name, value in per_draw.items()})
+            progress = {**progress, "drawn": drawn + len(segment)}
+            due = time.perf_counter() - saved >= CHECKPOINT_SECONDS
+            if requested or (due and progress["drawn"] < program.samples):
+                save()
+                saved = time.perf_counter()
+            if requested:
+                _stop(requested[0])
     whole = {name: np.concatenate([d[name] for d in draws]) for name in draws[0]}
     per_draw, per_chain = program.finish(params, whole)
     scalars = {name: float(value) for name, value in per_chain.items()}
