@@ -80,6 +80,33 @@ def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> Non
         depth.run(parser.parse_args(flags))
 
 
+def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_path, capsys) -> None:
+    """``--chains-only`` leaves the unit's chains in its chain store and nothing else; the same
+    command without it makes the record from those chains without sampling again."""
+    pytest.importorskip("blackjax")
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    flags = [
+        "--quick", "--out", str(tmp_path), "--depths", "1", "--activations", "relu",
+        "--chains", "2", "--points", "200", "--warmup", "20", "--samples", "12", "--epochs", "1",
+        "--heatmap-samples", "500", "--no-fashion", "--sampler", "mams",
+    ]  # fmt: skip
+    depth.run(parser.parse_args([*flags, "--chains-only"]))
+    (store,) = (tmp_path / "chains").iterdir()
+    stored = [json.loads(path.read_text()) for path in sorted(store.glob("*.json"))]
+    assert len(stored) == 2 and f"chains are in {store}" in capsys.readouterr().err
+    assert not (tmp_path / "units").exists() and not (tmp_path / "depth_units.csv").exists()
+    assert not list((store / "in-flight").iterdir())
+    depth.run(parser.parse_args(flags))
+    unit = pd.read_csv(tmp_path / "depth_units.csv").iloc[0]
+    seconds = {info["info"]["seconds"] for info in stored}
+    assert set(json.loads(unit["nuts_chain_seconds"])) == seconds  # read back, not run again
+    assert json.loads(unit["nuts_chain_devices"].replace("'", '"')) == ["cpu", "cpu"]
+    assert not store.exists()  # the stored unit holds the chains now
+    with pytest.raises(ValueError, match="NUTS keeps no chain store"):
+        depth.run(parser.parse_args([*flags[:-1], "nuts", "--chains-only"]))
+
+
 @pytest.mark.slow
 def test_tiny_end_to_end_run_writes_every_output(
     tmp_path, data_dir_or_none, monkeypatch, capsys

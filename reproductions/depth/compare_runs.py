@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 from mixing_reasons import TEST_INPUTS, settings_of, units_with_chains  # beside this script
 
-from vbnn.experiments.depth.units import two_moons
+from vbnn.experiments.depth.units import two_moons, unit_seed
 from vbnn.references.chain_diagnostics import (
     max_abs_normal_quantile,
     moment_agreement,
@@ -49,7 +49,7 @@ def posterior_key(record: dict) -> str:
 def agreement_rows(record: dict, first: dict, second: dict) -> dict:
     """One row of ``agreement.csv``: ``first`` and ``second`` are the units' stored arrays."""
     settings = settings_of(record["settings"])
-    seed = settings.seed * 1000 + settings.repeat  # compute_unit's
+    seed = unit_seed(settings)
     test, _ = two_moons(TEST_INPUTS, settings.noise, seed + 900_000, torch.float32)
     row = {key: record[key] for key in ("activation", "depth", "repeat", "points")}
     for name, (a, b) in {

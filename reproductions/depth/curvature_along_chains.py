@@ -40,7 +40,7 @@ import torch
 from mixing_reasons import settings_of, units_with_chains  # beside this script
 from scipy.stats import spearmanr
 
-from vbnn.experiments.depth.units import two_moons
+from vbnn.experiments.depth.units import two_moons, unit_seed
 from vbnn.references.curvature import largest_curvature
 from vbnn.references.jax_potential import jax_potential
 from vbnn.references.mixing import layer_log_norms, network_outputs
@@ -58,7 +58,7 @@ def measure_unit(
     each layer's log weight norm, ...) and the draws' top eigenvectors as parameter-space
     directions in units of the pooled standard deviations (rows, D), unit length."""
     settings = settings_of(record["settings"])
-    seed = settings.seed * 1000 + settings.repeat  # compute_unit's
+    seed = unit_seed(settings)
     x, y = two_moons(settings.points, settings.noise, seed, torch.float32)
     architecture = settings.architecture()
     potential = jax_potential(architecture, x.numpy(), y.numpy())

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from vbnn.experiments.depth.models import PretrainConfig
-from vbnn.experiments.depth.units import UnitSettings, two_moons
+from vbnn.experiments.depth.units import UnitSettings, two_moons, unit_seed
 from vbnn.references.jax_nuts import ChainsConfig
 from vbnn.references.mixing import divergence_episodes, divergence_locations, mixing_report
 
@@ -47,7 +47,7 @@ def settings_of(stored: dict) -> UnitSettings:
 def diagnose(record: dict, draws: np.ndarray, chains: dict) -> tuple[dict, list[dict]]:
     """One unit's row of ``mixing.csv`` and its rows of ``mixing_layers.csv``."""
     settings = settings_of(record["settings"])
-    seed = settings.seed * 1000 + settings.repeat  # compute_unit's
+    seed = unit_seed(settings)
     inputs, _ = two_moons(settings.points, settings.noise, seed, torch.float32)
     test, _ = two_moons(TEST_INPUTS, settings.noise, seed + 900_000, torch.float32)
     summary, layers = mixing_report(draws, settings.architecture(), inputs.numpy(), test.numpy())

@@ -213,8 +213,8 @@ def _run_chain(
     per_draw, per_chain = program.finish(params, whole)
     scalars = {name: float(value) for name, value in per_chain.items()}
     scalars["tuning_gradients"] = progress["tuning_gradients"]
-    return {k: np.asarray(v) for k, v in per_draw.items()}, {"scalars": scalars,
-                                                              "seconds": seconds()}  # fmt: skip
+    info = {"scalars": scalars, "seconds": seconds(), "device": jax.default_backend()}
+    return {k: np.asarray(v) for k, v in per_draw.items()}, info
 
 
 def _stored_or_run(
@@ -321,6 +321,9 @@ def _summarise(chains: list[tuple[dict, dict]], config: ChainsConfig) -> ChainsR
         gradient_evaluations=sampling_gradients + tuning_gradients,
         sampling_gradient_evaluations=sampling_gradients,
         chain_seconds=seconds,
+        # where each chain ran (its seconds are that device's); the chains stored before the
+        # device was recorded all ran on CPUs
+        chain_devices=[info.get("device", "cpu") for _, info in chains],
         **{f"chain_{k}": [c[k] for c in per_chain] for k in per_chain[0]},
     )
     return ChainsResult(samples, log_density, steps, diverging, diagnostics)

@@ -22,7 +22,6 @@ to zero").
 from __future__ import annotations
 
 import numpy as np
-import ot
 
 from vbnn.references.gaussian_gap import closest_diagonal_variance, empirical_covariance
 
@@ -35,6 +34,10 @@ def empirical_wasserstein2(first: np.ndarray, second: np.ndarray) -> float:
             f"empirical_wasserstein2: samples must both be (n, D), got {first.shape} and "
             f"{second.shape}"
         )
+    # imported here, not above: the depth units' chains run without POT (a GPU machine that
+    # only samples, ``--chains-only``); only their records need it
+    import ot
+
     weights = np.full(len(first), 1.0 / len(first))
     cost = ot.dist(first, second, metric="sqeuclidean")
     return float(np.sqrt(max(ot.emd2(weights, weights, cost, numItermax=10_000_000), 0.0)))

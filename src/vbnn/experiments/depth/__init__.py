@@ -117,6 +117,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tables and figure from the named units already finished under --out; runs "
         "nothing else (no unit, Figure 1 or Fashion-MNIST) and lists the missing units",
     )
+    parser.add_argument(
+        "--chains-only",
+        action="store_true",
+        help="MAMS/MCLMC: run the named units' chains into --out's chain store and stop (no "
+        "record, table or figure); the same command without it finishes them, e.g. on another "
+        "machine with the chain store copied over",
+    )
     parser.add_argument("--no-fashion", action="store_true", help="skip the Fashion-MNIST part")
     parser.add_argument("--fashion-images", type=int, default=None, help="training images used")
     parser.add_argument("--fashion-samples", type=int, default=None, help="weight samples drawn")
@@ -226,6 +233,23 @@ def stored_units(units: list, out: Path) -> list:
     return stored
 
 
+def run_chains_only(units: list, out: Path) -> None:
+    """``--chains-only``: the chains of every named unit not yet finished, into its chain store."""
+    from vbnn.experiments.depth.units import chain_store, pretrain, sample_unit, stored_record
+    from vbnn.references.samplers import Sampler
+
+    if units and units[0].sampler is Sampler.NUTS:
+        raise ValueError("--chains-only: NUTS keeps no chain store; use --sampler mams or mclmc")
+    for unit in units:
+        name = f"{unit.label()} depth {unit.depth} repeat {unit.repeat}"
+        if stored_record(unit, out) is not None:
+            print(f"--chains-only: {name} is finished already", file=sys.stderr)
+            continue
+        store = chain_store(unit, out)
+        sample_unit(unit, pretrain(unit), store)
+        print(f"--chains-only: {name}: its chains are in {store}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> None:
     _require_jax()
     from vbnn.experiments.depth.report import (
@@ -241,6 +265,11 @@ def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     units, shared = build_settings(args)
+    if args.chains_only:
+        if args.stored_only:
+            raise ValueError("--chains-only and --stored-only: choose one")
+        run_chains_only(units, out)
+        return
     if args.stored_only:
         units = stored_units(units, out)
     note = run_note(units, shared, args.quick)

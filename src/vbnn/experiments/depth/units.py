@@ -51,7 +51,7 @@ from vbnn.references.gaussian_gap import (
     empirical_covariance,
     kl_above_floor_limit,
 )
-from vbnn.references.jax_nuts import ChainsConfig, jittered_starts
+from vbnn.references.jax_nuts import ChainsConfig, ChainsResult, jittered_starts
 from vbnn.references.jax_potential import jax_potential
 from vbnn.references.samplers import Sampler, run_sampler
 from vbnn.references.wasserstein import wasserstein_gaps
@@ -126,33 +126,63 @@ def load_samples(settings: UnitSettings, out: Path) -> tuple[Any, dict[str, Any]
     return None if cached is None else (cached[0]["samples"], cached[1])
 
 
+@dataclass(frozen=True)
+class Pretrained:
+    """A unit's data and its MFVI pre-training: the chains start from ``network``'s weights."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    network: torch.nn.Module
+    train_seconds: float
+
+
+def pretrain(settings: UnitSettings) -> Pretrained:
+    """The unit's two-moons data and the MFVI pre-training its chains start from."""
+    dtype = getattr(torch, settings.dtype)
+    x, y = two_moons(settings.points, settings.noise, unit_seed(settings), dtype)
+    architecture = settings.architecture()
+    began = time.perf_counter()
+    mean_field = train_mean_field(architecture, x, y, settings.pretrain, unit_seed(settings))
+    train_seconds = time.perf_counter() - began
+    return Pretrained(x, y, point_network(mean_field, architecture), train_seconds)
+
+
+def unit_seed(settings: UnitSettings) -> int:
+    """The seed of a unit's data, pre-training, chains and estimators."""
+    return settings.seed * 1000 + settings.repeat
+
+
+def sample_unit(
+    settings: UnitSettings, pretrained: Pretrained, chain_store: Path | None = None
+) -> ChainsResult:
+    """The unit's reference chains from jittered copies of the pre-trained weights; given a
+    ``chain_store`` directory, MAMS and MCLMC keep their finished chains and the chain in flight
+    there (:func:`chain_store`)."""
+    chains = dataclasses.replace(settings.chains, seed=unit_seed(settings))
+    x, y = pretrained.x.numpy(), pretrained.y.numpy()
+    potential = jax_potential(settings.architecture(), x, y)
+    start = torch.cat([p.detach().reshape(-1) for p in pretrained.network.parameters()]).numpy()
+    return run_sampler(settings.sampler, potential, jittered_starts(start, chains), chains,
+                       chain_store)  # fmt: skip
+
+
 def compute_unit(
     settings: UnitSettings,
     cached: tuple[Any, dict[str, Any]] | None,
     chain_store: Path | None = None,
 ) -> UnitOutcome:
     """One unit's numbers (a worker's part; sampling skipped when ``cached``). It stores nothing
-    but, given a ``chain_store`` directory, each finished MAMS or MCLMC chain there, which a
-    rerun of a killed unit reads back (:func:`chain_store`).
+    but, given a ``chain_store`` directory, the chains of :func:`sample_unit`.
 
     The chains' diagnostics go into the record with the prefix ``nuts_`` whatever the sampler
     (the column names of every stored unit); ``sampler`` says which one made them."""
-    dtype = getattr(torch, settings.dtype)
-    seed = settings.seed * 1000 + settings.repeat
-    x, y = two_moons(settings.points, settings.noise, seed, dtype)
-    test_x, test_y = two_moons(1000, settings.noise, seed + 500_000, dtype)
+    seed = unit_seed(settings)
+    test_x, test_y = two_moons(1000, settings.noise, seed + 500_000, getattr(torch, settings.dtype))
     architecture = settings.architecture()
-    began = time.perf_counter()
-    mean_field = train_mean_field(architecture, x, y, settings.pretrain, seed)
-    train_seconds = time.perf_counter() - began
-    network = point_network(mean_field, architecture)
+    pretrained = pretrain(settings)
     arrays = None
     if cached is None:
-        chains = dataclasses.replace(settings.chains, seed=seed)
-        potential = jax_potential(architecture, x.numpy(), y.numpy())
-        start = torch.cat([p.detach().reshape(-1) for p in network.parameters()]).numpy()
-        starts = jittered_starts(start, chains)
-        result = run_sampler(settings.sampler, potential, starts, chains, chain_store)
+        result = sample_unit(settings, pretrained, chain_store)
         samples, diagnostics = result.samples, result.diagnostics
         arrays = {
             "samples": samples.astype(np.float32),
@@ -173,8 +203,8 @@ def compute_unit(
         "sampler": settings.sampler.value,
         "width": architecture.sizes[1],
         "parameters": parameter_count(list(architecture.sizes)),
-        "mean_field_test_accuracy": accuracy(network, test_x, test_y),
-        "train_seconds": train_seconds,
+        "mean_field_test_accuracy": accuracy(pretrained.network, test_x, test_y),
+        "train_seconds": pretrained.train_seconds,
         "software": software_versions(settings.sampler),
         **{f"nuts_{name}": value for name, value in diagnostics.items()},
         **diagonal_gap(covariance),
@@ -237,10 +267,10 @@ def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
     record = stored_record(settings, out)
     if record is not None and "kl_above_floor_limit_drift" not in record:
         # a unit finished before its record carried the estimator's floor and limit: add them
-        # from the stored chains, if they are here (the seed is compute_unit's)
+        # from the stored chains, if they are here
         cached = load_samples(settings, out)
         if cached is not None:
-            seed = settings.seed * 1000 + settings.repeat
+            seed = unit_seed(settings)
             record = {**record, **chain_floor(cached[0], settings.jitter, seed)}
             unit_store.save(out / "units", settings.to_dict(), None, record)
     if record is not None:
