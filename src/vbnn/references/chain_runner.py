@@ -173,11 +173,14 @@ def _run_chain(
     began = time.perf_counter()
     state = compiled.init(keys[0], jnp.asarray(start))
     params, draws = None, []
-    progress = {"stage": 0, "drawn": 0, "seconds": 0.0, "tuning_gradients": 0.0}
+    progress = {"stage": 0, "drawn": 0, "seconds": 0.0, "tuning_gradients": 0.0, "devices": []}
     resumed = None if in_flight is None else _resume(in_flight, settings, state)
     if resumed is not None:
         progress, state, params, draws = resumed
         began = time.perf_counter()  # the stored seconds count what came before
+    # where the chain ran, over every run that went on with it (its seconds are theirs)
+    devices = sorted({*progress["devices"], jax.default_backend()})
+    progress = {**progress, "devices": devices}
 
     def seconds() -> float:
         return progress["seconds"] + time.perf_counter() - began
@@ -213,7 +216,7 @@ def _run_chain(
     per_draw, per_chain = program.finish(params, whole)
     scalars = {name: float(value) for name, value in per_chain.items()}
     scalars["tuning_gradients"] = progress["tuning_gradients"]
-    info = {"scalars": scalars, "seconds": seconds(), "device": jax.default_backend()}
+    info = {"scalars": scalars, "seconds": seconds(), "device": "+".join(devices)}
     return {k: np.asarray(v) for k, v in per_draw.items()}, info
 
 
