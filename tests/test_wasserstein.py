@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("ot")
 
+from vbnn.references.gaussian_gap import empirical_covariance
 from vbnn.references.wasserstein import empirical_wasserstein2, wasserstein_gaps
 
 
@@ -28,6 +29,13 @@ def test_gaussian_samples_are_as_far_from_q_full_as_the_baseline_and_nearer_than
     mixing = rng.standard_normal((dimension, dimension))
     covariance = mixing @ mixing.T / dimension + 0.1 * np.eye(dimension)
     samples = rng.multivariate_normal(np.zeros(dimension), covariance, size=4000)
-    gaps = wasserstein_gaps(samples, jitter=1e-6, subsample=1000, seed=2)
+    mean, fitted = empirical_covariance(samples, 1e-6)
+    gaps = wasserstein_gaps(samples, mean, fitted, subsample=1000, seed=2)
     assert gaps["sample_w2_full"] == pytest.approx(gaps["sample_w2_baseline"], rel=0.05)
     assert gaps["sample_w2_gap"] > 0.1 * gaps["sample_w2_full"]
+
+
+def test_gaussians_that_do_not_fit_the_samples_are_refused() -> None:
+    samples = np.zeros((50, 3))
+    with pytest.raises(ValueError, match=r"covariance \(2, 2\) do not fit samples \(50, 3\)"):
+        wasserstein_gaps(samples, np.zeros(3), np.eye(2), subsample=10, seed=0)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vbnn.references.gaussian_gap import closest_diagonal_variance, empirical_covariance
+from vbnn.references.gaussian_gap import closest_diagonal_variance
 
 
 def empirical_wasserstein2(first: np.ndarray, second: np.ndarray) -> float:
@@ -44,13 +44,15 @@ def empirical_wasserstein2(first: np.ndarray, second: np.ndarray) -> float:
 
 
 def wasserstein_gaps(
-    samples: np.ndarray, jitter: float, subsample: int, seed: int
+    samples: np.ndarray, mean: np.ndarray, covariance: np.ndarray, subsample: int, seed: int
 ) -> dict[str, float]:
-    """W2_hat of the samples to q_full and to q_diag, their difference, and the bias baseline.
+    """W2_hat of the samples to q_full = N(mean, covariance) and to q_diag (its closest diagonal
+    Gaussian), their difference, and the bias baseline.
 
     Args:
         samples: (N, D) pooled draws; ``subsample`` of them are taken evenly spaced.
-        jitter: added to the empirical covariance's diagonal.
+        mean, covariance: (D,) and (D, D), q_full: the samples' own (``empirical_covariance``
+            with its jitter).
         subsample: n, the size of every sample the transport is solved between.
         seed: of the Gaussian draws.
     """
@@ -60,7 +62,11 @@ def wasserstein_gaps(
             f"wasserstein_gaps: need samples (N, D) with N >= subsample >= 2, got "
             f"{samples.shape} and subsample={subsample}"
         )
-    mean, covariance = empirical_covariance(samples, jitter)
+    if np.shape(mean) != samples.shape[1:] or np.shape(covariance) != 2 * samples.shape[1:]:
+        raise ValueError(
+            f"wasserstein_gaps: mean {np.shape(mean)} and covariance {np.shape(covariance)} do "
+            f"not fit samples {samples.shape}"
+        )
     thinned = samples[np.linspace(0, len(samples) - 1, subsample).round().astype(int)]
     rng = np.random.default_rng(seed)
     factor = np.linalg.cholesky(covariance)

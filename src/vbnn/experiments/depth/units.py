@@ -194,7 +194,7 @@ def compute_unit(
     else:
         samples, diagnostics = cached
     pooled = samples.reshape(-1, samples.shape[-1])
-    _, covariance = empirical_covariance(pooled, settings.jitter)
+    mean, covariance = empirical_covariance(pooled, settings.jitter)
     record = {
         "activation": settings.label(),
         "depth": settings.depth,
@@ -210,7 +210,7 @@ def compute_unit(
         **diagonal_gap(covariance),
         **chain_floor(samples, settings.jitter, seed),
         **wasserstein_gaps(
-            pooled, settings.jitter, min(settings.wasserstein_subsample, len(pooled)), seed
+            pooled, mean, covariance, min(settings.wasserstein_subsample, len(pooled)), seed
         ),
         "settings": settings.to_dict(),
     }
