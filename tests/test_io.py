@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -134,3 +135,14 @@ def test_a_unit_claim_holds_while_its_process_lives(tmp_path) -> None:
     # the stored unit is unaffected by its claim file: it is not read as a unit
     unit_store.save(tmp_path, settings, None, {"x": 1})
     assert unit_store.load(tmp_path, settings) == (None, {"x": 1})
+
+
+def test_a_removed_unit_is_gone_and_its_neighbours_stay(tmp_path) -> None:
+    kept, gone = {"unit": 1}, {"unit": 2}
+    for settings in (kept, gone):
+        unit_store.save(tmp_path, settings, {"a": np.arange(3)}, {"x": settings["unit"]})
+    unit_store.remove(tmp_path, gone)
+    unit_store.remove(tmp_path, gone)  # none is fine
+    assert unit_store.load(tmp_path, gone) is None
+    assert unit_store.load(tmp_path, kept)[1] == {"x": 1}
+    assert len(list(tmp_path.iterdir())) == 2  # the kept unit's record and arrays

@@ -244,8 +244,7 @@ def _stored_or_run(
             in_flight = chain_store / "in-flight"
             stored = _run_chain(program, compiled, key, start, settings, in_flight)
             unit_store.save(chain_store, settings, *stored)
-            for suffix in (".json", ".npz"):  # the checkpoint's record first: no half checkpoint
-                (in_flight / f"{unit_store.settings_key(settings)}{suffix}").unlink(missing_ok=True)
+            unit_store.remove(in_flight, settings)  # the chain's checkpoint
     finally:
         unit_store.release(chain_store, settings)
     return stored

@@ -120,6 +120,14 @@ def claim(directory: Path, settings: dict[str, Any]) -> bool:
     return False
 
 
+def remove(directory: Path, settings: dict[str, Any]) -> None:
+    """Delete the unit of ``settings`` (none is fine): its record first, so that a kill between
+    the two files leaves no unit rather than one whose arrays are missing."""
+    key = settings_key(settings)
+    for suffix in (".json", ".npz"):
+        (Path(directory) / f"{key}{suffix}").unlink(missing_ok=True)
+
+
 def release(directory: Path, settings: dict[str, Any]) -> None:
     """Drop this process's claim on the unit of ``settings`` (none is fine)."""
     (Path(directory) / f"{settings_key(settings)}.claim").unlink(missing_ok=True)
