@@ -14,8 +14,9 @@ when the units are aggregated, from the stored diagnostics.
 
 Every finished unit is written atomically to ``<out>/units/<key>.json`` and its samples to
 ``<out>/samples/<key>.npz``, so a killed run loses nothing finished and a re-run skips (and
-re-plots from) what is there; a unit in flight keeps its finished MAMS or MCLMC chains in
-``<out>/chains/<key>/`` until it is stored, so a rerun loses only the chain that was running.
+re-plots from) what is there; a unit in flight keeps its finished MAMS or MCLMC chains, and a
+checkpoint of the chain that is running, in ``<out>/chains/<key>/`` until it is stored
+(``vbnn.references.chain_runner``), so a rerun goes on where the killed one stopped.
 :func:`compute_unit` stores no unit, so a Ray worker runs it and the driver stores its
 :class:`UnitOutcome` (:func:`store_unit`); :func:`run_unit` does both here.
 """
