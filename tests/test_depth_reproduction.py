@@ -81,9 +81,12 @@ def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> Non
 
 
 def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_path, capsys) -> None:
-    """``--chains-only`` leaves the unit's chains in its chain store and nothing else; the same
-    command without it makes the record from those chains without sampling again."""
+    """``--chains-only`` leaves the unit's chains in its chain store and nothing else, saying on
+    stderr how each chain went; the same command without it makes the record from those chains
+    without sampling again."""
     pytest.importorskip("blackjax")
+    from vbnn.cli import main
+
     parser = argparse.ArgumentParser()
     depth.add_arguments(parser)
     flags = [
@@ -91,10 +94,14 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_pat
         "--chains", "2", "--points", "200", "--warmup", "20", "--samples", "12", "--epochs", "1",
         "--heatmap-samples", "500", "--no-fashion", "--sampler", "mams",
     ]  # fmt: skip
-    depth.run(parser.parse_args([*flags, "--chains-only"]))
+    assert main(["reproduce", "depth", *flags, "--chains-only"]) == 0
     (store,) = (tmp_path / "chains").iterdir()
     stored = [json.loads(path.read_text()) for path in sorted(store.glob("*.json"))]
-    assert len(stored) == 2 and f"chains are in {store}" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert len(stored) == 2 and f"chains are in {store}" in said
+    for chain in (0, 1):  # MAMS tunes in three stages
+        assert f"vbnn: mams chain {chain}: 3 tuning stage(s) done (" in said
+        assert f"vbnn: mams chain {chain}: finished and stored (" in said
     assert not (tmp_path / "units").exists() and not (tmp_path / "depth_units.csv").exists()
     assert not list((store / "in-flight").iterdir())
     depth.run(parser.parse_args(flags))

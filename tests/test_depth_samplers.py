@@ -216,11 +216,14 @@ def test_a_killed_run_resumes_from_its_finished_chains(gaussian, tmp_path, sampl
 
 @pytest.mark.parametrize("sampler", [Sampler.MAMS, Sampler.MCLMC])
 def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
-    gaussian, tmp_path, monkeypatch, sampler
+    gaussian, tmp_path, monkeypatch, caplog, sampler
 ) -> None:
     """A chain stopped after a tuning stage or between sampling segments goes on from its last
     checkpoint (no stage or segment is run again) to the draws of a chain that ran in one
-    compiled call; the checkpoints are gone once the chain is stored."""
+    compiled call; the checkpoints are gone once the chain is stored. Each checkpoint and
+    resumption is a progress line."""
+    import logging
+
     from vbnn.references import chain_runner, jax_mclmc
 
     potential, starts, _, _ = gaussian
@@ -247,6 +250,7 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
             raise Killed
 
     monkeypatch.setattr(chain_runner, "_checkpoint", killed_after_some)
+    caplog.set_level(logging.INFO, logger="vbnn")
     store = tmp_path / "chains"
     for _ in stop_after:
         with pytest.raises(Killed):
@@ -257,6 +261,12 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
     assert [p["stage"] for p in first_chain] == list(range(1, stages + 1)) + [stages] * 4
     assert [p["drawn"] for p in first_chain[stages:]] == [7, 14, 21, 28]
     assert saved[stages + 4]["drawn"] == 35  # the third run went on from 28 draws
+    lines = [r.getMessage() for r in caplog.records if r.name == "vbnn.references.chain_runner"]
+    name = f"{sampler.value} chain 0"
+    assert lines[0].startswith(f"{name}: 1 tuning stage(s) done (")
+    assert lines[stages].startswith(f"{name}: goes on from its checkpoint, {stages} tuning")
+    assert ", 28 draws, " in lines[stages + 5]  # the third run's resumption
+    assert sum(line.startswith(f"{name}: finished and stored") for line in lines) == 1
     assert not list((store / "in-flight").iterdir()) and len(list(store.glob("*.npz"))) == 2
 
 

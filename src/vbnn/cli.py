@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -370,11 +372,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def _progress_lines_to_stderr() -> Iterator[None]:
+    """The library's progress lines (``logging`` at INFO under ``vbnn``: a reference chain's
+    tuning stages and checkpoints) on stderr while a command runs."""
+    logger, handler = logging.getLogger("vbnn"), logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("vbnn: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.handler(args)
+        with _progress_lines_to_stderr():
+            args.handler(args)
     except (DataError, FileNotFoundError, NonFiniteLossError, ValueError) as error:
         print(f"vbnn: error: {error}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ command started twice gives a unit's chains two cores.
 from __future__ import annotations
 
 import hashlib
+import logging
 import signal
 import threading
 import time
@@ -45,6 +46,9 @@ GRADIENTS_PER_STEP = 2  # the McLachlan (two-stage) integrator, first-same-as-la
 CLAIM_POLL_SECONDS = 30.0  # how often a process waiting for another's chain looks for it
 CHECKPOINT_SECONDS = 600.0  # a chain in flight is stored at least this often while it samples
 SEGMENT_DRAWS = 50  # draws per compiled sampling call (the checkpoints fall between them)
+# one line a tuning stage and a checkpoint (``vbnn`` prints them on stderr): what a run cut at
+# a time limit, on a machine whose output is all that comes back, had done
+_log = logging.getLogger(__name__)
 
 # one chain: (key, start (D,)) -> per-draw arrays and per-chain scalars
 ChainFunction = Callable[[jax.Array, jax.Array], tuple[dict, dict]]
@@ -143,6 +147,20 @@ def _checkpoint(store: Path, settings: dict, progress: dict, state, params, draw
     unit_store.save(store, settings, arrays, progress)
 
 
+def _name(settings: dict) -> str:
+    """"mams chain 2": the sampler of a chain's store key ("run_mams_chains") and its index."""
+    sampler = str(settings.get("sampler", "")).removeprefix("run_").removesuffix("_chains")
+    return f"{sampler} chain {settings.get('chain', '?')}".strip()
+
+
+def _said(progress: dict) -> str:
+    """A chain in flight's progress, in words."""
+    return (
+        f"{progress['stage']} tuning stage(s) done ({progress['tuning_gradients']:.0f} "
+        f"gradients), {progress['drawn']} draws, {progress['seconds']:.0f} s"
+    )
+
+
 def _resume(store: Path, settings: dict, state_template) -> tuple[dict, Any, Any, list] | None:
     """(progress, state, params, draws) of a stored chain in flight, or None."""
     stored = unit_store.load(store, settings)
@@ -178,6 +196,7 @@ def _run_chain(
     if resumed is not None:
         progress, state, params, draws = resumed
         began = time.perf_counter()  # the stored seconds count what came before
+        _log.info("%s: goes on from its checkpoint, %s", _name(settings), _said(progress))
     # where the chain ran, over every run that went on with it (its seconds are theirs)
     devices = sorted({*progress["devices"], jax.default_backend()})
     progress = {**progress, "devices": devices}
@@ -186,9 +205,10 @@ def _run_chain(
         return progress["seconds"] + time.perf_counter() - began
 
     def save() -> None:
+        now = {**progress, "seconds": seconds()}
+        _log.info("%s: %s", _name(settings), _said(now))
         if in_flight is not None:
-            _checkpoint(in_flight, settings, {**progress, "seconds": seconds()}, state, params,
-                        draws)  # fmt: skip
+            _checkpoint(in_flight, settings, now, state, params, draws)
 
     with _stop_requests() as requested:
         while progress["stage"] < len(program.tuning):
@@ -244,6 +264,7 @@ def _stored_or_run(
             in_flight = chain_store / "in-flight"
             stored = _run_chain(program, compiled, key, start, settings, in_flight)
             unit_store.save(chain_store, settings, *stored)
+            _log.info("%s: finished and stored (%.0f s)", _name(settings), stored[1]["seconds"])
             unit_store.remove(in_flight, settings)  # the chain's checkpoint
     finally:
         unit_store.release(chain_store, settings)
