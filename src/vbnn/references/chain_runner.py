@@ -148,7 +148,7 @@ def _checkpoint(store: Path, settings: dict, progress: dict, state, params, draw
 
 
 def _name(settings: dict) -> str:
-    """"mams chain 2": the sampler of a chain's store key ("run_mams_chains") and its index."""
+    """A chain in words, "mams chain 2": its store key's sampler ("run_mams_chains"), its index."""
     sampler = str(settings.get("sampler", "")).removeprefix("run_").removesuffix("_chains")
     return f"{sampler} chain {settings.get('chain', '?')}".strip()
 
