@@ -270,6 +270,64 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
     assert not list((store / "in-flight").iterdir()) and len(list(store.glob("*.npz"))) == 2
 
 
+def test_chains_from_another_machine_are_merged_without_losing_progress(tmp_path) -> None:
+    """``merge_chain_stores`` (``vbnn reproduce depth --chains-from``), chain by chain: a chain
+    finished there replaces a checkpoint here; of two checkpoints the further one stays; one
+    finished here or run by a live process here is left alone; claims never travel."""
+    import socket
+    import subprocess
+
+    from vbnn.cli import main
+    from vbnn.references.chain_runner import IN_FLIGHT, merge_chain_stores
+    from vbnn.stores import unit_store
+
+    there, here = tmp_path / "there" / "unit", tmp_path / "here" / "unit"
+
+    def chain(index: int) -> dict:
+        return {"sampler": "run_mams_chains", "chain": index}
+
+    def checkpoint(folder: Path, index: int, stage: int, drawn: int, value: float) -> None:
+        progress = {"stage": stage, "drawn": drawn, "seconds": 1.0, "tuning_gradients": 8.0}
+        unit_store.save(folder / IN_FLIGHT, chain(index), {"draw.x": np.full(3, value)}, progress)
+
+    unit_store.save(there, chain(0), {"draws": np.zeros(3)}, {"seconds": 2.0})
+    checkpoint(here, 0, 3, 1, -0.0)
+    checkpoint(there, 1, 3, 200, 1.0)  # further there
+    checkpoint(here, 1, 3, 50, -1.0)
+    checkpoint(there, 2, 1, 0, 2.0)  # further here
+    checkpoint(here, 2, 3, 0, -2.0)
+    checkpoint(there, 3, 3, 10, 3.0)  # finished here
+    unit_store.save(here, chain(3), {"draws": np.ones(3)}, {"seconds": 3.0})
+    checkpoint(there, 4, 2, 0, 4.0)  # only there, with that machine's claim
+    (there / f"{unit_store.settings_key(chain(4))}.claim").write_text("gpu-host 12")
+    checkpoint(there, 5, 3, 300, 5.0)  # running here
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        claim = here / f"{unit_store.settings_key(chain(5))}.claim"
+        claim.write_text(f"{socket.gethostname()} {running.pid}")
+        said = merge_chain_stores(tmp_path / "there", tmp_path / "here")
+    finally:
+        running.kill()
+        running.wait()
+    by_chain = {int(line.split(":")[0].split()[-1]): line.split(": ", 1)[1] for line in said}
+    assert by_chain[0] == "finished there, brought here"
+    assert by_chain[1].startswith("in flight there, brought here (3 tuning stage(s) done")
+    assert by_chain[2].startswith("as far or further here (3 tuning stage(s) done")
+    assert by_chain[3] == "finished here already"
+    assert by_chain[4].startswith("in flight there, brought here (2 tuning stage(s)")
+    assert by_chain[5] == "running here, left alone" and len(said) == 6
+    assert unit_store.load(here, chain(0))[1] == {"seconds": 2.0}
+    assert unit_store.load(here / IN_FLIGHT, chain(0)) is None  # its checkpoint dropped
+    kept = {i: unit_store.load(here / IN_FLIGHT, chain(i)) for i in (1, 2, 3, 4, 5)}
+    assert kept[1][0]["draw.x"][0] == 1.0 and kept[1][1]["drawn"] == 200
+    assert kept[2][0]["draw.x"][0] == -2.0 and kept[3] is None and kept[5] is None
+    assert [path.name for path in here.glob("*.claim")] == [claim.name]
+    with pytest.raises(FileNotFoundError, match="nowhere is not a directory"):
+        merge_chain_stores(tmp_path / "nowhere", tmp_path / "here")
+    flags = ["--quick", "--sampler", "mams", "--out", str(tmp_path / "run")]
+    assert main(["reproduce", "depth", *flags, "--chains-from", str(tmp_path / "nowhere")]) == 2
+
+
 def test_a_chain_asked_to_stop_stores_its_draws_first(gaussian, tmp_path, monkeypatch) -> None:
     """SIGTERM while a chain samples: the segment under way ends, the chain in flight is stored
     with every draw made, the process stops as the signal says (SIGINT: KeyboardInterrupt), and

@@ -24,6 +24,7 @@ command started twice gives a unit's chains two cores.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import signal
 import threading
@@ -46,6 +47,7 @@ GRADIENTS_PER_STEP = 2  # the McLachlan (two-stage) integrator, first-same-as-la
 CLAIM_POLL_SECONDS = 30.0  # how often a process waiting for another's chain looks for it
 CHECKPOINT_SECONDS = 600.0  # a chain in flight is stored at least this often while it samples
 SEGMENT_DRAWS = 50  # draws per compiled sampling call (the checkpoints fall between them)
+IN_FLIGHT = "in-flight"  # the folder of a chain store that holds its chains in flight
 # one line a tuning stage and a checkpoint (``vbnn`` prints them on stderr): what a run cut at
 # a time limit, on a machine whose output is all that comes back, had done
 _log = logging.getLogger(__name__)
@@ -161,6 +163,11 @@ def _said(progress: dict) -> str:
     )
 
 
+def _progressed(progress: dict) -> tuple[int, int]:
+    """How far a chain in flight is, comparable: (tuning stages done, draws)."""
+    return progress["stage"], progress["drawn"]
+
+
 def _resume(store: Path, settings: dict, state_template) -> tuple[dict, Any, Any, list] | None:
     """(progress, state, params, draws) of a stored chain in flight, or None."""
     stored = unit_store.load(store, settings)
@@ -261,7 +268,7 @@ def _stored_or_run(
     try:
         stored = unit_store.load(chain_store, settings)
         if stored is None:  # not finished by another process between the two looks
-            in_flight = chain_store / "in-flight"
+            in_flight = chain_store / IN_FLIGHT
             stored = _run_chain(program, compiled, key, start, settings, in_flight)
             unit_store.save(chain_store, settings, *stored)
             _log.info("%s: finished and stored (%.0f s)", _name(settings), stored[1]["seconds"])
@@ -350,3 +357,51 @@ def _summarise(chains: list[tuple[dict, dict]], config: ChainsConfig) -> ChainsR
         **{f"chain_{k}": [c[k] for c in per_chain] for k in per_chain[0]},
     )
     return ChainsResult(samples, log_density, steps, diverging, diagnostics)
+
+
+def merge_chain_stores(source: Path, target: Path) -> list[str]:
+    """Bring chains sampled elsewhere into ``target``: ``source`` is a copy of a run's chain
+    stores (``<out>/chains/<unit>/``, as ``vbnn reproduce depth --chains-only`` leaves them on
+    another machine), ``target`` this machine's. Per chain, by its store key:
+
+    * finished there, not here: copied, and a checkpoint of it here dropped;
+    * in flight there: copied if no finished chain is here and the checkpoint here (if any) has
+      fewer tuning stages or draws, so neither machine's further progress is lost;
+    * claimed here by a process that may be running it: left alone;
+    * claims (``*.claim``) are never copied: a process of another host cannot be checked, so its
+      claim would keep every process here off that chain.
+
+    Returns one line per chain saying what was done.
+
+    Raises:
+        FileNotFoundError: ``source`` is not a directory.
+        ValueError: a stored chain in ``source`` is not whole (``unit_store.load`` names it).
+    """
+    source, target = Path(source), Path(target)
+    if not source.is_dir():
+        raise FileNotFoundError(f"merge_chain_stores: {source} is not a directory")
+    said = []
+    for path in sorted(source.rglob("*.json")):
+        in_flight = path.parent.name == IN_FLIGHT
+        unit = path.parent.parent if in_flight else path.parent
+        settings = json.loads(path.read_text())["settings"]
+        arrays, info = unit_store.load(path.parent, settings)
+        here = target / unit.relative_to(source)
+        name = f"{unit.name}/{_name(settings)}"
+        if unit_store.load(here, settings) is not None:
+            said.append(f"{name}: finished here already")
+        elif unit_store.claimed(here, settings):
+            said.append(f"{name}: running here, left alone")
+        elif not in_flight:
+            unit_store.save(here, settings, arrays, info)
+            unit_store.remove(here / IN_FLIGHT, settings)
+            said.append(f"{name}: finished there, brought here")
+        else:
+            checkpoint = unit_store.load(here / IN_FLIGHT, settings)
+            mine = None if checkpoint is None else checkpoint[1]
+            if mine is not None and _progressed(mine) >= _progressed(info):
+                said.append(f"{name}: as far or further here ({_said(mine)}), kept")
+            else:
+                unit_store.save(here / IN_FLIGHT, settings, arrays, info)
+                said.append(f"{name}: in flight there, brought here ({_said(info)})")
+    return said

@@ -128,6 +128,12 @@ def remove(directory: Path, settings: dict[str, Any]) -> None:
         (Path(directory) / f"{key}{suffix}").unlink(missing_ok=True)
 
 
+def claimed(directory: Path, settings: dict[str, Any]) -> bool:
+    """Whether another process that may still run holds the claim on the unit of ``settings``
+    (one on another host always may: it cannot be checked from here)."""
+    return _claimed_elsewhere(Path(directory) / f"{settings_key(settings)}.claim")
+
+
 def release(directory: Path, settings: dict[str, Any]) -> None:
     """Drop this process's claim on the unit of ``settings`` (none is fine)."""
     (Path(directory) / f"{settings_key(settings)}.claim").unlink(missing_ok=True)

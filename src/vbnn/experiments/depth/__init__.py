@@ -124,6 +124,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "record, table or figure); the same command without it finishes them, e.g. on another "
         "machine with the chain store copied over",
     )
+    parser.add_argument(
+        "--chains-from",
+        type=Path,
+        default=None,
+        help="a copy of a run's chains/ folder from another machine (after --chains-only there): "
+        "merged into --out's first, keeping whichever machine got further with each chain",
+    )
     parser.add_argument("--no-fashion", action="store_true", help="skip the Fashion-MNIST part")
     parser.add_argument("--fashion-images", type=int, default=None, help="training images used")
     parser.add_argument("--fashion-samples", type=int, default=None, help="weight samples drawn")
@@ -265,6 +272,11 @@ def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     units, shared = build_settings(args)
+    if args.chains_from is not None:
+        from vbnn.references.chain_runner import merge_chain_stores
+
+        for line in merge_chain_stores(args.chains_from, out / "chains"):
+            print(f"--chains-from: {line}", file=sys.stderr)
     if args.chains_only:
         if args.stored_only:
             raise ValueError("--chains-only and --stored-only: choose one")
