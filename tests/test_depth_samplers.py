@@ -438,6 +438,55 @@ def test_a_chain_another_process_runs_is_waited_for_not_run_twice(
         other.kill()
 
 
+def test_processes_sharing_a_unit_make_its_record_once(tmp_path, monkeypatch) -> None:
+    """The process that claims a unit's record makes it; another with the same chains waits and
+    reads it back, and takes the record over if the claiming process ends without it."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    from vbnn.experiments.depth import units
+    from vbnn.stores import unit_store
+
+    settings = units.UnitSettings(Activation.RELU, depth=1, repeat=0, points=40, budget=30)
+    dimension = units.parameter_count(list(settings.architecture().sizes))
+    draws = np.random.default_rng(0).normal(size=(4, 40, dimension)).astype(np.float32)
+    unit_store.save(tmp_path / "samples", settings.to_dict(), {"samples": draws}, {"rhat": 1.0})
+    store = units.chain_store(settings, tmp_path)
+    claim = store / f"{unit_store.settings_key(units.RECORD_CLAIM)}.claim"
+    elsewhere = {"depth": 1, "made": "by the other process"}
+
+    claimed = unit_store.claimed
+
+    def while_waiting(then):  # what the other process does once this one waits for it
+        def look(directory, settings_):
+            then()
+            return claimed(directory, settings_)
+
+        return look
+
+    def other_stores_it() -> None:  # its record first, then its chain store goes
+        unit_store.save(tmp_path / "units", settings.to_dict(), None, elsewhere)
+        shutil.rmtree(store)
+
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) as other:
+        store.mkdir(parents=True)
+        claim.write_text(f"{socket.gethostname()} {other.pid}")
+        monkeypatch.setattr(unit_store, "claimed", while_waiting(other_stores_it))
+        assert units.run_unit(settings, tmp_path) == elsewhere  # waited for, not made twice
+
+        unit_store.remove(tmp_path / "units", settings.to_dict())
+        store.mkdir(parents=True)
+        claim.write_text(f"{socket.gethostname()} {other.pid}")
+        monkeypatch.setattr(
+            unit_store, "claimed", while_waiting(lambda: other.kill() or other.wait())
+        )
+        record = units.run_unit(settings, tmp_path)  # it ended without the record: made here
+    assert record["parameters"] == dimension and np.isfinite(record["kl_diag_full"])
+    assert units.stored_record(settings, tmp_path) == record and not store.exists()
+
+
 @pytest.fixture(scope="module")
 def tiny_network() -> tuple:
     """A 2-3-1 ReLU network (13 parameters) on 20 two-moons points, a long NUTS reference."""

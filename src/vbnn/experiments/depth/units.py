@@ -18,12 +18,15 @@ re-plots from) what is there; a unit in flight keeps its finished MAMS or MCLMC 
 checkpoint of the chain that is running, in ``<out>/chains/<key>/`` until it is stored
 (``vbnn.references.chain_runner``), so a rerun goes on where the killed one stopped.
 :func:`compute_unit` stores no unit, so a Ray worker runs it and the driver stores its
-:class:`UnitOutcome` (:func:`store_unit`); :func:`run_unit` does both here.
+:class:`UnitOutcome` (:func:`store_unit`); :func:`run_unit` does both here. Processes that share
+a unit's chains (the same command started twice) make its record once: the first to have every
+chain claims the record (``RECORD_CLAIM``, in the chain store) and the others wait for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -45,6 +48,7 @@ from vbnn.experiments.depth.models import (
     point_network,
     train_mean_field,
 )
+from vbnn.references import chain_runner
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.references.chain_runner import ChainStoreRemoved
 from vbnn.references.gaussian_gap import (
@@ -57,6 +61,15 @@ from vbnn.references.jax_potential import jax_potential
 from vbnn.references.samplers import Sampler, run_sampler
 from vbnn.references.wasserstein import wasserstein_gaps
 from vbnn.stores import unit_store
+
+_log = logging.getLogger(__name__)
+
+# the claim, in a unit's chain store, of the process that makes the unit's record
+RECORD_CLAIM = {"unit": "record"}
+
+
+class RecordClaimed(RuntimeError):
+    """Another live process has every chain of the unit and makes its record."""
 
 
 @dataclass(frozen=True)
@@ -171,18 +184,19 @@ def compute_unit(
     settings: UnitSettings,
     cached: tuple[Any, dict[str, Any]] | None,
     chain_store: Path | None = None,
+    claim_record: bool = False,
 ) -> UnitOutcome:
     """One unit's numbers (a worker's part; sampling skipped when ``cached``). It stores nothing
-    but, given a ``chain_store`` directory, the chains of :func:`sample_unit`.
+    but, given a ``chain_store`` directory, the chains of :func:`sample_unit`. With
+    ``claim_record``, once it has the samples it claims the record there (``RECORD_CLAIM``; the
+    claim goes with the store, or is released if this fails) and raises :class:`RecordClaimed`
+    if a live process holds it already.
 
     The chains' diagnostics go into the record with the prefix ``nuts_`` whatever the sampler
     (the column names of every stored unit); ``sampler`` says which one made them."""
-    seed = unit_seed(settings)
-    test_x, test_y = two_moons(1000, settings.noise, seed + 500_000, getattr(torch, settings.dtype))
-    architecture = settings.architecture()
-    pretrained = pretrain(settings)
-    arrays = None
+    pretrained, arrays = None, None
     if cached is None:
+        pretrained = pretrain(settings)
         result = sample_unit(settings, pretrained, chain_store)
         samples, diagnostics = result.samples, result.diagnostics
         arrays = {
@@ -194,6 +208,29 @@ def compute_unit(
         }
     else:
         samples, diagnostics = cached
+    claiming = claim_record and chain_store is not None
+    if claiming and not unit_store.claim(chain_store, RECORD_CLAIM):
+        raise RecordClaimed(f"{chain_store}: another process makes this unit's record")
+    try:
+        pretrained = pretrained or pretrain(settings)  # the record needs its test accuracy
+        return _outcome(settings, pretrained, samples, diagnostics, arrays)
+    except BaseException:
+        if claiming:
+            unit_store.release(chain_store, RECORD_CLAIM)
+        raise
+
+
+def _outcome(
+    settings: UnitSettings,
+    pretrained: Pretrained,
+    samples: np.ndarray,
+    diagnostics: dict[str, Any],
+    arrays: dict[str, Any] | None,
+) -> UnitOutcome:
+    """The unit's record from its pooled chains (the costly part: gaps, floors, transport)."""
+    seed = unit_seed(settings)
+    test_x, test_y = two_moons(1000, settings.noise, seed + 500_000, getattr(torch, settings.dtype))
+    architecture = settings.architecture()
     pooled = samples.reshape(-1, samples.shape[-1])
     mean, covariance = empirical_covariance(pooled, settings.jitter)
     record = {
@@ -276,11 +313,21 @@ def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
             unit_store.save(out / "units", settings.to_dict(), None, record)
     if record is not None:
         return record
-    try:
-        outcome = compute_unit(settings, load_samples(settings, out), chain_store(settings, out))
-    except ChainStoreRemoved:  # another process ran the same unit's chains and stored it
-        record = stored_record(settings, out)
-        if record is None:
-            raise
-        return record
-    return store_unit(settings, out, outcome)
+    store = chain_store(settings, out)
+    while True:
+        try:
+            outcome = compute_unit(settings, load_samples(settings, out), store, claim_record=True)
+        except ChainStoreRemoved:  # another process ran the same unit's chains and stored it
+            record = stored_record(settings, out)
+            if record is None:
+                raise
+            return record
+        except RecordClaimed:
+            _log.info("%s: another process makes its record; waiting for it", store.name)
+            while unit_store.claimed(store, RECORD_CLAIM):
+                time.sleep(chain_runner.CLAIM_POLL_SECONDS)
+            record = stored_record(settings, out)
+            if record is not None:
+                return record
+            continue  # that process ended without storing it: make it here
+        return store_unit(settings, out, outcome)
