@@ -27,7 +27,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from mixing_reasons import TEST_INPUTS, settings_of, units_with_chains  # beside this script
+from mixing_reasons import (  # beside this script
+    TEST_INPUTS,
+    settings_of,
+    units_with_chains,
+    write_table,
+)
 
 from vbnn.experiments.depth.units import two_moons, unit_seed
 from vbnn.references.chain_diagnostics import (
@@ -113,8 +118,7 @@ def within(run: Path) -> None:
             rows.append({"compared_with": "most divergent chain", **agreement_rows(record, *split)})
     if not rows:
         raise SystemExit(f"{run}: no unit with chains and divergent transitions")
-    table = pd.DataFrame(rows)
-    table.to_csv(run / "agreement_within.csv", index=False)
+    table = write_table(pd.DataFrame(rows), run / "agreement_within.csv")
     print(table.T.to_string(header=False, float_format=lambda value: f"{value:.4g}"))
 
 
@@ -143,8 +147,7 @@ def main() -> None:
         )
     if not rows:
         raise SystemExit(f"{args.second}: no unit with chains shares a posterior with {args.first}")
-    table = pd.DataFrame(rows)
-    table.to_csv(args.second / "agreement.csv", index=False)
+    table = write_table(pd.DataFrame(rows), args.second / "agreement.csv")
     print(table.T.to_string(header=False, float_format=lambda value: f"{value:.4g}"))
 
 

@@ -37,7 +37,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from mixing_reasons import settings_of, units_with_chains  # beside this script
+from mixing_reasons import (  # beside this script
+    settings_of,
+    units_with_chains,
+    write_table,
+)
 from scipy.stats import spearmanr
 
 from vbnn.experiments.depth.units import two_moons, unit_seed
@@ -48,7 +52,6 @@ from vbnn.references.mixing import layer_log_norms, network_outputs
 # a reference mark for h: the leapfrog integrator's stability limit on a quadratic (the two-stage
 # isokinetic integrator of MAMS has its own, of the same order)
 STABILITY_MARK = 2.0
-UNIT_KEY = ["sampler", "points", "activation", "depth", "repeat"]  # one unit of a run
 
 
 def measure_unit(
@@ -182,16 +185,6 @@ def plot(points: pd.DataFrame, path: Path) -> None:
     plt.close(figure)
 
 
-def _keep_others(path: Path, new: pd.DataFrame) -> pd.DataFrame:
-    """``new`` and the rows of ``path`` (if it exists) of units that ``new`` does not hold."""
-    if not path.is_file():
-        return new
-    old = pd.read_csv(path)
-    measured = pd.MultiIndex.from_frame(new[UNIT_KEY].drop_duplicates())
-    kept = old[~pd.MultiIndex.from_frame(old[UNIT_KEY]).isin(measured)]
-    return pd.concat([kept, new], ignore_index=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a depth run's folder (units/, samples/)")
@@ -199,8 +192,8 @@ def main() -> None:
     parser.add_argument(
         "--depths",
         default=None,
-        help="measure only the units of these depths, e.g. 2,3; the other units' rows already "
-        "in curvature.csv and curvature_points.csv are kept",
+        help="measure only the units of these depths, e.g. 2,3 (every table keeps the rows "
+        "of the units not measured now)",
     )
     parser.add_argument(
         "--plot-only", action="store_true", help="redraw curvature.png from curvature_points.csv"
@@ -222,15 +215,10 @@ def main() -> None:
         tables.append(table)
     if not rows:
         raise SystemExit(f"{args.run}: no unit has its chains in samples/")
-    summary, points = pd.DataFrame(rows), pd.concat(tables, ignore_index=True)
-    if depths is not None:  # keep the rows of the units not measured now
-        summary, points = (
-            _keep_others(args.run / name, new)
-            for name, new in (("curvature.csv", summary), ("curvature_points.csv", points))
-        )
-    summary = summary.sort_values(["points", "activation", "depth", "repeat"])
-    summary.to_csv(args.run / "curvature.csv", index=False)
-    points.to_csv(args.run / "curvature_points.csv", index=False, float_format="%.6g")
+    summary = write_table(pd.DataFrame(rows), args.run / "curvature.csv")
+    points = write_table(
+        pd.concat(tables, ignore_index=True), args.run / "curvature_points.csv", "%.6g"
+    )
     plot(points, args.run / "curvature.png")
     print(summary.to_string(index=False, float_format=lambda value: f"{value:.3g}"))
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from mixing_reasons import units_with_chains  # beside this script
+from mixing_reasons import units_with_chains, write_table  # beside this script
 
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
@@ -111,8 +111,7 @@ def main() -> None:
     if not tables["gap_by_draws"]:
         raise SystemExit(f"{run}: no unit has its chains in samples/")
     for name, parts in tables.items():
-        table = pd.concat(parts, ignore_index=True)
-        table.to_csv(run / f"{name}.csv", index=False)
+        table = write_table(pd.concat(parts, ignore_index=True), run / f"{name}.csv")
         print(table.to_string(index=False, float_format="%.4g"))
 
 

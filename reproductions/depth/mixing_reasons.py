@@ -9,7 +9,8 @@ started (``divergence_locations``: one row per feature, with the number of burst
 
 Run from the repository root: ``python reproductions/depth/mixing_reasons.py
 reproductions/depth/mams-1000``. A run's chains stay on the machine that ran it (not in git:
-~16 MB a unit for 4 x 1000 draws).
+~16 MB a unit for 4 x 1000 draws), so the tables keep the rows of units whose chains are not
+here (``write_table``, which the other scripts beside this one use too).
 """
 
 from __future__ import annotations
@@ -77,6 +78,26 @@ def where_divergent(record: dict, arrays: dict) -> list[dict]:
     return [{**unit, "episodes": episodes, **row} for row in rows]
 
 
+UNIT_KEY = ["sampler", "points", "activation", "depth", "repeat"]  # one unit of a run
+
+
+def write_table(table: pd.DataFrame, path: Path, float_format: str | None = None) -> pd.DataFrame:
+    """Write ``table`` to ``path`` with the rows already there of units that ``table`` does not
+    measure (their chains may be on another machine: a run's chains are not in git); returns
+    what it wrote. Units are told apart by the columns of ``UNIT_KEY`` the table has (and
+    ``compared_with``)."""
+    if path.is_file():
+        old = pd.read_csv(path)
+        key = [c for c in ["compared_with", *UNIT_KEY] if c in table.columns and c in old.columns]
+        measured = pd.MultiIndex.from_frame(table[key].drop_duplicates())
+        kept = old[~pd.MultiIndex.from_frame(old[key]).isin(measured)]
+        table = pd.concat([kept, table], ignore_index=True)
+        order = [c for c in UNIT_KEY if c in table.columns]
+        table = table.sort_values(order, kind="stable", ignore_index=True)
+    table.to_csv(path, index=False, float_format=float_format)
+    return table
+
+
 def units_with_chains(run: Path) -> Iterator[tuple[dict, dict, dict]]:
     """(record, stored arrays (``samples`` (C, N, D), ``log_density``, ...), chain diagnostics)
     of every unit of ``run/units`` whose chains are in ``run/samples``; says which it skips."""
@@ -102,13 +123,11 @@ def main() -> None:
         divergent.extend(where_divergent(record, arrays))
     if not units:
         raise SystemExit(f"{args.run}: no unit with stored chains")
-    table = pd.DataFrame(units).sort_values(["points", "activation", "depth", "repeat"])
-    table.to_csv(args.run / "mixing.csv", index=False)
-    pd.DataFrame(layers).to_csv(args.run / "mixing_layers.csv", index=False)
+    table = write_table(pd.DataFrame(units), args.run / "mixing.csv")
+    write_table(pd.DataFrame(layers), args.run / "mixing_layers.csv")
     print(table[SHOWN].to_string(index=False, float_format=lambda value: f"{value:.3g}"))
     if divergent:
-        starts = pd.DataFrame(divergent)
-        starts.to_csv(args.run / "divergences.csv", index=False)
+        starts = write_table(pd.DataFrame(divergent), args.run / "divergences.csv")
         print(starts.to_string(index=False, float_format=lambda value: f"{value:.3g}"))
 
 
