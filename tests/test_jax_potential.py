@@ -83,3 +83,29 @@ def test_chains_sample_a_gaussian_within_their_standard_errors() -> None:
     standard_error = std / np.sqrt(d["bulk_ess_min"])
     assert np.all(np.abs(estimate - mean) < 5 * standard_error)
     np.testing.assert_allclose(result.samples.reshape(-1, 3).std(0), std, rtol=0.2)
+
+
+def test_every_product_of_the_potential_and_its_gradient_is_full_float32() -> None:
+    """On recent GPUs JAX computes float32 matrix products in TF32 unless told otherwise, which
+    puts the potential's gradient ~5e-4 off in relative norm; the reference potential asks for
+    full float32 in every product, those of its gradient included (the GPU's accuracy itself is
+    checked in ``tests/test_cuda.py``)."""
+    architecture = MLPArchitecture((2, 7, 5, 1), Activation.RELU)
+    x = np.random.default_rng(0).normal(size=(20, 2)).astype(np.float32)
+    potential = jax_potential(architecture, x, (x[:, 0] > 0).astype(np.float32))
+    dimension = sum(int(np.prod(shape)) for shape in parameter_shapes(architecture))
+    closed = jax.make_jaxpr(jax.value_and_grad(potential))(np.zeros(dimension, np.float32))
+
+    def precisions(jaxpr):
+        for equation in jaxpr.eqns:
+            if equation.primitive.name == "dot_general":
+                yield equation.params["precision"]
+            for value in equation.params.values():
+                for inner in value if isinstance(value, (list, tuple)) else [value]:
+                    if hasattr(inner, "eqns") or hasattr(inner, "jaxpr"):
+                        yield from precisions(getattr(inner, "jaxpr", inner))
+
+    highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+    found = list(precisions(closed.jaxpr))
+    # 3 products forward; backward 3 for the weights and 2 through the hidden layers
+    assert len(found) == 8 and all(precision == highest for precision in found)
