@@ -260,7 +260,7 @@ def test_a_study_on_cuda_chooses_the_cpu_values() -> None:
 def test_the_depth_potential_on_a_gpu_has_float32_gradients() -> None:
     """The depth units' JAX potential (ReLU, depths 1, 2 and 5, 10,000 points) in float32 on the
     GPU: its gradient within 2e-5 of the float64 gradient in relative norm, as on the CPU
-    (~1e-6). TF32 products, JAX's default for float32 on recent GPUs, would be ~5e-4 off."""
+    (~1e-6). TF32 products, JAX's default for float32 on recent GPUs, would be 3e-4 to 2e-3 off."""
     jax = pytest.importorskip("jax")
     from vbnn.experiments.depth.models import depth_widths
     from vbnn.experiments.depth.units import two_moons

@@ -24,9 +24,9 @@ from vbnn.references.architecture import MLPArchitecture
 JaxPotential = Callable[[jax.Array], jax.Array]
 
 # every product in full float32 (and in its gradient: the transposed products keep it): on recent
-# NVIDIA GPUs JAX otherwise computes float32 matmuls in TF32, whose gradients here are ~5e-4 off
-# in relative norm (against ~1e-6 in float32), enough to perturb a Metropolis test by a fraction
-# of a nat; on the CPU it changes nothing
+# NVIDIA GPUs JAX otherwise computes float32 matmuls in TF32, whose gradients on the depth units
+# are 3e-4 to 2e-3 off in relative norm against 0.3-1.4e-6 in float32 (benchmarks/
+# depth_precision.py, TF32 emulated); on the CPU it changes nothing
 FULL_FLOAT32 = jax.lax.Precision.HIGHEST
 
 
