@@ -387,7 +387,8 @@ def test_a_chain_another_process_runs_is_waited_for_not_run_twice(
 ) -> None:
     """Two processes on one chain store: a chain claimed by a live process is left to it and read
     back once stored; if the store goes away meanwhile (the other process stored the whole unit),
-    the waiting run says so instead of running the chain again."""
+    even while this process reads or claims in it, the waiting run says so instead of running the
+    chain again."""
     import shutil
     import socket
     import subprocess
@@ -436,6 +437,19 @@ def test_a_chain_another_process_runs_is_waited_for_not_run_twice(
             run_sampler(Sampler.MAMS, potential, starts, config, gone)
         timer.join()
         other.kill()
+
+    # removed in the middle of a look into it (here: as chain 1 is claimed), the same
+    shutil.copytree(finished, gone)
+    for suffix in (".npz", ".json"):
+        (gone / f"{key}{suffix}").unlink()
+
+    def removed_meanwhile(directory, settings_) -> bool:
+        shutil.rmtree(directory)
+        raise FileNotFoundError(directory / f"{unit_store.settings_key(settings_)}.claim")
+
+    monkeypatch.setattr(unit_store, "claim", removed_meanwhile)
+    with pytest.raises(ChainStoreRemoved, match="gone"):
+        run_sampler(Sampler.MAMS, potential, starts, config, gone)
 
 
 def test_processes_sharing_a_unit_make_its_record_once(tmp_path, monkeypatch) -> None:

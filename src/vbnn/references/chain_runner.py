@@ -306,7 +306,14 @@ def run_chains(
                 raise ChainStoreRemoved(f"{chain_store}: removed while this process waited")
             if index not in finished:
                 settings = chain_settings(name, index, start, config)
-                stored = _stored_or_run(program, compiled, key, start, settings, chain_store)
+                try:
+                    stored = _stored_or_run(program, compiled, key, start, settings, chain_store)
+                except FileNotFoundError:  # removed while this process looked into it
+                    if chain_store is None or chain_store.is_dir():
+                        raise
+                    raise ChainStoreRemoved(
+                        f"{chain_store}: removed while this process waited"
+                    ) from None
                 if stored is not None:
                     finished[index] = stored
         if len(finished) == config.chains:
