@@ -278,6 +278,10 @@ def _stored_or_run(
     return stored
 
 
+def _removed(chain_store: Path) -> ChainStoreRemoved:
+    return ChainStoreRemoved(f"{chain_store}: removed while this process waited")
+
+
 def run_chains(
     name: str,
     program: ChainProgram,
@@ -303,7 +307,7 @@ def run_chains(
     while True:
         for index, (key, start) in enumerate(zip(keys, initial, strict=True)):
             if chain_store is not None and not chain_store.is_dir():
-                raise ChainStoreRemoved(f"{chain_store}: removed while this process waited")
+                raise _removed(chain_store)
             if index not in finished:
                 settings = chain_settings(name, index, start, config)
                 try:
@@ -311,9 +315,7 @@ def run_chains(
                 except FileNotFoundError:  # removed while this process looked into it
                     if chain_store is None or chain_store.is_dir():
                         raise
-                    raise ChainStoreRemoved(
-                        f"{chain_store}: removed while this process waited"
-                    ) from None
+                    raise _removed(chain_store) from None
                 if stored is not None:
                     finished[index] = stored
         if len(finished) == config.chains:
