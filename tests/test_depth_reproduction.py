@@ -92,7 +92,7 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_pat
     flags = [
         "--quick", "--out", str(tmp_path), "--depths", "1", "--activations", "relu",
         "--chains", "2", "--points", "200", "--warmup", "20", "--samples", "12", "--epochs", "1",
-        "--heatmap-samples", "500", "--no-fashion", "--sampler", "mams",
+        "--heatmap-samples", "500", "--no-fashion", "--no-product-figure", "--sampler", "mams",
     ]  # fmt: skip
     assert main(["reproduce", "depth", *flags, "--chains-only"]) == 0
     (store,) = (tmp_path / "chains").iterdir()
@@ -110,6 +110,7 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_pat
     assert set(json.loads(unit["nuts_chain_seconds"])) == seconds  # read back, not run again
     assert json.loads(unit["nuts_chain_devices"].replace("'", '"')) == ["cpu", "cpu"]
     assert not store.exists()  # the stored unit holds the chains now
+    assert not list(tmp_path.glob("product_*"))  # --no-product-figure: units only
     with pytest.raises(ValueError, match="NUTS keeps no chain store"):
         depth.run(parser.parse_args([*flags[:-1], "nuts", "--chains-only"]))
 

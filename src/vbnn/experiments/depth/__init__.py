@@ -5,10 +5,11 @@ Papers: Farquhar et al. 2020 (Figure 1: product-matrix covariance of 4x4 mean-fi
 depths 1, 5, 20; Figure 2: KL(q_diag || q_full) vs depth on two moons) and Farquhar et al. 2020 blog
 (Wasserstein figure with ReLU, LeakyReLU and linear activations; Fashion-MNIST product matrix).
 
-Outputs under ``--out``: ``product_covariance.png`` and ``product_support.csv``; ``units/*.json``
-and ``samples/*.npz`` (one per activation, depth and repeat, cached); ``depth_units.csv``,
-``depth_gap.csv`` (mean +- SEM over repeats), ``depth_gap.png``; ``fashion_product_covariance.png``
-and ``fashion_product.json``; ``summary.json`` with every setting.
+Outputs under ``--out``: ``product_covariance.png`` and ``product_support.csv`` (not with
+``--no-product-figure``); ``units/*.json`` and ``samples/*.npz`` (one per activation, depth and
+repeat, cached); ``depth_units.csv``, ``depth_gap.csv`` (mean +- SEM over repeats),
+``depth_gap.png``; ``fashion_product_covariance.png`` and ``fashion_product.json``;
+``summary.json`` with every setting.
 """
 
 from __future__ import annotations
@@ -132,6 +133,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "merged into --out's first, keeping whichever machine got further with each chain",
     )
     parser.add_argument("--no-fashion", action="store_true", help="skip the Fashion-MNIST part")
+    parser.add_argument(
+        "--no-product-figure",
+        action="store_true",
+        help="skip Figure 1 (product_covariance.png, product_support.csv), e.g. in a folder "
+        "that holds units only",
+    )
     parser.add_argument("--fashion-images", type=int, default=None, help="training images used")
     parser.add_argument("--fashion-samples", type=int, default=None, help="weight samples drawn")
     parser.add_argument(
@@ -286,7 +293,8 @@ def run(args: argparse.Namespace) -> None:
         units = stored_units(units, out)
     note = run_note(units, shared, args.quick)
     print(note)
-    product = None if args.stored_only else run_product_figure(out, args.heatmap_samples, args.seed)
+    skip_product = args.stored_only or args.no_product_figure
+    product = None if skip_product else run_product_figure(out, args.heatmap_samples, args.seed)
     criterion = ConvergenceCriterion(
         args.max_rhat, args.min_ess, args.min_ess, args.max_divergences, args.max_energy_error
     )
