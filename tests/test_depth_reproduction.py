@@ -111,6 +111,19 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_pat
     assert json.loads(unit["nuts_chain_devices"].replace("'", '"')) == ["cpu", "cpu"]
     assert not store.exists()  # the stored unit holds the chains now
     assert not list(tmp_path.glob("product_*"))  # --no-product-figure: units only
+    # the same unit with more draws goes on from where its chains ended
+    capsys.readouterr()
+    longer = [*flags]
+    longer[longer.index("--samples") + 1] = "20"
+    assert main(["reproduce", "depth", *longer]) == 0
+    said = capsys.readouterr().err
+    for chain in (0, 1):
+        assert f"mams chain {chain}: goes on from where its chain of 12 draws ended" in said
+    assert "1 tuning stage(s) done" not in said  # no chain tuned again
+    stored = [np.load(path)["samples"] for path in (tmp_path / "samples").glob("*.npz")]
+    first, second = sorted(stored, key=lambda draws: draws.shape[1])
+    assert first.shape[:2] == (2, 12) and second.shape[:2] == (2, 20)
+    np.testing.assert_array_equal(second[:, :12], first)
     with pytest.raises(ValueError, match="NUTS keeps no chain store"):
         depth.run(parser.parse_args([*flags[:-1], "nuts", "--chains-only"]))
 

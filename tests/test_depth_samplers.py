@@ -270,6 +270,68 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
     assert not list((store / "in-flight").iterdir()) and len(list(store.glob("*.npz"))) == 2
 
 
+@pytest.mark.parametrize("sampler", [Sampler.MAMS, Sampler.MCLMC])
+def test_more_draws_go_on_from_where_the_chains_ended(
+    gaussian, tmp_path, monkeypatch, sampler
+) -> None:
+    """The same chains asked for more draws go on from where they ended (no tuning stage or draw
+    made again) to the draws, diagnostics and gradient counts of chains that were asked for
+    that many at once; fewer draws, or another seed, do not take the ends, and a shorter chain
+    leaves the longer one's end in place."""
+    from vbnn.references import chain_runner
+    from vbnn.stores import unit_store
+
+    potential, starts, _, _ = gaussian
+    short = dataclasses.replace(CONFIG, chains=2, warmup=50, samples=20)
+    long = dataclasses.replace(short, samples=45)
+    starts = starts[:2]
+    # the property it rests on: the first n keys of a split into more are a split into n
+    key = jax.random.PRNGKey(5)
+    np.testing.assert_array_equal(jax.random.split(key, 45)[:20], jax.random.split(key, 20))
+    whole = run_sampler(sampler, potential, starts, long)
+    made = {"stages": 0, "draws": 0}
+    compiled = chain_runner._Compiled
+
+    def counted(init, tuning, sample):
+        def stage_of(stage):
+            def run(*args):
+                made["stages"] += 1
+                return stage(*args)
+
+            return run
+
+        def sample_counted(state, params, keys):
+            made["draws"] += len(keys)
+            return sample(state, params, keys)
+
+        return compiled(init, tuple(stage_of(stage) for stage in tuning), sample_counted)
+
+    monkeypatch.setattr(chain_runner, "_Compiled", counted)
+    ends = tmp_path / "ends"
+    first = run_sampler(sampler, potential, starts, short, tmp_path / "first", ends)
+    np.testing.assert_array_equal(first.samples, whole.samples[:, :20])
+    assert len(list(ends.glob("*.npz"))) == 2
+    made.update(stages=0, draws=0)
+    longer = run_sampler(sampler, potential, starts, long, tmp_path / "longer", ends)
+    assert made == {"stages": 0, "draws": 2 * (45 - 20)}
+    np.testing.assert_array_equal(longer.samples, whole.samples)
+    np.testing.assert_array_equal(longer.log_density, whole.log_density)
+    for name in ("gradient_evaluations", "bulk_ess_min", "rhat_max", "accept_probability"):
+        np.testing.assert_equal(longer.diagnostics[name], whole.diagnostics[name], name)
+    made.update(stages=0, draws=0)
+    fewer = run_sampler(sampler, potential, starts, short, tmp_path / "fewer", ends)
+    np.testing.assert_array_equal(fewer.samples, first.samples)
+    assert made["stages"] > 0 and made["draws"] == 2 * 20  # run again, not read from the ends
+    chains = [chain_runner.chain_settings(f"run_{sampler.value}_chains", i, start, long)
+              for i, start in enumerate(starts)]  # fmt: skip
+    for settings in chains:
+        assert unit_store.load(ends, chain_runner.end_settings(settings))[1]["drawn"] == 45
+    made.update(stages=0, draws=0)
+    reseeded = dataclasses.replace(long, seed=4)
+    run_sampler(sampler, potential, starts, reseeded, tmp_path / "reseeded", ends)
+    assert made["stages"] > 0 and made["draws"] == 2 * 45
+
+
 def test_chains_from_another_machine_are_merged_without_losing_progress(tmp_path) -> None:
     """``merge_chain_stores`` (``vbnn reproduce depth --chains-from``), chain by chain: a chain
     finished there replaces a checkpoint here; of two checkpoints the further one stays; one

@@ -13,12 +13,16 @@ before the process stops.
 
 So a killed run loses at most the last stage or ``CHECKPOINT_SECONDS`` of one chain (a stopped
 one nothing), and a chain that takes longer than any one session still finishes across several.
+With a ``chain_ends`` directory it also keeps where every finished chain ended (its state, tuned
+parameters and draws, keyed by its settings but for the number of draws): a later run that asks
+the same chain for more draws goes on from there instead of tuning and sampling it again.
 A chain's draws do not depend on where it was stopped, how often, or whether it ran in one
 compiled function (:func:`whole_chain`, for vmapping or timing): every draw has its own key,
-split from the chain's key as the whole chain splits it. Processes on one machine that run the
-same chains with the same store share them: each runs the chains that no other has claimed
-(``unit_store.claim``), goes on from their checkpoints, and waits for the rest, so the same
-command started twice gives a unit's chains two cores.
+split from the chain's key as the whole chain splits it (the first n keys of a longer split are
+the keys of a split into n, so a chain of n draws is the start of a longer one). Processes on
+one machine that run the same chains with the same store share them: each runs the chains that
+no other has claimed (``unit_store.claim``), goes on from their checkpoints, and waits for the
+rest, so the same command started twice gives a unit's chains two cores.
 """
 
 from __future__ import annotations
@@ -101,6 +105,13 @@ def chain_settings(name: str, index: int, start: np.ndarray, config: ChainsConfi
     return {"sampler": name, "chain": index, "chains": config.to_dict(), "start": digest}
 
 
+def end_settings(settings: dict) -> dict:
+    """A chain's store key without its number of draws: the key of where it ended
+    (``chain_ends``), shared by the same chain asked for more draws."""
+    chains = {name: value for name, value in settings["chains"].items() if name != "samples"}
+    return {**settings, "chains": chains}
+
+
 class ChainStoreRemoved(RuntimeError):
     """The chain store went away while this process waited for a chain that another process
     ran: that process has stored the whole unit (and dropped its chains in flight)."""
@@ -149,6 +160,13 @@ def _checkpoint(store: Path, settings: dict, progress: dict, state, params, draw
     unit_store.save(store, settings, arrays, progress)
 
 
+def _keep_end(store: Path, settings: dict, progress: dict, state, params, draws: list) -> None:
+    """Store where a finished chain ended, unless the same chain with more draws ended there."""
+    stored = unit_store.load(store, end_settings(settings))
+    if stored is None or stored[1]["drawn"] <= progress["drawn"]:
+        _checkpoint(store, end_settings(settings), progress, state, params, draws)
+
+
 def _name(settings: dict) -> str:
     """A chain in words, "mams chain 2": its store key's sampler ("run_mams_chains"), its index."""
     sampler = str(settings.get("sampler", "")).removeprefix("run_").removesuffix("_chains")
@@ -190,9 +208,11 @@ def _run_chain(
     start: np.ndarray,
     settings: dict,
     in_flight: Path | None,
+    ends: Path | None = None,
 ) -> tuple[dict, dict]:
     """One chain's (per-draw arrays, {"scalars", "seconds"}), going on from its checkpoint in
-    ``in_flight`` if there is one, and storing checkpoints there."""
+    ``in_flight`` if there is one, else from where the same chain with fewer draws ended (in
+    ``ends``), and storing checkpoints there and its end in ``ends``."""
     keys = jax.random.split(key, len(program.tuning) + 2)
     draw_keys = jax.random.split(keys[-1], program.samples)
     began = time.perf_counter()
@@ -204,6 +224,13 @@ def _run_chain(
         progress, state, params, draws = resumed
         began = time.perf_counter()  # the stored seconds count what came before
         _log.info("%s: goes on from its checkpoint, %s", _name(settings), _said(progress))
+    elif ends is not None:
+        ended = _resume(ends, end_settings(settings), state)
+        if ended is not None and ended[0]["drawn"] < program.samples:
+            progress, state, params, draws = ended
+            began = time.perf_counter()
+            _log.info("%s: goes on from where its chain of %d draws ended, %s", _name(settings),
+                      progress["drawn"], _said(progress))  # fmt: skip
     # where the chain ran, over every run that went on with it (its seconds are theirs)
     devices = sorted({*progress["devices"], jax.default_backend()})
     progress = {**progress, "devices": devices}
@@ -239,6 +266,8 @@ def _run_chain(
                 saved = time.perf_counter()
             if requested:
                 _stop(requested[0])
+    if ends is not None:
+        _keep_end(ends, settings, {**progress, "seconds": seconds()}, state, params, draws)
     whole = {name: np.concatenate([d[name] for d in draws]) for name in draws[0]}
     per_draw, per_chain = program.finish(params, whole)
     scalars = {name: float(value) for name, value in per_chain.items()}
@@ -254,12 +283,13 @@ def _stored_or_run(
     start: np.ndarray,
     settings: dict,
     chain_store: Path | None,
+    chain_ends: Path | None = None,
 ) -> tuple[dict, dict] | None:
     """One chain's (draws, info): read from ``chain_store``, or run here (from its checkpoint
-    there, if any) and stored there; None while another process runs it (its claim is in
-    ``chain_store``)."""
+    there or its end in ``chain_ends``, if any) and stored there; None while another process
+    runs it (its claim is in ``chain_store``)."""
     if chain_store is None:
-        return _run_chain(program, compiled, key, start, settings, None)
+        return _run_chain(program, compiled, key, start, settings, None, chain_ends)
     stored = unit_store.load(chain_store, settings)
     if stored is not None:
         return stored
@@ -269,7 +299,7 @@ def _stored_or_run(
         stored = unit_store.load(chain_store, settings)
         if stored is None:  # not finished by another process between the two looks
             in_flight = chain_store / IN_FLIGHT
-            stored = _run_chain(program, compiled, key, start, settings, in_flight)
+            stored = _run_chain(program, compiled, key, start, settings, in_flight, chain_ends)
             unit_store.save(chain_store, settings, *stored)
             _log.info("%s: finished and stored (%.0f s)", _name(settings), stored[1]["seconds"])
             unit_store.remove(in_flight, settings)  # the chain's checkpoint
@@ -288,9 +318,12 @@ def run_chains(
     initial: np.ndarray,
     config: ChainsConfig,
     chain_store: Path | None = None,
+    chain_ends: Path | None = None,
 ) -> ChainsResult:
     """``config.chains`` chains of ``program`` from ``initial`` (C, D), one after the other, with
-    their diagnostics; ``name`` (the sampler's) enters every chain's store key."""
+    their diagnostics; ``name`` (the sampler's) enters every chain's store key. ``chain_store``
+    keeps the finished chains and those in flight, ``chain_ends`` where each chain ended, for
+    a later run with more draws (module docstring)."""
     initial = np.asarray(initial)
     if initial.ndim != 2 or initial.shape[0] != config.chains:
         raise ValueError(f"{name}: initial must be ({config.chains}, D), got {initial.shape}")
@@ -311,7 +344,9 @@ def run_chains(
             if index not in finished:
                 settings = chain_settings(name, index, start, config)
                 try:
-                    stored = _stored_or_run(program, compiled, key, start, settings, chain_store)
+                    stored = _stored_or_run(
+                        program, compiled, key, start, settings, chain_store, chain_ends
+                    )
                 except FileNotFoundError:  # removed while this process looked into it
                     if chain_store is None or chain_store.is_dir():
                         raise

@@ -236,6 +236,7 @@ def run_mclmc_chains(
     initial: np.ndarray,
     config: ChainsConfig,
     chain_store: Path | None = None,
+    chain_ends: Path | None = None,
 ) -> ChainsResult:
     """``config.chains`` unadjusted MCLMC chains of exp(-U) from ``initial`` (C, D), each tuned
     for ``config.warmup`` integrator steps, then ``config.samples`` draws kept, one every
@@ -243,7 +244,7 @@ def run_mclmc_chains(
     draw; ``diverging`` marks draws during which the kernel rejected a step for a non-finite
     energy. Biased: see the module docstring."""
     program = mclmc_program(potential, config)
-    return run_chains("run_mclmc_chains", program, initial, config, chain_store)
+    return run_chains("run_mclmc_chains", program, initial, config, chain_store, chain_ends)
 
 
 def run_mams_chains(
@@ -251,10 +252,11 @@ def run_mams_chains(
     initial: np.ndarray,
     config: ChainsConfig,
     chain_store: Path | None = None,
+    chain_ends: Path | None = None,
 ) -> ChainsResult:
     """``config.chains`` MAMS chains of exp(-U) from ``initial`` (C, D): ``config.warmup``
     tuning transitions (three stages, module docstring), then ``config.samples`` kept.
     ``leapfrog_steps`` counts integration steps per transition; ``diverging`` the transitions
     whose energy error passed BlackJAX's divergence threshold (1000)."""
     program = mams_program(potential, config)
-    return run_chains("run_mams_chains", program, initial, config, chain_store)
+    return run_chains("run_mams_chains", program, initial, config, chain_store, chain_ends)

@@ -46,12 +46,14 @@ def run_sampler(
     initial: np.ndarray,
     config: ChainsConfig,
     chain_store: Path | None = None,
+    chain_ends: Path | None = None,
 ) -> ChainsResult:
     """``config.chains`` chains of exp(-U) from ``initial`` (C, D) with ``sampler``.
 
     ``chain_store``: a directory where MAMS and MCLMC keep each finished chain, so that a killed
-    run resumes from its finished chains (``jax_mclmc``); NUTS runs its chains in one call and
-    stores none."""
+    run resumes from its finished chains (``jax_mclmc``); ``chain_ends``: a directory where
+    they keep where each chain ended, so that a run asking for more draws goes on from there
+    (``chain_runner``). NUTS runs its chains in one call and stores none."""
     sampler = Sampler(sampler)
     if config.step_scale != 1 and sampler is not Sampler.MAMS:
         raise ValueError(
@@ -64,4 +66,4 @@ def run_sampler(
     from vbnn.references import jax_mclmc  # optional dependency: BlackJAX
 
     run = jax_mclmc.run_mams_chains if sampler is Sampler.MAMS else jax_mclmc.run_mclmc_chains
-    return run(potential, initial, config, chain_store)
+    return run(potential, initial, config, chain_store, chain_ends)

@@ -249,7 +249,13 @@ def stored_units(units: list, out: Path) -> list:
 
 def run_chains_only(units: list, out: Path) -> None:
     """``--chains-only``: the chains of every named unit not yet finished, into its chain store."""
-    from vbnn.experiments.depth.units import chain_store, pretrain, sample_unit, stored_record
+    from vbnn.experiments.depth.units import (
+        chain_ends,
+        chain_store,
+        pretrain,
+        sample_unit,
+        stored_record,
+    )
     from vbnn.references.samplers import Sampler
 
     if units and units[0].sampler is Sampler.NUTS:
@@ -260,7 +266,7 @@ def run_chains_only(units: list, out: Path) -> None:
             print(f"--chains-only: {name} is finished already", file=sys.stderr)
             continue
         store = chain_store(unit, out)
-        sample_unit(unit, pretrain(unit), store)
+        sample_unit(unit, pretrain(unit), store, chain_ends(out))
         print(f"--chains-only: {name}: its chains are in {store}", file=sys.stderr)
 
 

@@ -29,6 +29,7 @@ from vbnn.experiments.depth.local_product_figure import run_local_product_figure
 from vbnn.experiments.depth.units import (
     UnitOutcome,
     UnitSettings,
+    chain_ends,
     chain_store,
     compute_unit,
     load_samples,
@@ -122,10 +123,16 @@ def run_units(
     records = []
     if executor is not None and executor.kind is not ExecutorKind.LOCAL:
         shared_disk = executor.kind is ExecutorKind.PROCESSES  # where workers can keep chains
+
+        def arguments(s: UnitSettings) -> tuple:
+            """compute_unit's: the chain store and chain ends only where workers share the disk."""
+            if not shared_disk:
+                return (s, load_samples(s, out))
+            return (s, load_samples(s, out), chain_store(s, out), False, chain_ends(out))
+
         missing = [
             Unit(f"{s.label()} depth {s.depth} repeat {s.repeat} {s.sampler.value}", compute_unit,
-                 (s, load_samples(s, out), chain_store(s, out) if shared_disk else None),
-                 executor.cpus_per_unit)
+                 arguments(s), executor.cpus_per_unit)
             for s in units
             if stored_record(s, out) is None
         ]  # fmt: skip

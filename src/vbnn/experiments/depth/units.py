@@ -16,7 +16,9 @@ Every finished unit is written atomically to ``<out>/units/<key>.json`` and its 
 ``<out>/samples/<key>.npz``, so a killed run loses nothing finished and a re-run skips (and
 re-plots from) what is there; a unit in flight keeps its finished MAMS or MCLMC chains, and a
 checkpoint of the chain that is running, in ``<out>/chains/<key>/`` until it is stored
-(``vbnn.references.chain_runner``), so a rerun goes on where the killed one stopped.
+(``vbnn.references.chain_runner``), so a rerun goes on where the killed one stopped. Where each
+chain ended stays in ``<out>/chain-ends/`` (:func:`chain_ends`), so the same unit asked for more
+draws (``--samples``) goes on from its chains' ends instead of tuning and sampling them again.
 :func:`compute_unit` stores no unit, so a Ray worker runs it and the driver stores its
 :class:`UnitOutcome` (:func:`store_unit`); :func:`run_unit` does both here. Processes that share
 a unit's chains (the same command started twice) make its record once: the first to have every
@@ -167,17 +169,21 @@ def unit_seed(settings: UnitSettings) -> int:
 
 
 def sample_unit(
-    settings: UnitSettings, pretrained: Pretrained, chain_store: Path | None = None
+    settings: UnitSettings,
+    pretrained: Pretrained,
+    chain_store: Path | None = None,
+    chain_ends: Path | None = None,
 ) -> ChainsResult:
     """The unit's reference chains from jittered copies of the pre-trained weights; given a
     ``chain_store`` directory, MAMS and MCLMC keep their finished chains and the chain in flight
-    there (:func:`chain_store`)."""
+    there (:func:`chain_store`), and given ``chain_ends`` where each chain ended
+    (:func:`chain_ends`)."""
     chains = dataclasses.replace(settings.chains, seed=unit_seed(settings))
     x, y = pretrained.x.numpy(), pretrained.y.numpy()
     potential = jax_potential(settings.architecture(), x, y)
     start = torch.cat([p.detach().reshape(-1) for p in pretrained.network.parameters()]).numpy()
     return run_sampler(settings.sampler, potential, jittered_starts(start, chains), chains,
-                       chain_store)  # fmt: skip
+                       chain_store, chain_ends)  # fmt: skip
 
 
 def compute_unit(
@@ -185,9 +191,11 @@ def compute_unit(
     cached: tuple[Any, dict[str, Any]] | None,
     chain_store: Path | None = None,
     claim_record: bool = False,
+    chain_ends: Path | None = None,
 ) -> UnitOutcome:
     """One unit's numbers (a worker's part; sampling skipped when ``cached``). It stores nothing
-    but, given a ``chain_store`` directory, the chains of :func:`sample_unit`. With
+    but, given a ``chain_store`` (and ``chain_ends``) directory, the chains of
+    :func:`sample_unit`. With
     ``claim_record``, once it has the samples it claims the record there (``RECORD_CLAIM``; the
     claim goes with the store, or is released if this fails) and raises :class:`RecordClaimed`
     if a live process holds it already.
@@ -197,7 +205,7 @@ def compute_unit(
     pretrained, arrays = None, None
     if cached is None:
         pretrained = pretrain(settings)
-        result = sample_unit(settings, pretrained, chain_store)
+        result = sample_unit(settings, pretrained, chain_store, chain_ends)
         samples, diagnostics = result.samples, result.diagnostics
         arrays = {
             "samples": samples.astype(np.float32),
@@ -284,6 +292,12 @@ def chain_store(settings: UnitSettings, out: Path) -> Path:
     return out / "chains" / unit_store.settings_key(settings.to_dict())
 
 
+def chain_ends(out: Path) -> Path:
+    """Where every MAMS or MCLMC chain of a run's units ended: ``<out>/chain-ends``, kept after
+    the unit is stored (each chain's state, tuned parameters and draws)."""
+    return out / "chain-ends"
+
+
 def store_unit(settings: UnitSettings, out: Path, outcome: UnitOutcome) -> dict[str, Any]:
     """Store a computed unit (its new samples first, the record last) and drop its chains in
     flight (now in its samples); returns the record."""
@@ -316,7 +330,8 @@ def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
     store = chain_store(settings, out)
     while True:
         try:
-            outcome = compute_unit(settings, load_samples(settings, out), store, claim_record=True)
+            cached = load_samples(settings, out)
+            outcome = compute_unit(settings, cached, store, True, chain_ends(out))
         except ChainStoreRemoved:  # another process ran the same unit's chains and stored it
             record = stored_record(settings, out)
             if record is None:
