@@ -80,7 +80,9 @@ def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> Non
         depth.run(parser.parse_args(flags))
 
 
-def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_path, capsys) -> None:
+def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
+    tmp_path, capsys, monkeypatch
+) -> None:
     """``--chains-only`` leaves the unit's chains in its chain store and nothing else, saying on
     stderr how each chain went; the same command without it makes the record from those chains
     without sampling again."""
@@ -124,6 +126,11 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_pat
     first, second = sorted(stored, key=lambda draws: draws.shape[1])
     assert first.shape[:2] == (2, 12) and second.shape[:2] == (2, 20)
     np.testing.assert_array_equal(second[:, :12], first)
+    # the analysis scripts tell the two units apart by their draws a chain
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    monkeypatch.setattr(sys, "argv", ["mixing_reasons.py", str(tmp_path)])
+    runpy.run_path(str(SCRIPTS / "mixing_reasons.py"), run_name="__main__")
+    assert sorted(pd.read_csv(tmp_path / "mixing.csv")["chain_draws"]) == [12, 20]
     with pytest.raises(ValueError, match="NUTS keeps no chain store"):
         depth.run(parser.parse_args([*flags[:-1], "nuts", "--chains-only"]))
 

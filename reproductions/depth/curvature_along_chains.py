@@ -39,6 +39,7 @@ import pandas as pd
 import torch
 from mixing_reasons import (  # beside this script
     settings_of,
+    unit_columns,
     units_with_chains,
     write_table,
 )
@@ -93,8 +94,8 @@ def measure_unit(
         frame["bernoulli_variance_sum"] = (probability * (1 - probability)).sum(axis=-1)
         frames.append(frame)
     table = pd.concat(frames, ignore_index=True)
-    for key in ("activation", "depth", "repeat", "points", "sampler"):
-        table.insert(0, key, record[key])
+    for key, value in reversed(unit_columns(record).items()):
+        table.insert(0, key, value)
     return table, np.concatenate(directions)
 
 
@@ -119,7 +120,7 @@ def summarise(points: pd.DataFrame, directions: np.ndarray, record: dict, chains
     """One unit's row of ``curvature.csv``; ``directions`` (rows of ``points``, D)."""
     even = points[points["evenly_spaced"]]
     curvature = even["curvature"].to_numpy()
-    row = {key: record[key] for key in ("activation", "depth", "repeat", "points", "sampler")}
+    row = unit_columns(record)
     row.update(
         divergences=chains.get("divergences", np.nan),
         step_size_by_chain=json.dumps([round(v, 4) for v in chains["chain_step_size"]]),

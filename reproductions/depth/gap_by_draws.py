@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from mixing_reasons import units_with_chains, write_table  # beside this script
+from mixing_reasons import unit_columns, units_with_chains, write_table  # beside this script
 
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
@@ -105,8 +105,8 @@ def main() -> None:
         }
         frames["non_gaussian"] = non_gaussian(draws)
         for name, frame in frames.items():
-            for column in ("repeat", "depth", "activation"):
-                frame.insert(0, column, record[column])
+            for key, value in reversed(unit_columns(record).items()):
+                frame.insert(0, key, value)
             tables[name].append(frame)
     if not tables["gap_by_draws"]:
         raise SystemExit(f"{run}: no unit has its chains in samples/")

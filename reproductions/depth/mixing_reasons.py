@@ -52,7 +52,7 @@ def diagnose(record: dict, draws: np.ndarray, chains: dict) -> tuple[dict, list[
     inputs, _ = two_moons(settings.points, settings.noise, seed, torch.float32)
     test, _ = two_moons(TEST_INPUTS, settings.noise, seed + 900_000, torch.float32)
     summary, layers = mixing_report(draws, settings.architecture(), inputs.numpy(), test.numpy())
-    unit = {key: record[key] for key in ("activation", "depth", "repeat", "points", "sampler")}
+    unit = unit_columns(record)
     row = {
         **unit, **summary, "rhat_log_density": chains.get("rhat_log_density", np.nan),
         "divergences": chains.get("divergences", np.nan),
@@ -70,7 +70,7 @@ def where_divergent(record: dict, arrays: dict) -> list[dict]:
     if "diverging" not in arrays or not arrays["diverging"].any():
         return []
     sizes = settings_of(record["settings"]).architecture().sizes
-    unit = {key: record[key] for key in ("activation", "depth", "repeat", "points", "sampler")}
+    unit = unit_columns(record)
     episodes = divergence_episodes(arrays["diverging"])
     rows = divergence_locations(
         arrays["samples"], arrays["diverging"], arrays["log_density"], sizes
@@ -78,7 +78,13 @@ def where_divergent(record: dict, arrays: dict) -> list[dict]:
     return [{**unit, "episodes": episodes, **row} for row in rows]
 
 
-UNIT_KEY = ["sampler", "points", "activation", "depth", "repeat"]  # one unit of a run
+# one unit of a run; ``chain_draws`` (draws a chain) tells a unit from the same one asked for more
+UNIT_KEY = ["sampler", "points", "activation", "depth", "repeat", "chain_draws"]
+
+
+def unit_columns(record: dict) -> dict:
+    """The ``UNIT_KEY`` columns of a unit's record (as ``units_with_chains`` yields it)."""
+    return {key: record[key] for key in UNIT_KEY}
 
 
 def write_table(table: pd.DataFrame, path: Path, float_format: str | None = None) -> pd.DataFrame:
@@ -100,7 +106,8 @@ def write_table(table: pd.DataFrame, path: Path, float_format: str | None = None
 
 def units_with_chains(run: Path) -> Iterator[tuple[dict, dict, dict]]:
     """(record, stored arrays (``samples`` (C, N, D), ``log_density``, ...), chain diagnostics)
-    of every unit of ``run/units`` whose chains are in ``run/samples``; says which it skips."""
+    of every unit of ``run/units`` whose chains are in ``run/samples``; says which it skips. The
+    record gets ``chain_draws``, N."""
     for path in sorted((run / "units").glob("*.json")):
         stored = run / "samples" / path.name
         if not stored.is_file():
@@ -108,7 +115,8 @@ def units_with_chains(run: Path) -> Iterator[tuple[dict, dict, dict]]:
             continue
         with np.load(stored.with_suffix(".npz")) as data:
             arrays = {key: data[key] for key in data.files}
-        yield json.loads(path.read_text())["info"], arrays, json.loads(stored.read_text())["info"]
+        record = {**json.loads(path.read_text())["info"], "chain_draws": arrays["samples"].shape[1]}
+        yield record, arrays, json.loads(stored.read_text())["info"]
 
 
 def main() -> None:
