@@ -376,7 +376,8 @@ def write_summary(
     summary = {
         "quick": bool(args.quick),
         "note": note,
-        "arguments": vars(args),
+        # the parsed flags; not the subcommand's handler, whose address changes every run
+        "arguments": {name: value for name, value in vars(args).items() if not callable(value)},
         "shared_settings": {
             k: (v.to_dict() if hasattr(v, "to_dict") else getattr(v, "__dict__", v))
             for k, v in shared.items()
