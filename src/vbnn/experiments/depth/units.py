@@ -195,10 +195,9 @@ def compute_unit(
 ) -> UnitOutcome:
     """One unit's numbers (a worker's part; sampling skipped when ``cached``). It stores nothing
     but, given a ``chain_store`` (and ``chain_ends``) directory, the chains of
-    :func:`sample_unit`. With
-    ``claim_record``, once it has the samples it claims the record there (``RECORD_CLAIM``; the
-    claim goes with the store, or is released if this fails) and raises :class:`RecordClaimed`
-    if a live process holds it already.
+    :func:`sample_unit`. With ``claim_record``, once it has the samples it claims the record
+    there (``RECORD_CLAIM``; the claim goes with the store, or is released if this fails) and
+    raises :class:`RecordClaimed` if a live process holds it already.
 
     The chains' diagnostics go into the record with the prefix ``nuts_`` whatever the sampler
     (the column names of every stored unit); ``sampler`` says which one made them."""
@@ -327,11 +326,12 @@ def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
             unit_store.save(out / "units", settings.to_dict(), None, record)
     if record is not None:
         return record
-    store = chain_store(settings, out)
+    store, ends = chain_store(settings, out), chain_ends(out)
     while True:
         try:
-            cached = load_samples(settings, out)
-            outcome = compute_unit(settings, cached, store, True, chain_ends(out))
+            outcome = compute_unit(
+                settings, load_samples(settings, out), store, claim_record=True, chain_ends=ends
+            )
         except ChainStoreRemoved:  # another process ran the same unit's chains and stored it
             record = stored_record(settings, out)
             if record is None:
