@@ -146,3 +146,17 @@ def test_a_removed_unit_is_gone_and_its_neighbours_stay(tmp_path) -> None:
     assert unit_store.load(tmp_path, gone) is None
     assert unit_store.load(tmp_path, kept)[1] == {"x": 1}
     assert len(list(tmp_path.iterdir())) == 2  # the kept unit's record and arrays
+
+
+def test_a_units_info_is_read_without_its_arrays(tmp_path) -> None:
+    settings = {"unit": 1}
+    unit_store.save(tmp_path, settings, {"a": np.arange(3)}, {"drawn": 7})
+    assert unit_store.load_info(tmp_path, {"unit": 2}) is None
+    (tmp_path / f"{unit_store.settings_key(settings)}.npz").unlink()
+    assert unit_store.load_info(tmp_path, settings) == {"drawn": 7}  # the arrays are not read
+    with pytest.raises(ValueError, match=r"arrays .* are missing"):
+        unit_store.load(tmp_path, settings)
+    record = tmp_path / f"{unit_store.settings_key(settings)}.json"
+    record.write_text(record.read_text().replace('"unit": 1', '"unit": 3'))
+    with pytest.raises(ValueError, match="stored settings differ"):
+        unit_store.load_info(tmp_path, settings)

@@ -162,8 +162,8 @@ def _checkpoint(store: Path, settings: dict, progress: dict, state, params, draw
 
 def _keep_end(store: Path, settings: dict, progress: dict, state, params, draws: list) -> None:
     """Store where a finished chain ended, unless the same chain with more draws ended there."""
-    stored = unit_store.load(store, end_settings(settings))
-    if stored is None or stored[1]["drawn"] <= progress["drawn"]:
+    stored = unit_store.load_info(store, end_settings(settings))
+    if stored is None or stored["drawn"] <= progress["drawn"]:
         _checkpoint(store, end_settings(settings), progress, state, params, draws)
 
 
@@ -432,7 +432,7 @@ def merge_chain_stores(source: Path, target: Path) -> list[str]:
         arrays, info = unit_store.load(path.parent, settings)
         here = target / unit.relative_to(source)
         name = f"{unit.name}/{_name(settings)}"
-        if unit_store.load(here, settings) is not None:
+        if unit_store.load_info(here, settings) is not None:
             said.append(f"{name}: finished here already")
         elif unit_store.claimed(here, settings):
             said.append(f"{name}: running here, left alone")
@@ -441,8 +441,7 @@ def merge_chain_stores(source: Path, target: Path) -> list[str]:
             unit_store.remove(here / IN_FLIGHT, settings)
             said.append(f"{name}: finished there, brought here")
         else:
-            checkpoint = unit_store.load(here / IN_FLIGHT, settings)
-            mine = None if checkpoint is None else checkpoint[1]
+            mine = unit_store.load_info(here / IN_FLIGHT, settings)
             if mine is not None and _progressed(mine) >= _progressed(info):
                 said.append(f"{name}: as far or further here ({_said(mine)}), kept")
             else:

@@ -75,8 +75,30 @@ def load(directory: Path, settings: dict[str, Any]) -> tuple[Arrays | None, dict
         StaleUnitsError: the unit is not stored, and ``directory`` holds units of another key
             version (migrate them rather than compute them again).
     """
-    key = settings_key(settings)
-    record_path, npz = Path(directory) / f"{key}.json", Path(directory) / f"{key}.npz"
+    found = _record(directory, settings)
+    if found is None:
+        return None
+    record_path, record = found
+    if not record.get("arrays", True):
+        return None, record["info"]
+    npz = record_path.with_suffix(".npz")
+    if not npz.is_file():
+        raise ValueError(f"unit store {record_path}: its arrays {npz.name} are missing")
+    with np.load(npz) as data:
+        arrays = {name: data[name] for name in data.files}
+    return arrays, record["info"]
+
+
+def load_info(directory: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The info stored for ``settings``, without reading its arrays; None when the unit is not
+    stored. Raises ``load``'s errors, but for missing arrays."""
+    found = _record(directory, settings)
+    return None if found is None else found[1]["info"]
+
+
+def _record(directory: Path, settings: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """(path, record) of the unit of ``settings``, or None when it is not stored (``load``)."""
+    record_path = Path(directory) / f"{settings_key(settings)}.json"
     if not record_path.is_file():
         stale = _stale_units(Path(directory).resolve())
         if stale:
@@ -89,13 +111,7 @@ def load(directory: Path, settings: dict[str, Any]) -> tuple[Arrays | None, dict
     record = json.loads(record_path.read_text())
     if record.get("settings") != json.loads(json.dumps(settings, default=str)):
         raise ValueError(f"unit store {record_path}: stored settings differ from the key's")
-    if not record.get("arrays", True):
-        return None, record["info"]
-    if not npz.is_file():
-        raise ValueError(f"unit store {record_path}: its arrays {npz.name} are missing")
-    with np.load(npz) as data:
-        arrays = {name: data[name] for name in data.files}
-    return arrays, record["info"]
+    return record_path, record
 
 
 def claim(directory: Path, settings: dict[str, Any]) -> bool:

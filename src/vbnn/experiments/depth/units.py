@@ -309,8 +309,7 @@ def store_unit(settings: UnitSettings, out: Path, outcome: UnitOutcome) -> dict[
 
 def stored_record(settings: UnitSettings, out: Path) -> dict[str, Any] | None:
     """The record of a finished unit, or None."""
-    stored = unit_store.load(out / "units", settings.to_dict())
-    return None if stored is None else stored[1]
+    return unit_store.load_info(out / "units", settings.to_dict())
 
 
 def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:

@@ -250,7 +250,7 @@ def run_missing(runs: list[NetworkRun], data, out: Path, executor: ExecutorSetti
     units = [
         Unit(run.name, compute_run, (run, data, out, False), cpus)
         for run in runs
-        if unit_store.load(out / "runs", run_key(run)) is None
+        if unit_store.load_info(out / "runs", run_key(run)) is None
     ]
 
     def store(unit: Unit, outcome: tuple[dict, dict]) -> None:
