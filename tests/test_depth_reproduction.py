@@ -219,3 +219,4 @@ def test_tiny_end_to_end_run_writes_every_output(
     agreement = pd.read_csv(tmp_path / "agreement.csv")
     assert len(agreement) == 4
     assert (agreement[["parameter_mean_z_max", "logit_variance_z_max"]] == 0).all(axis=None)
+    assert (agreement["sampler"] == "nuts").all() and agreement["chain_draws"].nunique() == 1

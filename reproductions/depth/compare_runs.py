@@ -30,6 +30,7 @@ import torch
 from mixing_reasons import (  # beside this script
     TEST_INPUTS,
     settings_of,
+    unit_columns,
     units_with_chains,
     write_table,
 )
@@ -56,7 +57,7 @@ def agreement_rows(record: dict, first: dict, second: dict) -> dict:
     settings = settings_of(record["settings"])
     seed = unit_seed(settings)
     test, _ = two_moons(TEST_INPUTS, settings.noise, seed + 900_000, torch.float32)
-    row = {key: record[key] for key in ("activation", "depth", "repeat", "points")}
+    row = unit_columns(record)  # the second unit's
     for name, (a, b) in {
         "parameter": (first["samples"], second["samples"]),
         "logit": tuple(
