@@ -131,6 +131,18 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
     monkeypatch.setattr(sys, "argv", ["mixing_reasons.py", str(tmp_path)])
     runpy.run_path(str(SCRIPTS / "mixing_reasons.py"), run_name="__main__")
     assert sorted(pd.read_csv(tmp_path / "mixing.csv")["chain_draws"]) == [12, 20]
+    # --new measures only the units without rows: the longer one here, the same row again
+    table = pd.read_csv(tmp_path / "mixing.csv")
+    table[table["chain_draws"] == 12].to_csv(tmp_path / "mixing.csv", index=False)
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["mixing_reasons.py", str(tmp_path), "--new"])
+    runpy.run_path(str(SCRIPTS / "mixing_reasons.py"), run_name="__main__")
+    assert capsys.readouterr().out.count("measured already, skipped") == 1
+    again = pd.read_csv(tmp_path / "mixing.csv")
+    order = ["chain_draws"]
+    pd.testing.assert_frame_equal(
+        again.sort_values(order, ignore_index=True), table.sort_values(order, ignore_index=True)
+    )
     with pytest.raises(ValueError, match="NUTS keeps no chain store"):
         depth.run(parser.parse_args([*flags[:-1], "nuts", "--chains-only"]))
 

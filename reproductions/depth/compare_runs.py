@@ -16,7 +16,8 @@ comparison between the chain that diverged most and the unit's other chains.
 
 Run from the repository root: ``python reproductions/depth/compare_runs.py
 reproductions/depth/mams-1000-long-leaky reproductions/depth/mams-1000-long-accept-0.95``
-(or one run: ``... compare_runs.py reproductions/depth/mams-1000-long``).
+(or one run: ``... compare_runs.py reproductions/depth/mams-1000-long``); with ``--new``, only
+the units that have no rows yet in the table it writes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import numpy as np
 import pandas as pd
 import torch
 from mixing_reasons import (  # beside this script
+    NEW_HELP,
     TEST_INPUTS,
+    measured_units,
     settings_of,
     unit_columns,
     units_with_chains,
@@ -109,15 +112,20 @@ def chain_against_the_rest(arrays: dict) -> tuple[dict, dict] | None:
     return {k: arrays[k][[worst]] for k in keys}, {k: arrays[k][rest] for k in keys}
 
 
-def within(run: Path) -> None:
+def within(run: Path, new: bool = False) -> None:
     """``agreement_within.csv``: in every unit with divergent transitions, the chain with the
-    most of them against the other chains (first = that chain)."""
+    most of them against the other chains (first = that chain); with ``new``, of the units that
+    have no row there yet."""
     rows = []
-    for record, arrays, _ in units_with_chains(run):
+    skip = measured_units(run / "agreement_within.csv") if new else set()
+    for record, arrays, _ in units_with_chains(run, skip):
         split = chain_against_the_rest(arrays)
         if split is not None:
             rows.append({"compared_with": "most divergent chain", **agreement_rows(record, *split)})
     if not rows:
+        if new:
+            print(f"{run}: no unit with chains and divergent transitions to add")
+            return
         raise SystemExit(f"{run}: no unit with chains and divergent transitions")
     table = write_table(pd.DataFrame(rows), run / "agreement_within.csv")
     print(table.T.to_string(header=False, float_format=lambda value: f"{value:.4g}"))
@@ -130,15 +138,19 @@ def main() -> None:
         "second", type=Path, nargs="?",
         help="another, where agreement.csv is written; without it, within the first's units",
     )  # fmt: skip
+    parser.add_argument("--new", action="store_true", help=NEW_HELP)
     args = parser.parse_args()
     if args.second is None:
-        within(args.first)
+        within(args.first, args.new)
         return
     reference = {
         posterior_key(record): arrays for record, arrays, _ in units_with_chains(args.first)
     }
     rows = []
-    for record, arrays, _ in units_with_chains(args.second):
+    skip = set()
+    if args.new:
+        skip = measured_units(args.second / "agreement.csv", compared_with=args.first.name)
+    for record, arrays, _ in units_with_chains(args.second, skip):
         key = posterior_key(record)
         if key not in reference:
             print(f"{record['activation']} depth {record['depth']}: not in {args.first}, skipped")
@@ -147,6 +159,9 @@ def main() -> None:
             {"compared_with": args.first.name, **agreement_rows(record, reference[key], arrays)}
         )
     if not rows:
+        if args.new:
+            print(f"{args.second}: no unit to add to agreement.csv")
+            return
         raise SystemExit(f"{args.second}: no unit with chains shares a posterior with {args.first}")
     table = write_table(pd.DataFrame(rows), args.second / "agreement.csv")
     print(table.T.to_string(header=False, float_format=lambda value: f"{value:.4g}"))

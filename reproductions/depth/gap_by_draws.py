@@ -16,7 +16,8 @@ draws Gaussian-like, or do the parameters share a scale (``non_gaussian.csv``: t
 kurtosis of the parameters, and the mean correlation between squared standardised parameters)?
 
 Run from the repository root: ``python reproductions/depth/gap_by_draws.py
-reproductions/depth/mams-1000-long``.
+reproductions/depth/mams-1000-long``; with ``--new``, only the units that have no rows yet in
+its tables.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from mixing_reasons import unit_columns, units_with_chains, write_table  # beside this script
+from mixing_reasons import (  # beside this script
+    NEW_HELP,
+    measured_units,
+    unit_columns,
+    units_with_chains,
+    write_table,
+)
 
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
@@ -93,10 +100,13 @@ def non_gaussian(samples: np.ndarray) -> pd.DataFrame:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a depth run's folder (units/, samples/)")
-    run = parser.parse_args().run
+    parser.add_argument("--new", action="store_true", help=NEW_HELP)
+    args = parser.parse_args()
+    run = args.run
     measures = {"gap_by_draws": gap_by_draws, "gap_by_subset": gap_by_subset}
     tables: dict[str, list[pd.DataFrame]] = {name: [] for name in [*measures, "non_gaussian"]}
-    for record, arrays, _ in units_with_chains(run):
+    skip = measured_units(run / "gap_by_draws.csv") if args.new else set()
+    for record, arrays, _ in units_with_chains(run, skip):
         settings = record["settings"]
         seed = settings["seed"] * 1000 + settings["repeat"]  # compute_unit's
         draws = arrays["samples"].astype(np.float64)
@@ -109,6 +119,9 @@ def main() -> None:
                 frame.insert(0, key, value)
             tables[name].append(frame)
     if not tables["gap_by_draws"]:
+        if args.new:
+            print(f"{run}: every unit with stored chains is in gap_by_draws.csv already")
+            return
         raise SystemExit(f"{run}: no unit has its chains in samples/")
     for name, parts in tables.items():
         table = write_table(pd.concat(parts, ignore_index=True), run / f"{name}.csv")

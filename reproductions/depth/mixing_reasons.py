@@ -8,16 +8,18 @@ length; for units that stored which transitions diverged and had any, where thos
 started (``divergence_locations``: one row per feature, with the number of bursts).
 
 Run from the repository root: ``python reproductions/depth/mixing_reasons.py
-reproductions/depth/mams-1000``. A run's chains stay on the machine that ran it (not in git:
-~16 MB a unit for 4 x 1000 draws), so the tables keep the rows of units whose chains are not
-here (``write_table``, which the other scripts beside this one use too).
+reproductions/depth/mams-1000``; with ``--new``, only the units that have no rows yet in its
+tables (a unit taken on to longer chains is a new one). A run's chains stay on the machine that
+ran it (not in git: ~16 MB a unit for 4 x 1000 draws), so the tables keep the rows of units whose
+chains are not here (``write_table``, which the other scripts beside this one use too).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -104,32 +106,68 @@ def write_table(table: pd.DataFrame, path: Path, float_format: str | None = None
     return table
 
 
-def units_with_chains(run: Path) -> Iterator[tuple[dict, dict, dict]]:
+def stored_draws(path: Path) -> int:
+    """Draws a chain of the stored chains ``path`` (an ``.npz``), read from the header of its
+    ``samples`` array only."""
+    with zipfile.ZipFile(path) as archive, archive.open("samples.npy") as stream:
+        version = np.lib.format.read_magic(stream)
+        read = {(1, 0): np.lib.format.read_array_header_1_0}.get(
+            version, np.lib.format.read_array_header_2_0
+        )
+        shape = read(stream)[0]
+    return int(shape[1])
+
+
+def measured_units(table: Path, compared_with: str | None = None) -> set[tuple]:
+    """The ``UNIT_KEY`` values of the units with rows in ``table`` (those compared with
+    ``compared_with`` where given); none where it does not exist yet."""
+    if not table.is_file():
+        return set()
+    rows = pd.read_csv(table)
+    if compared_with is not None:
+        rows = rows[rows["compared_with"] == compared_with]
+    return set(rows[UNIT_KEY].itertuples(index=False, name=None))
+
+
+def units_with_chains(run: Path, skip: Collection[tuple] = ()) -> Iterator[tuple[dict, dict, dict]]:
     """(record, stored arrays (``samples`` (C, N, D), ``log_density``, ...), chain diagnostics)
-    of every unit of ``run/units`` whose chains are in ``run/samples``; says which it skips. The
-    record gets ``chain_draws``, N."""
+    of every unit of ``run/units`` whose chains are in ``run/samples`` and whose ``UNIT_KEY``
+    values are not in ``skip`` (``measured_units``); says which it skips. The record gets
+    ``chain_draws``, N."""
     for path in sorted((run / "units").glob("*.json")):
         stored = run / "samples" / path.name
         if not stored.is_file():
             print(f"{path.name}: no chains in {run / 'samples'}, skipped")
             continue
+        info = json.loads(path.read_text())["info"]
+        record = {**info, "chain_draws": stored_draws(stored.with_suffix(".npz"))}
+        if tuple(unit_columns(record).values()) in skip:
+            print(f"{path.name}: measured already, skipped")
+            continue
         with np.load(stored.with_suffix(".npz")) as data:
             arrays = {key: data[key] for key in data.files}
-        record = {**json.loads(path.read_text())["info"], "chain_draws": arrays["samples"].shape[1]}
         yield record, arrays, json.loads(stored.read_text())["info"]
+
+
+NEW_HELP = "measure only the units that have no rows yet in the tables this writes"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a depth run's output folder")
+    parser.add_argument("--new", action="store_true", help=NEW_HELP)
     args = parser.parse_args()
     units, layers, divergent = [], [], []
-    for record, arrays, chains in units_with_chains(args.run):
+    skip = measured_units(args.run / "mixing.csv") if args.new else set()
+    for record, arrays, chains in units_with_chains(args.run, skip):
         row, rows = diagnose(record, arrays["samples"], chains)
         units.append(row)
         layers.extend(rows)
         divergent.extend(where_divergent(record, arrays))
     if not units:
+        if args.new:
+            print(f"{args.run}: every unit with stored chains is in mixing.csv already")
+            return
         raise SystemExit(f"{args.run}: no unit with stored chains")
     table = write_table(pd.DataFrame(units), args.run / "mixing.csv")
     write_table(pd.DataFrame(layers), args.run / "mixing_layers.csv")
