@@ -225,6 +225,13 @@ def test_tiny_end_to_end_run_writes_every_output(
         assert len(again) == 2 * len(table) and (again["depth"] == 9).sum() == len(table), script
     if units["nuts_divergences"].sum() > 0:  # where they started, one row per feature
         assert len(pd.read_csv(tmp_path / "divergences.csv")) >= 5
+    # the status table reads the records alone and agrees with the run's verdicts
+    monkeypatch.setattr(sys, "argv", ["status.py", str(tmp_path), "--out", str(tmp_path / "s.csv")])
+    runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+    status = pd.read_csv(tmp_path / "s.csv").sort_values(["activation", "depth"])
+    verdicts = pd.read_csv(tmp_path / "depth_units.csv").sort_values(["activation", "depth"])
+    assert status["trusted"].tolist() == verdicts["trusted"].tolist()
+    assert (status["mixed"] >= status["trusted"]).all() and (status["chain_draws"] == 12).all()
     # a run against itself: every unit finds its posterior, and the same draws agree exactly
     monkeypatch.setattr(sys, "argv", ["compare_runs.py", str(tmp_path), str(tmp_path)])
     runpy.run_path(str(SCRIPTS / "compare_runs.py"), run_name="__main__")

@@ -1,0 +1,120 @@
+"""Where the reference chains stand: every stored unit of the depth runs in one table,
+``status.csv`` beside this script, and the same as a Markdown table on stdout.
+
+One row per unit (run folder, points, activation, depth, repeat, chain budget): its worst
+R-hat and bulk / tail ESS, divergent transitions, whether it is **mixed** by the issue's
+criterion (every parameter's R-hat <= 1.05, bulk and tail ESS >= 100) and **trusted** by the
+runs' stricter rule (mixed and no divergent transition: ``ConvergenceCriterion``'s defaults), its
+KL(q_diag || q_full) above the chain floor extrapolated to infinitely many draws with that
+extrapolation's drift (``kl_above_floor_limit``; see the README), and its cost. It reads the
+records in ``<run>/units/`` only (committed), so it runs anywhere, without the chains. Means
+over a run's repeats are its ``depth_gap.csv`` (``vbnn.experiments.depth.report.aggregate``).
+
+Run from the repository root: ``python reproductions/depth/status.py`` (every ``mams-*`` run
+beside it), or name run folders: ``python reproductions/depth/status.py
+reproductions/depth/reduced-1000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from vbnn.experiments.depth.report import trusted_units
+from vbnn.references.chain_diagnostics import ConvergenceCriterion
+
+HERE = Path(__file__).parent
+COLUMNS = {
+    "run": "run", "points": "points", "activation": "activation", "depth": "depth",
+    "repeat": "repeat", "budget": "chains x (warm-up + draws)", "step_scale": "step / tuned",
+    "nuts_rhat_max": "R-hat max", "ess": "bulk / tail ESS min", "nuts_divergences": "divergent",
+    "mixed": "mixed", "trusted": "trusted", "limit": "KL limit (drift)",
+    "gradients_m": "gradients (M)", "chain_hours": "chain hours",
+}  # fmt: skip
+CSV = ["run", "sampler", "points", "activation", "depth", "repeat", "chain_draws", "budget",
+       "step_scale", "nuts_rhat_max", "nuts_bulk_ess_min", "nuts_tail_ess_min",
+       "nuts_divergences", "mixed", "trusted", "kl_above_floor", "kl_above_floor_limit",
+       "kl_above_floor_limit_drift", "nuts_gradient_evaluations", "nuts_seconds"]  # fmt: skip
+
+
+def records_of(run: Path) -> list[dict]:
+    """The unit records (their ``info``) stored in ``run/units``."""
+    paths = sorted((run / "units").glob("*.json"))
+    if not paths:
+        raise SystemExit(f"{run / 'units'}: no unit records (*.json)")
+    return [json.loads(path.read_text())["info"] for path in paths]
+
+
+def status(runs: list[Path]) -> pd.DataFrame:
+    """One row per unit of ``runs``, sorted by points, activation, depth and draws a chain."""
+    frames = []
+    for run in runs:
+        records = records_of(run)
+        frame = trusted_units(records, ConvergenceCriterion())
+        frame["mixed"] = [
+            ConvergenceCriterion(max_divergences=None).passes(
+                {k.removeprefix("nuts_"): v for k, v in record.items()}
+            )
+            for record in records
+        ]
+        chains = [record["settings"]["chains"] for record in records]
+        frame["run"] = run.name
+        frame["chain_draws"] = [c["samples"] for c in chains]
+        frame["budget"] = [
+            f"{c['chains']} x ({c['warmup']} + {c['samples']})"
+            + (f", tree depth <= {c['max_tree_depth']}" if r["sampler"] == "nuts" else "")
+            for c, r in zip(chains, records, strict=True)
+        ]
+        frame["step_scale"] = [f"1/{c.get('step_scale', 1.0):g}" for c in chains]
+        frames.append(frame)
+    table = pd.concat(frames, ignore_index=True)
+    table["ess"] = [
+        f"{bulk:.0f} / {tail:.0f}"
+        for bulk, tail in zip(table["nuts_bulk_ess_min"], table["nuts_tail_ess_min"], strict=True)
+    ]
+    table["limit"] = [
+        "" if math.isnan(limit) else f"{limit:.1f} ({drift:.1f})"
+        for limit, drift in zip(
+            table["kl_above_floor_limit"], table["kl_above_floor_limit_drift"], strict=True
+        )
+    ]
+    if "nuts_gradient_evaluations" not in table:  # NUTS runs stored before it was counted
+        table["nuts_gradient_evaluations"] = math.nan
+    table["gradients_m"] = table["nuts_gradient_evaluations"] / 1e6
+    table["chain_hours"] = table["nuts_seconds"] / 3600
+    order = ["points", "activation", "depth", "chain_draws", "run", "repeat"]
+    return table.sort_values(order, ignore_index=True)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """``table``'s ``COLUMNS`` as a Markdown table (mixed and trusted in bold where true)."""
+    shown = table[list(COLUMNS)].rename(columns=COLUMNS)
+    for column in ("mixed", "trusted"):
+        shown[column] = ["**yes**" if value else "no" for value in shown[column]]
+    shown["divergent"] = [f"{value:.0f}" for value in shown["divergent"]]
+    for column, digits in (("R-hat max", 3), ("gradients (M)", 2), ("chain hours", 2)):
+        shown[column] = ["" if math.isnan(v) else f"{v:.{digits}f}" for v in shown[column]]
+    lines = ["| " + " | ".join(shown.columns) + " |", "|" + "---|" * len(shown.columns)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in shown.itertuples(False)]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "runs", type=Path, nargs="*", help="depth run folders (default: every mams-* one here)"
+    )
+    parser.add_argument("--out", type=Path, default=HERE / "status.csv", help="the table's CSV")
+    args = parser.parse_args()
+    runs = args.runs or sorted(path.parent for path in HERE.glob("mams-*/units"))
+    table = status(runs)
+    table[CSV].to_csv(args.out, index=False, float_format="%.6g")
+    print(markdown(table))
+
+
+if __name__ == "__main__":
+    main()
