@@ -226,8 +226,11 @@ def test_tiny_end_to_end_run_writes_every_output(
     if units["nuts_divergences"].sum() > 0:  # where they started, one row per feature
         assert len(pd.read_csv(tmp_path / "divergences.csv")) >= 5
     # the status table reads the records alone and agrees with the run's verdicts
-    monkeypatch.setattr(sys, "argv", ["status.py", str(tmp_path), "--out", str(tmp_path / "s.csv")])
+    capsys.readouterr()
+    command = ["status.py", str(tmp_path), "--out", str(tmp_path / "s.csv"), "--best"]
+    monkeypatch.setattr(sys, "argv", command)
     runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+    assert capsys.readouterr().out.count("\n| ") == 4  # after the header, one unit a depth
     status = pd.read_csv(tmp_path / "s.csv").sort_values(["activation", "depth"])
     verdicts = pd.read_csv(tmp_path / "depth_units.csv").sort_values(["activation", "depth"])
     assert status["trusted"].tolist() == verdicts["trusted"].tolist()

@@ -11,8 +11,8 @@ records in ``<run>/units/`` only (committed), so it runs anywhere, without the c
 over a run's repeats are its ``depth_gap.csv`` (``vbnn.experiments.depth.report.aggregate``).
 
 Run from the repository root: ``python reproductions/depth/status.py`` (every ``mams-*`` run
-beside it), or name run folders: ``python reproductions/depth/status.py
-reproductions/depth/reduced-1000``.
+beside it; ``--best`` prints one unit per points, activation and depth), or name run folders:
+``python reproductions/depth/status.py reproductions/depth/reduced-1000``.
 """
 
 from __future__ import annotations
@@ -90,6 +90,16 @@ def status(runs: list[Path]) -> pd.DataFrame:
     return table.sort_values(order, ignore_index=True)
 
 
+def best_units(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (points, activation, depth): its trusted unit, else a mixed one, else the one
+    with the lowest worst R-hat (ties: the one with the fewest divergent transitions)."""
+    ranked = table.assign(untrusted=~table["trusted"], unmixed=~table["mixed"]).sort_values(
+        ["untrusted", "unmixed", "nuts_rhat_max", "nuts_divergences"], kind="stable"
+    )
+    best = ranked.groupby(["points", "activation", "depth"], sort=False).head(1)
+    return best.sort_values(["points", "activation", "depth"], ignore_index=True)
+
+
 def markdown(table: pd.DataFrame) -> str:
     """``table``'s ``COLUMNS`` as a Markdown table (mixed and trusted in bold where true)."""
     shown = table[list(COLUMNS)].rename(columns=COLUMNS)
@@ -109,11 +119,16 @@ def main() -> None:
         "runs", type=Path, nargs="*", help="depth run folders (default: every mams-* one here)"
     )
     parser.add_argument("--out", type=Path, default=HERE / "status.csv", help="the table's CSV")
+    parser.add_argument(
+        "--best", action="store_true",
+        help="print one unit per points, activation and depth (trusted, else mixed, else the "
+        "lowest R-hat) instead of every unit; the CSV keeps every unit",
+    )  # fmt: skip
     args = parser.parse_args()
     runs = args.runs or sorted(path.parent for path in HERE.glob("mams-*/units"))
     table = status(runs)
     table[CSV].to_csv(args.out, index=False, float_format="%.6g")
-    print(markdown(table))
+    print(markdown(best_units(table) if args.best else table))
 
 
 if __name__ == "__main__":
