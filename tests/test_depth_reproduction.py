@@ -80,6 +80,17 @@ def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> Non
         depth.run(parser.parse_args(flags))
 
 
+def test_status_names_a_record_it_cannot_read(tmp_path, monkeypatch) -> None:
+    (tmp_path / "units").mkdir()
+    with pytest.raises(SystemExit, match="no unit records"):
+        monkeypatch.setattr(sys, "argv", ["status.py", str(tmp_path)])
+        runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+    single = {"info": {"depth": 2, "settings": {"nuts": {"samples": 1000}}}}  # issue 5's Pyro run
+    (tmp_path / "units" / "abc.json").write_text(json.dumps(single))
+    with pytest.raises(SystemExit, match=r"abc\.json: not a unit record of a multi-chain run"):
+        runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+
+
 def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
     tmp_path, capsys, monkeypatch
 ) -> None:

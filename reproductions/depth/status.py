@@ -46,7 +46,16 @@ def records_of(run: Path) -> list[dict]:
     paths = sorted((run / "units").glob("*.json"))
     if not paths:
         raise SystemExit(f"{run / 'units'}: no unit records (*.json)")
-    return [json.loads(path.read_text())["info"] for path in paths]
+    records = []
+    for path in paths:
+        info = json.loads(path.read_text())["info"]
+        if "chains" not in info.get("settings", {}) or "sampler" not in info:
+            raise SystemExit(
+                f"{path}: not a unit record of a multi-chain run (no sampler and chain settings; "
+                "the single-chain Pyro run of issue 5 is not covered)"
+            )
+        records.append(info)
+    return records
 
 
 def status(runs: list[Path]) -> pd.DataFrame:
