@@ -238,10 +238,12 @@ def test_tiny_end_to_end_run_writes_every_output(
         assert len(pd.read_csv(tmp_path / "divergences.csv")) >= 5
     # the status table reads the records alone and agrees with the run's verdicts
     capsys.readouterr()
-    command = ["status.py", str(tmp_path), "--out", str(tmp_path / "s.csv"), "--best"]
+    command = ["status.py", str(tmp_path), "--out", str(tmp_path / "s.csv"), "--best",
+               "--figure", str(tmp_path / "s.png")]  # fmt: skip
     monkeypatch.setattr(sys, "argv", command)
     runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
     assert capsys.readouterr().out.count("\n| ") == 4  # after the header, one unit a depth
+    assert (tmp_path / "s.png").stat().st_size > 0
     status = pd.read_csv(tmp_path / "s.csv").sort_values(["activation", "depth"])
     verdicts = pd.read_csv(tmp_path / "depth_units.csv").sort_values(["activation", "depth"])
     assert status["trusted"].tolist() == verdicts["trusted"].tolist()

@@ -10,8 +10,10 @@ extrapolation's drift (``kl_above_floor_limit``; see the README), and its cost. 
 records in ``<run>/units/`` only (committed), so it runs anywhere, without the chains. Means
 over a run's repeats are its ``depth_gap.csv`` (``vbnn.experiments.depth.report.aggregate``).
 
-Run from the repository root: ``python reproductions/depth/status.py`` (every ``mams-*`` run
-beside it; ``--best`` prints one unit per points, activation and depth), or name run folders:
+``status.png`` plots the KL limit against depth of one unit per data size, activation and depth
+(``best_units``). Run from the repository root: ``python reproductions/depth/status.py`` (every
+``mams-*`` run beside it; ``--best`` prints one unit per points, activation and depth), or name
+run folders:
 ``python reproductions/depth/status.py reproductions/depth/reduced-1000``.
 """
 
@@ -22,9 +24,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from vbnn.experiments.depth.report import trusted_units
+from vbnn.plots import pyplot, save_figure
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
 
 HERE = Path(__file__).parent
@@ -109,6 +113,45 @@ def best_units(table: pd.DataFrame) -> pd.DataFrame:
     return best.sort_values(["points", "activation", "depth"], ignore_index=True)
 
 
+def plot_limits(best: pd.DataFrame, path: Path) -> None:
+    """The KL limit of ``best_units`` against depth, one panel a data size, one line an
+    activation; the drift as error bar, a unit that has not mixed hollow, its draws a chain
+    beside it."""
+    sizes = sorted(best["points"].unique())
+    figure, axes = pyplot().subplots(1, len(sizes), figsize=(6 * len(sizes), 4.2), squeeze=False)
+    for axis, points in zip(axes[0], sizes, strict=True):
+        groups = best[best["points"] == points].groupby("activation")
+        shifts = np.linspace(-0.05, 0.05, len(groups))  # the activations side by side
+        for shift, (activation, rows) in zip(shifts, groups, strict=True):
+            rows = rows[rows["kl_above_floor_limit"].notna()]
+            if rows.empty:
+                continue
+            depth = rows["depth"].to_numpy() + shift
+            limit = rows["kl_above_floor_limit"].to_numpy()
+            drift = rows["kl_above_floor_limit_drift"].abs().to_numpy()
+            line = axis.errorbar(depth, limit, drift, marker="o", capsize=3, label=activation)
+            unmixed = ~rows["mixed"].to_numpy(dtype=bool)
+            axis.scatter(
+                depth[unmixed], limit[unmixed], s=30, zorder=5, facecolors="white",
+                edgecolors=line[0].get_color(),
+            )  # fmt: skip
+            for x, y, draws in zip(depth, limit, rows["chain_draws"], strict=True):
+                axis.annotate(f"{draws}", (x, y), xytext=(4, 4), textcoords="offset points",
+                              fontsize=7, color=line[0].get_color())  # fmt: skip
+        axis.axhline(0.0, color="black", linewidth=0.6)
+        axis.set_xticks(sorted(best["depth"].unique()))
+        axis.set_xlabel("hidden layers")
+        axis.set_ylabel("KL(q_diag || q_full) above the chain floor,\nextrapolated (nats)")
+        axis.set_title(f"{points:,} two-moons points", fontsize=10)
+        axis.legend(fontsize=8)
+    figure.suptitle(
+        "The posterior's diagonal gap, one unit a depth (error bar: the extrapolation's drift; "
+        "hollow: not mixed; label: draws a chain)", fontsize=10,
+    )  # fmt: skip
+    figure.tight_layout()
+    save_figure(figure, path, dpi=120)
+
+
 def markdown(table: pd.DataFrame) -> str:
     """``table``'s ``COLUMNS`` as a Markdown table (mixed and trusted in bold where true)."""
     shown = table[list(COLUMNS)].rename(columns=COLUMNS)
@@ -129,6 +172,10 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=HERE / "status.csv", help="the table's CSV")
     parser.add_argument(
+        "--figure", type=Path, default=HERE / "status.png",
+        help="where the KL limit of one unit a depth is plotted",
+    )  # fmt: skip
+    parser.add_argument(
         "--best", action="store_true",
         help="print one unit per points, activation and depth (trusted, else mixed, else the "
         "lowest R-hat) instead of every unit; the CSV keeps every unit",
@@ -137,7 +184,9 @@ def main() -> None:
     runs = args.runs or sorted(path.parent for path in HERE.glob("mams-*/units"))
     table = status(runs)
     table[CSV].to_csv(args.out, index=False, float_format="%.6g")
-    print(markdown(best_units(table) if args.best else table))
+    best = best_units(table)
+    plot_limits(best, args.figure)
+    print(markdown(best if args.best else table))
 
 
 if __name__ == "__main__":
