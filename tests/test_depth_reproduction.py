@@ -85,7 +85,7 @@ def test_status_names_a_record_it_cannot_read(tmp_path, monkeypatch) -> None:
     with pytest.raises(SystemExit, match="no unit records"):
         monkeypatch.setattr(sys, "argv", ["status.py", str(tmp_path)])
         runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
-    single = {"info": {"depth": 2, "settings": {"nuts": {"samples": 1000}}}}  # issue 5's Pyro run
+    single = {"info": {"depth": 2, "settings": {"nuts": {"samples": 1000}}}}  # one Pyro chain
     (tmp_path / "units" / "abc.json").write_text(json.dumps(single))
     with pytest.raises(SystemExit, match=r"abc\.json: not a unit record of a multi-chain run"):
         runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")

@@ -56,7 +56,7 @@ def records_of(run: Path) -> list[dict]:
         if "chains" not in info.get("settings", {}) or "sampler" not in info:
             raise SystemExit(
                 f"{path}: not a unit record of a multi-chain run (no sampler and chain settings; "
-                "the single-chain Pyro run of issue 5 is not covered)"
+                "single-chain Pyro NUTS records are not covered)"
             )
         records.append(info)
     return records
