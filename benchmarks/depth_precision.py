@@ -16,6 +16,7 @@ random parameter vector (N(0, 0.5^2)), the relative error ||g - g64|| / ||g64|| 
 
 from __future__ import annotations
 
+import argparse
 from contextlib import contextmanager, nullcontext
 from unittest import mock
 
@@ -70,10 +71,13 @@ def relative_error(architecture, theta, exact, data, device, kind: str | None = 
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--depths", default="1,2,3,4,5", help="ReLU depths, in this order")
+    depths = [int(d) for d in parser.parse_args().depths.split(",")]
     x, y = (t.numpy() for t in two_moons(POINTS, 0.1, 0, torch.float64))
     cpu, gpus = jax.devices("cpu")[0], [d for d in jax.devices() if d.platform == "gpu"]
     rows = []
-    for depth in range(1, 6):
+    for depth in depths:
         architecture = MLPArchitecture(tuple(depth_widths(depth)), Activation.RELU)
         shapes = potentials.parameter_shapes(architecture)
         theta = np.random.default_rng(depth).normal(scale=0.5, size=sum(map(np.prod, shapes)))
@@ -88,6 +92,7 @@ def main() -> None:
             measured["float32 (gpu)"] = relative_error(*common, gpu)
             measured["gpu default precision"] = relative_error(*common, gpu, "default")
         rows.append({"depth": depth, "parameters": int(theta.size), **measured})
+        print(rows[-1], flush=True)  # a row as it comes: the GPU machine's calls are time-limited
     print(pd.DataFrame(rows).to_string(index=False, float_format="%.2e"))
 
 
