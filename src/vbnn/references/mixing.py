@@ -48,7 +48,7 @@ from vbnn.references.chain_diagnostics import bulk_ess, rank_rhat
 SLOW_ESS = 100.0
 SLOW_RHAT = 1.05
 SLOWEST = 20  # parameters whose chain means and halves are compared
-CHUNK = 100  # draws a network pass handles at once
+PASS_ELEMENTS = 2**22  # the values of one hidden layer a network pass holds at most
 
 
 def layer_slices(sizes: tuple[int, ...]) -> list[tuple[slice, slice]]:
@@ -99,23 +99,36 @@ def network_outputs(
     draws: np.ndarray, architecture: MLPArchitecture, inputs: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Logits (C, N, inputs) of every draw and, per hidden unit, whether it is inactive on every
-    input (C, N, H); single outputs only (the Bernoulli networks of the depth experiment)."""
+    input (C, N, H); single outputs only (the Bernoulli networks of the depth experiment).
+
+    The inputs run along the last axis of every product ((O, I) @ (I, inputs) per draw), where
+    they are contiguous; as many draws at once as keep a hidden layer's values within
+    ``PASS_ELEMENTS``."""
     if architecture.sizes[-1] != 1:
         raise ValueError(f"network_outputs: one output needed, sizes {architecture.sizes}")
+    chains, count = draws.shape[:2]
+    flat = np.asarray(draws).reshape(chains * count, -1)
+    points = torch.as_tensor(np.asarray(inputs), dtype=torch.float32).T.contiguous()
+    per_pass = max(1, PASS_ELEMENTS // (max(architecture.sizes[1:]) * points.shape[1]))
     logits, inactive = [], []
-    x = torch.as_tensor(np.asarray(inputs), dtype=torch.float32)
-    for begin in range(0, draws.shape[1], CHUNK):
-        chunk = np.asarray(draws[:, begin : begin + CHUNK], dtype=np.float32)
-        layers = unpack(chunk, architecture.sizes)
-        hidden, off = x.expand(*chunk.shape[:2], *x.shape), []
+    for begin in range(0, len(flat), per_pass):
+        layers = [
+            (torch.as_tensor(weight).transpose(-1, -2), torch.as_tensor(bias)[..., None])
+            for weight, bias in unpack(flat[begin : begin + per_pass].astype(np.float32),
+                                       architecture.sizes)
+        ]  # fmt: skip
+        hidden, off = points.expand(len(layers[0][0]), *points.shape), []
         for weight, bias in layers[:-1]:
-            pre = hidden @ torch.as_tensor(weight) + torch.as_tensor(bias)[..., None, :]
-            off.append((pre <= 0).all(dim=-2))
-            hidden = torch.where(pre > 0, pre, architecture.slope * pre)
+            pre = torch.baddbmm(bias, weight, hidden)
+            off.append(pre.amax(dim=-1) <= 0)
+            hidden = torch.nn.functional.leaky_relu(pre, architecture.slope)
         weight, bias = layers[-1]
-        logits.append((hidden @ torch.as_tensor(weight))[..., 0] + torch.as_tensor(bias))
+        logits.append(torch.baddbmm(bias, weight, hidden)[:, 0])
         inactive.append(torch.cat(off, dim=-1))
-    return torch.cat(logits, dim=1).numpy(), torch.cat(inactive, dim=1).numpy()
+    return (
+        torch.cat(logits).reshape(chains, count, -1).numpy(),
+        torch.cat(inactive).reshape(chains, count, -1).numpy(),
+    )
 
 
 def modes_or_drift(draws: np.ndarray, ess: np.ndarray) -> dict[str, float]:

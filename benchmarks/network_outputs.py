@@ -1,0 +1,97 @@
+"""Seconds of ``vbnn.references.mixing.network_outputs`` on the depth units' shapes, before and
+after a change.
+
+``network_outputs`` evaluates every draw of a unit's chains on its training points (which hidden
+units switch off) and on test points (the logits); on the 10,000-point units it was ~90 % of
+``reproductions/depth/mixing_reasons.py``'s time. For ReLU depths 1, 3 and 5 (the depth units'
+widths, 10,000 two-moons points, N(0, 0.7^2) parameters, 4 chains x ``--draws``), this times the
+working tree's function and the one at git revision ``--baseline`` (its ``mixing.py`` loaded as a
+module beside today's package), alternating, ``--rounds`` times each, and checks that both give
+the same inactive units and logits within float32 rounding. One thread, as the analysis scripts
+run beside the samplers.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/network_outputs.py --baseline 9e5ce32 \\
+        --out benchmarks/results/network_outputs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vbnn.core.contracts import Activation
+from vbnn.experiments.depth.models import depth_widths
+from vbnn.experiments.depth.units import two_moons
+from vbnn.references import mixing
+from vbnn.references.architecture import MLPArchitecture
+from vbnn.stores.atomic import write_atomic
+
+
+def baseline_function(revision: str):
+    """``network_outputs`` as it was at ``revision``."""
+    source = subprocess.run(
+        ["git", "show", f"{revision}:src/vbnn/references/mixing.py"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    path = Path(tempfile.mkdtemp()) / "mixing_baseline.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("mixing_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.network_outputs
+
+
+def seconds(function, *arguments) -> tuple[float, tuple]:
+    start = time.perf_counter()
+    out = function(*arguments)
+    return time.perf_counter() - start, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", required=True, help="git revision of the 'before' code")
+    parser.add_argument("--depths", default="1,3,5")
+    parser.add_argument("--draws", type=int, default=100, help="draws a chain (4 chains)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    before = baseline_function(args.baseline)
+    inputs = two_moons(10_000, 0.1, 0, torch.float32)[0].numpy()
+    rows = []
+    for depth in (int(d) for d in args.depths.split(",")):
+        architecture = MLPArchitecture(tuple(depth_widths(depth)), Activation.RELU)
+        dimension = mixing.layer_slices(architecture.sizes)[-1][1].stop
+        draws = np.random.default_rng(depth).normal(scale=0.7, size=(4, args.draws, dimension))
+        times = {"before": [], "after": []}
+        for _ in range(args.rounds):
+            old_seconds, old = seconds(before, draws, architecture, inputs)
+            new_seconds, new = seconds(mixing.network_outputs, draws, architecture, inputs)
+            times["before"].append(old_seconds)
+            times["after"].append(new_seconds)
+        if not (old[1] == new[1]).all():
+            raise SystemExit(f"depth {depth}: the inactive units differ from {args.baseline}'s")
+        error = float(np.abs(old[0] - new[0]).max() / np.abs(old[0]).max())
+        row = {
+            "depth": depth, "parameters": dimension, "draws": 4 * args.draws,
+            "before_s": min(times["before"]), "after_s": min(times["after"]),
+            "speedup": min(times["before"]) / min(times["after"]), "logit_relative_error": error,
+        }  # fmt: skip
+        rows.append(row)
+        print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    if args.out:
+        result = {"baseline": args.baseline, "rounds": args.rounds, "rows": rows}
+        write_atomic(Path(args.out), (json.dumps(result, indent=1) + "\n").encode())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
