@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+from pyro.ops.stats import effective_sample_size
 
 from vbnn.references.chain_diagnostics import (
     ConvergenceCriterion,
+    _ess,
     bulk_ess,
     max_abs_normal_quantile,
     moment_agreement,
@@ -43,6 +46,20 @@ def test_ar1_chains_have_the_known_ess(rho: float) -> None:
     expected = 4 * 4000 * (1 - rho) / (1 + rho)
     assert np.median(bulk_ess(draws)) == pytest.approx(expected, rel=0.1)
     assert np.all(rank_rhat(draws) < 1.02)
+
+
+@pytest.mark.parametrize("samples", [601, 600])
+def test_the_ess_is_pyros_own_with_its_running_minimum_taken_by_cummin(samples: int) -> None:
+    """``_ess`` replaces only how Pyro's estimator takes the running minimum of the paired
+    autocorrelations: the ESS equals Pyro's own, unpatched, on chains whose pairs rise and fall
+    (AR(1) of rho 0.9 and -0.5, a chain stuck for a while, odd and even draw counts)."""
+    rng = np.random.default_rng(samples)
+    stuck = np.repeat(rng.standard_normal((3, samples // 20)), 20, axis=1)[:, :samples]
+    stuck = np.pad(stuck, ((0, 0), (0, samples - stuck.shape[1])), mode="edge")
+    draws = np.stack([ar1(3, samples, 0.9, 1), ar1(3, samples, -0.5, 2), stuck], axis=-1)
+    pyro_own = effective_sample_size(torch.as_tensor(draws), 0, 1).numpy()
+    np.testing.assert_allclose(_ess(draws, coordinates=2), pyro_own, rtol=1e-12)
+    assert pyro_own[1] > 3 * samples  # anticorrelated draws: more than independent ones
 
 
 def test_rhat_sees_a_shifted_chain_and_the_folded_part_a_wider_one() -> None:

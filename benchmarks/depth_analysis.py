@@ -1,17 +1,23 @@
-"""Seconds of ``vbnn.references.mixing.network_outputs`` on the depth units' shapes, before and
-after a change.
+"""Seconds of the depth chains' analysis (``reproductions/depth/mixing_reasons.py``) in its two
+costly parts, before and after a change.
 
+**network_outputs.**
 ``network_outputs`` evaluates every draw of a unit's chains on its training points (which hidden
 units switch off) and on test points (the logits); on the 10,000-point units it was ~90 % of
 ``reproductions/depth/mixing_reasons.py``'s time. For ReLU depths 1, 3 and 5 (the depth units'
 widths, 10,000 two-moons points, N(0, 0.7^2) parameters, 4 chains x ``--draws``), this times the
 working tree's function and the one at git revision ``--baseline`` (its ``mixing.py`` loaded as a
 module beside today's package), alternating, ``--rounds`` times each, and checks that both give
-the same inactive units and logits within float32 rounding. One thread, as the analysis scripts
-run beside the samplers.
+the same inactive units and logits within float32 rounding.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/network_outputs.py --baseline 9e5ce32 \\
-        --out benchmarks/results/network_outputs.json
+**Bulk ESS.** ``chain_diagnostics.bulk_ess`` of 4 stationary AR(1) chains (rho 0.9) of
+``--ess-draws`` draws and ``--ess-coordinates`` coordinates, with Pyro's own running minimum in
+its ESS and with the ``torch.cummin`` that ``_ess`` puts there, alternating; the two must be equal.
+
+One thread, as the analysis scripts run beside the samplers.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/depth_analysis.py --baseline 9e5ce32 \\
+        --out benchmarks/results/depth_analysis.json
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
@@ -31,7 +38,7 @@ import torch
 from vbnn.core.contracts import Activation
 from vbnn.experiments.depth.models import depth_widths
 from vbnn.experiments.depth.units import two_moons
-from vbnn.references import mixing
+from vbnn.references import chain_diagnostics, mixing
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.stores.atomic import write_atomic
 
@@ -56,12 +63,40 @@ def seconds(function, *arguments) -> tuple[float, tuple]:
     return time.perf_counter() - start, out
 
 
+def ess_row(draws: int, coordinates: int, rounds: int) -> dict:
+    """Bulk ESS with Pyro's running minimum and with ``torch.cummin``: best seconds of each."""
+    rng = np.random.default_rng(0)
+    chains = np.empty((4, draws, coordinates))
+    chains[:, 0] = rng.standard_normal((4, coordinates))
+    for t in range(1, draws):
+        chains[:, t] = 0.9 * chains[:, t - 1] + np.sqrt(1 - 0.9**2) * rng.standard_normal(
+            (4, coordinates)
+        )
+    pyro_own = chain_diagnostics.pyro_stats._cummin
+    times = {"pyro": [], "cummin": []}
+    for _ in range(rounds):
+        with mock.patch.object(chain_diagnostics, "_running_minimum", pyro_own):
+            pyro_seconds, before = seconds(chain_diagnostics.bulk_ess, chains)
+        cummin_seconds, after = seconds(chain_diagnostics.bulk_ess, chains)
+        times["pyro"].append(pyro_seconds)
+        times["cummin"].append(cummin_seconds)
+    if not np.array_equal(before, after):
+        raise SystemExit("bulk ESS: torch.cummin gives another ESS than Pyro's running minimum")
+    return {
+        "draws": 4 * draws, "coordinates": coordinates,
+        "pyro_running_minimum_s": min(times["pyro"]), "torch_cummin_s": min(times["cummin"]),
+        "speedup": min(times["pyro"]) / min(times["cummin"]),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", required=True, help="git revision of the 'before' code")
     parser.add_argument("--depths", default="1,3,5")
     parser.add_argument("--draws", type=int, default=100, help="draws a chain (4 chains)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ess-draws", type=int, default=7000, help="draws a chain (4 chains)")
+    parser.add_argument("--ess-coordinates", type=int, default=256)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -88,8 +123,10 @@ def main() -> None:
         }  # fmt: skip
         rows.append(row)
         print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    ess = ess_row(args.ess_draws, args.ess_coordinates, args.rounds)
+    print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in ess.items()}, flush=True)
     if args.out:
-        result = {"baseline": args.baseline, "rounds": args.rounds, "rows": rows}
+        result = {"baseline": args.baseline, "rounds": args.rounds, "rows": rows, "ess": ess}
         write_atomic(Path(args.out), (json.dumps(result, indent=1) + "\n").encode())
 
 
