@@ -14,6 +14,10 @@ the same inactive units and logits within float32 rounding.
 ``--ess-draws`` draws and ``--ess-coordinates`` coordinates, with Pyro's own running minimum in
 its ESS and with the ``torch.cummin`` that ``_ess`` puts there, alternating; the two must be equal.
 
+**Normal scores.** The rank normalisation's quantiles of the same number of values, with
+``scipy.stats.norm.ppf`` and with the ``scipy.special.ndtri`` it calls (what
+``chain_diagnostics.rank_normalise`` uses now); the two must be equal.
+
 One thread, as the analysis scripts run beside the samplers.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/depth_analysis.py --baseline 9e5ce32 \\
@@ -34,6 +38,8 @@ from unittest import mock
 
 import numpy as np
 import torch
+from scipy.special import ndtri
+from scipy.stats import norm
 
 from vbnn.core.contracts import Activation
 from vbnn.experiments.depth.models import depth_widths
@@ -89,6 +95,23 @@ def ess_row(draws: int, coordinates: int, rounds: int) -> dict:
     }  # fmt: skip
 
 
+def quantile_row(shape: tuple[int, int], rounds: int) -> dict:
+    """Normal quantiles of (draws, coordinates) probabilities by ``norm.ppf`` and ``ndtri``."""
+    probabilities = np.random.default_rng(0).uniform(1e-4, 1 - 1e-4, size=shape)
+    times = {"ppf": [], "ndtri": []}
+    for _ in range(rounds):
+        ppf_seconds, before = seconds(norm.ppf, probabilities)
+        ndtri_seconds, after = seconds(ndtri, probabilities)
+        times["ppf"].append(ppf_seconds)
+        times["ndtri"].append(ndtri_seconds)
+    if not np.array_equal(before, after):
+        raise SystemExit("normal scores: ndtri differs from norm.ppf")
+    return {
+        "shape": list(shape), "norm_ppf_s": min(times["ppf"]), "ndtri_s": min(times["ndtri"]),
+        "speedup": min(times["ppf"]) / min(times["ndtri"]),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", required=True, help="git revision of the 'before' code")
@@ -125,8 +148,13 @@ def main() -> None:
         print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     ess = ess_row(args.ess_draws, args.ess_coordinates, args.rounds)
     print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in ess.items()}, flush=True)
+    quantiles = quantile_row((4 * args.ess_draws, args.ess_coordinates), args.rounds)
+    print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in quantiles.items()})
     if args.out:
-        result = {"baseline": args.baseline, "rounds": args.rounds, "rows": rows, "ess": ess}
+        result = {
+            "baseline": args.baseline, "rounds": args.rounds, "rows": rows, "ess": ess,
+            "normal_scores": quantiles,
+        }  # fmt: skip
         write_atomic(Path(args.out), (json.dumps(result, indent=1) + "\n").encode())
 
 

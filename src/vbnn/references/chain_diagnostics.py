@@ -33,6 +33,7 @@ from unittest import mock
 
 import numpy as np
 import torch
+from scipy.special import ndtri
 from scipy.stats import norm, rankdata
 
 try:
@@ -60,7 +61,8 @@ def rank_normalise(draws: np.ndarray) -> np.ndarray:
     chains, samples = draws.shape[:2]
     flat = draws.reshape(chains * samples, -1)
     ranks = rankdata(flat, axis=0)
-    return norm.ppf((ranks - 0.375) / (len(flat) + 0.25)).reshape(draws.shape)
+    # ndtri is the standard normal quantile that norm.ppf calls, without its argument checks
+    return ndtri((ranks - 0.375) / (len(flat) + 0.25)).reshape(draws.shape)
 
 
 def _rhat(draws: np.ndarray) -> np.ndarray:
