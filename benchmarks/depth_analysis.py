@@ -1,5 +1,5 @@
 """Seconds of the depth chains' analysis (``reproductions/depth/mixing_reasons.py``) in its two
-costly parts, before and after a change.
+costly parts, before and after a change, in its three costly parts.
 
 **network_outputs.**
 ``network_outputs`` evaluates every draw of a unit's chains on its training points (which hidden
@@ -21,7 +21,7 @@ its ESS and with the ``torch.cummin`` that ``_ess`` puts there, alternating; the
 One thread, as the analysis scripts run beside the samplers.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/depth_analysis.py --baseline 9e5ce32 \\
-        --out benchmarks/results/depth_analysis.json
+        --rounds 5 --out benchmarks/results/depth_analysis.json
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -63,10 +64,24 @@ def baseline_function(revision: str):
     return module.network_outputs
 
 
-def seconds(function, *arguments) -> tuple[float, tuple]:
-    start = time.perf_counter()
-    out = function(*arguments)
-    return time.perf_counter() - start, out
+def alternating(before, after, arguments: tuple, rounds: int) -> tuple[float, float, Any, Any]:
+    """Best seconds of ``before(*arguments)`` and ``after(*arguments)`` over ``rounds``
+    alternating calls, and the last outputs of each."""
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    outputs = {}
+    for _ in range(rounds):
+        for name, function in (("before", before), ("after", after)):
+            start = time.perf_counter()
+            outputs[name] = function(*arguments)
+            times[name].append(time.perf_counter() - start)
+    return min(times["before"]), min(times["after"]), outputs["before"], outputs["after"]
+
+
+def with_pyro_running_minimum(draws: np.ndarray) -> np.ndarray:
+    """``bulk_ess`` with Pyro's own running minimum in its ESS."""
+    pyro_own = chain_diagnostics.pyro_stats._cummin
+    with mock.patch.object(chain_diagnostics, "_running_minimum", pyro_own):
+        return chain_diagnostics.bulk_ess(draws)
 
 
 def ess_row(draws: int, coordinates: int, rounds: int) -> dict:
@@ -78,37 +93,29 @@ def ess_row(draws: int, coordinates: int, rounds: int) -> dict:
         chains[:, t] = 0.9 * chains[:, t - 1] + np.sqrt(1 - 0.9**2) * rng.standard_normal(
             (4, coordinates)
         )
-    pyro_own = chain_diagnostics.pyro_stats._cummin
-    times = {"pyro": [], "cummin": []}
-    for _ in range(rounds):
-        with mock.patch.object(chain_diagnostics, "_running_minimum", pyro_own):
-            pyro_seconds, before = seconds(chain_diagnostics.bulk_ess, chains)
-        cummin_seconds, after = seconds(chain_diagnostics.bulk_ess, chains)
-        times["pyro"].append(pyro_seconds)
-        times["cummin"].append(cummin_seconds)
+    pyro_seconds, cummin_seconds, before, after = alternating(
+        with_pyro_running_minimum, chain_diagnostics.bulk_ess, (chains,), rounds
+    )
     if not np.array_equal(before, after):
         raise SystemExit("bulk ESS: torch.cummin gives another ESS than Pyro's running minimum")
     return {
         "draws": 4 * draws, "coordinates": coordinates,
-        "pyro_running_minimum_s": min(times["pyro"]), "torch_cummin_s": min(times["cummin"]),
-        "speedup": min(times["pyro"]) / min(times["cummin"]),
+        "pyro_running_minimum_s": pyro_seconds, "torch_cummin_s": cummin_seconds,
+        "speedup": pyro_seconds / cummin_seconds,
     }  # fmt: skip
 
 
 def quantile_row(shape: tuple[int, int], rounds: int) -> dict:
     """Normal quantiles of (draws, coordinates) probabilities by ``norm.ppf`` and ``ndtri``."""
     probabilities = np.random.default_rng(0).uniform(1e-4, 1 - 1e-4, size=shape)
-    times = {"ppf": [], "ndtri": []}
-    for _ in range(rounds):
-        ppf_seconds, before = seconds(norm.ppf, probabilities)
-        ndtri_seconds, after = seconds(ndtri, probabilities)
-        times["ppf"].append(ppf_seconds)
-        times["ndtri"].append(ndtri_seconds)
+    ppf_seconds, ndtri_seconds, before, after = alternating(
+        norm.ppf, ndtri, (probabilities,), rounds
+    )
     if not np.array_equal(before, after):
         raise SystemExit("normal scores: ndtri differs from norm.ppf")
     return {
-        "shape": list(shape), "norm_ppf_s": min(times["ppf"]), "ndtri_s": min(times["ndtri"]),
-        "speedup": min(times["ppf"]) / min(times["ndtri"]),
+        "shape": list(shape), "norm_ppf_s": ppf_seconds, "ndtri_s": ndtri_seconds,
+        "speedup": ppf_seconds / ndtri_seconds,
     }  # fmt: skip
 
 
@@ -130,19 +137,16 @@ def main() -> None:
         architecture = MLPArchitecture(tuple(depth_widths(depth)), Activation.RELU)
         dimension = mixing.layer_slices(architecture.sizes)[-1][1].stop
         draws = np.random.default_rng(depth).normal(scale=0.7, size=(4, args.draws, dimension))
-        times = {"before": [], "after": []}
-        for _ in range(args.rounds):
-            old_seconds, old = seconds(before, draws, architecture, inputs)
-            new_seconds, new = seconds(mixing.network_outputs, draws, architecture, inputs)
-            times["before"].append(old_seconds)
-            times["after"].append(new_seconds)
+        old_seconds, new_seconds, old, new = alternating(
+            before, mixing.network_outputs, (draws, architecture, inputs), args.rounds
+        )
         if not (old[1] == new[1]).all():
             raise SystemExit(f"depth {depth}: the inactive units differ from {args.baseline}'s")
         error = float(np.abs(old[0] - new[0]).max() / np.abs(old[0]).max())
         row = {
             "depth": depth, "parameters": dimension, "draws": 4 * args.draws,
-            "before_s": min(times["before"]), "after_s": min(times["after"]),
-            "speedup": min(times["before"]) / min(times["after"]), "logit_relative_error": error,
+            "before_s": old_seconds, "after_s": new_seconds, "speedup": old_seconds / new_seconds,
+            "logit_relative_error": error,
         }  # fmt: skip
         rows.append(row)
         print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
