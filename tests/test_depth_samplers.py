@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("blackjax", reason="pip install 'vbnn[jax]'")
+blackjax = pytest.importorskip("blackjax", reason="pip install 'vbnn[jax]'")
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
@@ -218,25 +218,28 @@ def test_a_killed_run_resumes_from_its_finished_chains(gaussian, tmp_path, sampl
 def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
     gaussian, tmp_path, monkeypatch, caplog, sampler
 ) -> None:
-    """A chain stopped after a tuning stage or between sampling segments goes on from its last
-    checkpoint (no stage or segment is run again) to the draws of a chain that ran in one
-    compiled call; the checkpoints are gone once the chain is stored. Each checkpoint and
-    resumption is a progress line."""
+    """A chain stopped after a tuning stage, between the segments of MAMS's stage 1 or between
+    sampling segments goes on from its last checkpoint (no stage or segment is run again) to
+    the draws of the same chain never stopped; the checkpoints are gone once the chain is
+    stored. Each checkpoint and resumption is a progress line."""
     import logging
 
-    from vbnn.references import chain_runner, jax_mclmc
+    from vbnn.references import chain_runner
 
     potential, starts, _, _ = gaussian
     config = dataclasses.replace(CONFIG, chains=2, warmup=50, samples=45)
     starts = starts[:2]
-    monkeypatch.setattr(chain_runner, "SEGMENT_DRAWS", 7)  # 7 segments, the last of 3 draws
+    monkeypatch.setattr(chain_runner, "SEGMENT", 7)  # 7 segments, the last of 3 draws
     monkeypatch.setattr(chain_runner, "CHECKPOINT_SECONDS", 0.0)  # after every segment
-    whole = jax.jit(getattr(jax_mclmc, f"{sampler.value}_chain")(potential, config))
-    keys = jax.random.split(jax.random.PRNGKey(config.seed), config.chains)
-    expected = np.stack([whole(key, jnp.asarray(start))[0]["draws"] for key, start in
-                         zip(keys, starts, strict=True)])  # fmt: skip
+    expected = run_sampler(sampler, potential, starts, config).samples  # never stopped
+    # MAMS: stage 1 in 6 segments (pass 1's 20 transitions as 7, 7, 6, the preconditioner, pass
+    # 2's 10 as 7, 3), a checkpoint after each but the last, then one after each of 3 stages
+    within = [(0, 1), (0, 2), (0, 3), (0, 4), (0, 5)] if sampler is Sampler.MAMS else []
     stages = 3 if sampler is Sampler.MAMS else 1
-    saved, stop_after = [], {stages, stages + 4}  # after the tuning, then 4 segments later
+    tuning = within + [(stage, 0) for stage in range(1, stages + 1)]
+    # killed inside stage 1 (MAMS) or after the tuning (MCLMC), then 4 segments of draws later
+    stop_after = {3 if within else 1, len(tuning) + 4}
+    saved = []
 
     class Killed(Exception):
         pass
@@ -257,15 +260,19 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
             run_sampler(sampler, potential, starts, config, store)
     result = run_sampler(sampler, potential, starts, config, store)
     np.testing.assert_array_equal(result.samples, expected)
-    first_chain = [p for p in saved[: stages + 4]]  # the same chain, over two runs, no repeat
-    assert [p["stage"] for p in first_chain] == list(range(1, stages + 1)) + [stages] * 4
-    assert [p["drawn"] for p in first_chain[stages:]] == [7, 14, 21, 28]
-    assert saved[stages + 4]["drawn"] == 35  # the third run went on from 28 draws
+    first_chain = saved[: len(tuning) + 4]  # the same chain, over two runs, no repeat
+    assert [(p["stage"], p["segment"]) for p in first_chain[: len(tuning)]] == tuning
+    assert [p["drawn"] for p in first_chain[len(tuning) :]] == [7, 14, 21, 28]
+    assert saved[len(tuning) + 4]["drawn"] == 35  # the third run went on from 28 draws
     lines = [r.getMessage() for r in caplog.records if r.name == "vbnn.references.chain_runner"]
     name = f"{sampler.value} chain 0"
-    assert lines[0].startswith(f"{name}: 1 tuning stage(s) done (")
-    assert lines[stages].startswith(f"{name}: goes on from its checkpoint, {stages} tuning")
-    assert ", 28 draws, " in lines[stages + 5]  # the third run's resumption
+    first_stop = min(stop_after)
+    where = "0 tuning stage(s) and 3 segment(s) of stage 1" if within else "1 tuning stage(s)"
+    assert lines[first_stop].startswith(f"{name}: goes on from its checkpoint, {where} done")
+    lines = lines[:first_stop] + lines[first_stop + 1 :]  # then one line a checkpoint
+    assert lines[len(within)].startswith(f"{name}: 1 tuning stage(s) done (")
+    assert lines[len(tuning) + 4].startswith(f"{name}: goes on from its checkpoint, {stages} ")
+    assert ", 28 draws, " in lines[len(tuning) + 4]  # the third run's resumption
     assert sum(line.startswith(f"{name}: finished and stored") for line in lines) == 1
     assert not list((store / "in-flight").iterdir()) and len(list(store.glob("*.npz"))) == 2
 
@@ -296,9 +303,10 @@ def test_more_draws_go_on_from_where_the_chains_ended(
         def stage_of(stage):
             def run(*args):
                 made["stages"] += 1
-                return stage(*args)
+                return (stage.begin if segmented else stage)(*args)
 
-            return run
+            segmented = isinstance(stage, chain_runner.SegmentedStage)
+            return stage._replace(begin=run) if segmented else run
 
         def sample_counted(state, params, keys):
             made["draws"] += len(keys)
@@ -390,6 +398,67 @@ def test_chains_from_another_machine_are_merged_without_losing_progress(tmp_path
     assert main(["reproduce", "depth", *flags, "--chains-from", str(tmp_path / "nowhere")]) == 2
 
 
+@pytest.mark.parametrize(("warmup", "segment"), [(50, 7), (400, 50)])
+def test_mams_stage_1_in_segments_is_blackjaxs_own(gaussian, monkeypatch, warmup, segment) -> None:
+    """MAMS tuning stage 1 run as checkpointable segments is BlackJAX's
+    ``adjusted_mclmc_find_L_and_step_size``: the same state, step size, L, preconditioner and
+    gradients (2 an integration step), segment by segment and in one call, on a Gaussian whose
+    scales span 100x (eps falls, pass 1's trajectories grow). In float64: in float32, XLA rounds
+    differently where compiled calls begin and end, and one Metropolis decision that rounding
+    tips sends a chain on another path."""
+    from blackjax.mcmc import adjusted_mclmc_dynamic
+    from blackjax.mcmc.adjusted_mclmc_dynamic import make_random_trajectory_length_fn
+
+    from vbnn.references import chain_runner
+    from vbnn.references.jax_mclmc import step_size_and_preconditioner
+
+    _, starts, mean, covariance = gaussian
+    scales = np.geomspace(0.03, 3.0, 6)
+    monkeypatch.setattr(chain_runner, "SEGMENT", segment)
+    with jax.enable_x64(True):
+        precision = jnp.asarray(np.linalg.inv(covariance * np.outer(scales, scales)))
+        centre = jnp.asarray(mean * scales)
+
+        def log_density(theta):
+            return -0.5 * (theta - centre) @ precision @ (theta - centre)
+
+        kernel = adjusted_mclmc_dynamic.build_kernel(
+            integration_steps_fn=make_random_trajectory_length_fn(True)
+        )
+        key = jax.random.PRNGKey(3)
+        start = jnp.asarray(starts[0], jnp.float64)
+        state = adjusted_mclmc_dynamic.init(start, log_density, key)
+        blackjaxs = blackjax.adjusted_mclmc_find_L_and_step_size
+        expected = jax.jit(
+            lambda key, state: blackjaxs(
+                mclmc_kernel=kernel,
+                logdensity_fn=log_density,
+                num_steps=warmup,
+                state=state,
+                rng_key=key,
+                target=0.9,
+                frac_tune1=0.2,
+                frac_tune2=0.2,
+                diagonal_preconditioning=True,
+            )
+        )(key, state)
+        stage = step_size_and_preconditioner(kernel, log_density, 0.9, warmup)
+        pieces = -(-0.4 * warmup // segment) - (-0.2 * warmup // segment) + 1
+        assert len(stage.schedule) == pieces
+        compiled = stage.compiled()
+        carry = compiled.begin(key, state, None)
+        for piece in compiled.schedule:
+            carry = compiled.pieces[piece](carry)
+        for got in (compiled.end(carry), jax.jit(stage.whole)(key, state, None)):
+            leaves = zip(jax.tree.leaves(got[:2]), jax.tree.leaves(expected[:2]), strict=True)
+            for mine, theirs in leaves:
+                assert np.asarray(mine).dtype == np.asarray(theirs).dtype
+                np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), rtol=1e-9)
+            assert int(got[2]) == 2 * int(expected[2])
+    # pass 1's trajectories ran long: over 8x the 2 steps a transition of 0.6 x warmup
+    assert int(expected[2]) > 8 * 2 * 0.6 * warmup
+
+
 def test_a_chain_asked_to_stop_stores_its_draws_first(gaussian, tmp_path, monkeypatch) -> None:
     """SIGTERM while a chain samples: the segment under way ends, the chain in flight is stored
     with every draw made, the process stops as the signal says (SIGINT: KeyboardInterrupt), and
@@ -398,16 +467,17 @@ def test_a_chain_asked_to_stop_stores_its_draws_first(gaussian, tmp_path, monkey
     import signal
 
     from vbnn.references import chain_runner
-    from vbnn.references.jax_mclmc import mams_chain, mams_program
+    from vbnn.references.jax_mclmc import mams_program
     from vbnn.stores import unit_store
 
     potential, starts, _, _ = gaussian
     config = dataclasses.replace(CONFIG, warmup=50, samples=45)
-    monkeypatch.setattr(chain_runner, "SEGMENT_DRAWS", 7)
+    monkeypatch.setattr(chain_runner, "SEGMENT", 7)
     program = mams_program(potential, config)
     key = jax.random.PRNGKey(5)
-    expected = jax.jit(mams_chain(potential, config))(key, jnp.asarray(starts[0]))[0]["draws"]
     sample = jax.jit(program.sample)
+    unstopped = chain_runner._compile(program)
+    expected = chain_runner._run_chain(program, unstopped, key, starts[0], {}, None)[0]["draws"]
     calls = []
 
     def signalled_on_the_third_segment(*arguments):
@@ -417,8 +487,7 @@ def test_a_chain_asked_to_stop_stores_its_draws_first(gaussian, tmp_path, monkey
         return sample(*arguments)
 
     def compiled(sample) -> chain_runner._Compiled:
-        tuning = tuple(jax.jit(stage) for stage in program.tuning)
-        return chain_runner._Compiled(jax.jit(program.init), tuning, sample)
+        return chain_runner._compile(program)._replace(sample=sample)
 
     settings = {"chain": 0}
     in_flight = tmp_path / "in-flight"

@@ -6,23 +6,29 @@ after the other. With a ``chain_store`` directory it stores
 
 * every finished chain (``vbnn.stores.unit_store``, keyed by :func:`chain_settings`), read back
   instead of run again;
-* the chain in flight (``<chain_store>/in-flight``): after every tuning stage and then at least
-  every ``CHECKPOINT_SECONDS`` of sampling, its state, tuned parameters and draws so far, from
+* the chain in flight (``<chain_store>/in-flight``): after every tuning stage and at least
+  every ``CHECKPOINT_SECONDS`` within a stage run in segments (``SegmentedStage``) and while it
+  samples, its state, tuned parameters, the segmented stage's carry and the draws so far, from
   which a rerun goes on; and on SIGINT or SIGTERM, at the end of the stage or segment under way,
-before the process stops.
+  before the process stops.
 
-So a killed run loses at most the last stage or ``CHECKPOINT_SECONDS`` of one chain (a stopped
-one nothing), and a chain that takes longer than any one session still finishes across several.
+So a killed run loses at most ``CHECKPOINT_SECONDS`` of one chain, or one stage that is not
+segmented (a stopped one nothing), and a chain that takes longer than any one session still
+finishes across several.
 With a ``chain_ends`` directory it also keeps where every finished chain ended (its state, tuned
 parameters and draws, keyed by its settings but for the number of draws): a later run that asks
 the same chain for more draws goes on from there instead of tuning and sampling it again.
-A chain's draws do not depend on where it was stopped, how often, or whether it ran in one
-compiled function (:func:`whole_chain`, for vmapping or timing): every draw has its own key,
-split from the chain's key as the whole chain splits it (the first n keys of a longer split are
-the keys of a split into n, so a chain of n draws is the start of a longer one). Processes on
-one machine that run the same chains with the same store share them: each runs the chains that
-no other has claimed (``unit_store.claim``), goes on from their checkpoints, and waits for the
-rest, so the same command started twice gives a unit's chains two cores.
+A chain's draws do not depend on where it was stopped or how often: the runner always runs the
+same compiled pieces, its checkpoints hold their carries exactly, and every draw has its own
+key, split from the chain's key as the whole chain splits it (the first n keys of a longer
+split are the keys of a split into n, so a chain of n draws is the start of a longer one).
+:func:`whole_chain` runs the same pieces with the same keys in one compiled function, for
+vmapping or timing; in float32 it is the same chain only up to rounding, which XLA makes
+depend on where compiled calls begin and end, and one Metropolis decision that rounding tips
+sends a chain on another path (as on another device). Processes on one machine that run the
+same chains with the same store share them: each runs the chains that no other has claimed
+(``unit_store.claim``), goes on from their checkpoints, and waits for the rest, so the same
+command started twice gives a unit's chains two cores.
 """
 
 from __future__ import annotations
@@ -49,8 +55,9 @@ from vbnn.stores import unit_store
 
 GRADIENTS_PER_STEP = 2  # the McLachlan (two-stage) integrator, first-same-as-last
 CLAIM_POLL_SECONDS = 30.0  # how often a process waiting for another's chain looks for it
-CHECKPOINT_SECONDS = 600.0  # a chain in flight is stored at least this often while it samples
-SEGMENT_DRAWS = 50  # draws per compiled sampling call (the checkpoints fall between them)
+CHECKPOINT_SECONDS = 600.0  # a chain in flight is stored at least this often (segments)
+SEGMENT = 50  # draws, or transitions of a segmented stage, per compiled call (checkpoints fall
+# between calls)
 IN_FLIGHT = "in-flight"  # the folder of a chain store that holds its chains in flight
 # one line a tuning stage and a checkpoint (``vbnn`` prints them on stderr): what a run cut at
 # a time limit, on a machine whose output is all that comes back, had done
@@ -60,14 +67,46 @@ _log = logging.getLogger(__name__)
 ChainFunction = Callable[[jax.Array, jax.Array], tuple[dict, dict]]
 
 
+class SegmentedStage(NamedTuple):
+    """A tuning stage that runs as compiled segments, with everything it carries from one to the
+    next in a ``carry`` (a pytree of arrays) that the runner checkpoints between them, so that
+    a long stage is not lost when the run is killed. Running ``begin``, then ``pieces[i]`` for
+    every ``i`` of ``schedule`` in order, then ``end`` is the whole stage.
+
+    Attributes:
+        begin: ``(key, state, params) -> carry``.
+        pieces: the segments' functions ``carry -> carry``, each compiled once.
+        schedule: which piece runs at each segment.
+        end: ``carry -> (state, params, gradients)``.
+    """
+
+    begin: Callable
+    pieces: tuple[Callable, ...]
+    schedule: tuple[int, ...]
+    end: Callable
+
+    def whole(self, key, state, params):
+        """The stage in one call, as a plain stage ``(key, state, params) -> (state, params,
+        gradients)``."""
+        carry = self.begin(key, state, params)
+        for piece in self.schedule:
+            carry = self.pieces[piece](carry)
+        return self.end(carry)
+
+    def compiled(self) -> SegmentedStage:
+        return SegmentedStage(jax.jit(self.begin), tuple(jax.jit(p) for p in self.pieces),
+                              self.schedule, jax.jit(self.end))  # fmt: skip
+
+
 class ChainProgram(NamedTuple):
     """One chain as the pieces the runner can stop between; the chain's key is split into
     ``len(tuning) + 2`` keys: one for ``init``, one per tuning stage, one for the draws.
 
     Attributes:
         init: ``(key, start (D,)) -> state``, a BlackJAX state (a NamedTuple of arrays).
-        tuning: stages ``(key, state, params) -> (state, params, gradients)``; ``params`` is
-            None before the first stage and an ``MCLMCAdaptationState`` after it.
+        tuning: stages ``(key, state, params) -> (state, params, gradients)``, or
+            ``SegmentedStage``; ``params`` is None before the first stage and an
+            ``MCLMCAdaptationState`` after it.
         sample: ``(state, params, keys (n, 2)) -> (state, per_draw)``, one draw per key.
         finish: ``(params, per_draw) -> (per_draw, per_chain)`` on the whole run's draws: the
             per-draw arrays to keep and the chain's scalars (``tuning_gradients`` is added).
@@ -82,13 +121,15 @@ class ChainProgram(NamedTuple):
 
 
 def whole_chain(program: ChainProgram) -> ChainFunction:
-    """The program as one pure function ``(key, start) -> (per_draw, per_chain)``: the same draws
-    as :func:`run_chains`, in one compiled call (jit or vmap it to time or batch chains)."""
+    """The program as one pure function ``(key, start) -> (per_draw, per_chain)``: the chain of
+    :func:`run_chains`, its pieces and keys in one compiled call (jit or vmap it to time or
+    batch chains); equal to float32 rounding only (module docstring)."""
 
     def chain(key, start):
         keys = jax.random.split(key, len(program.tuning) + 2)
         state, params, gradients = program.init(keys[0], start), None, 0
         for stage, stage_key in zip(program.tuning, keys[1:-1], strict=True):
+            stage = stage.whole if isinstance(stage, SegmentedStage) else stage
             state, params, spent = stage(stage_key, state, params)
             gradients = gradients + spent
         _, per_draw = program.sample(state, params, jax.random.split(keys[-1], program.samples))
@@ -119,8 +160,14 @@ class ChainStoreRemoved(RuntimeError):
 
 class _Compiled(NamedTuple):
     init: Callable
-    tuning: tuple[Callable, ...]
+    tuning: tuple[Callable | SegmentedStage, ...]
     sample: Callable
+
+
+def _compile(program: ChainProgram) -> _Compiled:
+    tuning = tuple(stage.compiled() if isinstance(stage, SegmentedStage) else jax.jit(stage)
+                   for stage in program.tuning)  # fmt: skip
+    return _Compiled(jax.jit(program.init), tuning, jax.jit(program.sample))
 
 
 @contextmanager
@@ -150,11 +197,17 @@ def _stop(number: int) -> None:
     raise SystemExit(128 + number)
 
 
-def _checkpoint(store: Path, settings: dict, progress: dict, state, params, draws: list) -> None:
-    """Store a chain in flight: its state, its tuned parameters and its draws so far."""
+def _checkpoint(
+    store: Path, settings: dict, progress: dict, state, params, draws: list, carry=None
+) -> None:
+    """Store a chain in flight: its state, its tuned parameters, the carry of the segmented
+    stage under way (its leaves in order) and its draws so far."""
     arrays = {f"state.{name}": np.asarray(value) for name, value in state._asdict().items()}
     if params is not None:
         arrays.update({f"params.{n}": np.asarray(v) for n, v in params._asdict().items()})
+    if carry is not None:
+        leaves = jax.tree.leaves(carry)
+        arrays.update({f"carry.{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)})
     if draws:
         arrays.update({f"draw.{n}": np.concatenate([d[n] for d in draws]) for n in draws[0]})
     unit_store.save(store, settings, arrays, progress)
@@ -175,23 +228,30 @@ def _name(settings: dict) -> str:
 
 def _said(progress: dict) -> str:
     """A chain in flight's progress, in words."""
+    segments = progress.get("segment", 0)
+    within = f" and {segments} segment(s) of stage {progress['stage'] + 1}" if segments else ""
     return (
-        f"{progress['stage']} tuning stage(s) done ({progress['tuning_gradients']:.0f} "
+        f"{progress['stage']} tuning stage(s){within} done ({progress['tuning_gradients']:.0f} "
         f"gradients), {progress['drawn']} draws, {progress['seconds']:.0f} s"
     )
 
 
-def _progressed(progress: dict) -> tuple[int, int]:
-    """How far a chain in flight is, comparable: (tuning stages done, draws)."""
-    return progress["stage"], progress["drawn"]
+def _progressed(progress: dict) -> tuple[int, int, int]:
+    """How far a chain in flight is, comparable: (tuning stages done, segments of the next
+    done, draws)."""
+    return progress["stage"], progress.get("segment", 0), progress["drawn"]
 
 
 def _resume(store: Path, settings: dict, state_template) -> tuple[dict, Any, Any, list] | None:
-    """(progress, state, params, draws) of a stored chain in flight, or None."""
+    """(progress, state, params, draws) of a stored chain in flight, or None; the carry of a
+    segmented stage under way is in ``progress["carry"]`` (its leaves, :func:`_carried`)."""
     stored = unit_store.load(store, settings)
     if stored is None:
         return None
     arrays, progress = stored
+    if progress.get("segment", 0):
+        count = sum(name.startswith("carry.") for name in arrays)
+        progress = {**progress, "carry": [arrays[f"carry.{i}"] for i in range(count)]}
     state = type(state_template)(*(arrays[f"state.{n}"] for n in state_template._fields))
     fields = MCLMCAdaptationState._fields
     params = None  # before the first stage
@@ -238,25 +298,46 @@ def _run_chain(
     def seconds() -> float:
         return progress["seconds"] + time.perf_counter() - began
 
-    def save() -> None:
+    carried = progress.pop("carry", None)  # the leaves of a segmented stage's carry
+
+    def save(carry=None) -> None:
         now = {**progress, "seconds": seconds()}
         _log.info("%s: %s", _name(settings), _said(now))
         if in_flight is not None:
-            _checkpoint(in_flight, settings, now, state, params, draws)
+            _checkpoint(in_flight, settings, now, state, params, draws, carry)
 
     with _stop_requests() as requested:
+        saved = time.perf_counter()
         while progress["stage"] < len(program.tuning):
             stage = progress["stage"]
-            state, params, spent = compiled.tuning[stage](keys[stage + 1], state, params)
+            run = compiled.tuning[stage]
+            if isinstance(run, SegmentedStage):
+                carry = run.begin(keys[stage + 1], state, params)
+                if carried is not None:  # the stored leaves, in the carry's structure
+                    carry = jax.tree.unflatten(jax.tree.structure(carry), carried)
+                    carried = None
+                while progress.get("segment", 0) < len(run.schedule):
+                    done = progress.get("segment", 0)
+                    carry = run.pieces[run.schedule[done]](carry)
+                    progress = {**progress, "segment": done + 1}
+                    due = time.perf_counter() - saved >= CHECKPOINT_SECONDS
+                    if requested or (due and done + 1 < len(run.schedule)):
+                        save(carry)
+                        saved = time.perf_counter()
+                    if requested:
+                        _stop(requested[0])
+                state, params, spent = run.end(carry)
+            else:
+                state, params, spent = run(keys[stage + 1], state, params)
             spent = progress["tuning_gradients"] + float(spent)
-            progress = {**progress, "stage": stage + 1, "tuning_gradients": spent}
+            progress = {**progress, "stage": stage + 1, "segment": 0, "tuning_gradients": spent}
             save()
+            saved = time.perf_counter()
             if requested:
                 _stop(requested[0])
-        saved = time.perf_counter()
         while progress["drawn"] < program.samples:
             drawn = progress["drawn"]
-            segment = draw_keys[drawn : drawn + SEGMENT_DRAWS]
+            segment = draw_keys[drawn : drawn + SEGMENT]
             state, per_draw = compiled.sample(state, params, segment)
             draws.append({name: np.asarray(value) for name, value in per_draw.items()})
             progress = {**progress, "drawn": drawn + len(segment)}
@@ -329,10 +410,7 @@ def run_chains(
         raise ValueError(f"{name}: initial must be ({config.chains}, D), got {initial.shape}")
     if config.warmup < 10:
         raise ValueError(f"{name}: the tuning needs warmup >= 10 steps, got {config.warmup}")
-    compiled = _Compiled(
-        jax.jit(program.init), tuple(jax.jit(stage) for stage in program.tuning),
-        jax.jit(program.sample),
-    )  # fmt: skip
+    compiled = _compile(program)
     keys = jax.random.split(jax.random.PRNGKey(config.seed), config.chains)
     finished: dict[int, tuple[dict, dict]] = {}
     if chain_store is not None:

@@ -26,8 +26,12 @@ killed run goes on where it stopped and processes that share the store share the
 * **MAMS** (Robnik, Cohn-Gordon & Seljak 2025): the same dynamics as a proposal, with full
   momentum refresh, a random number of integration steps (uniform, mean L / eps) and a
   Metropolis-Hastings test, so unbiased. Tuning in three stages as in the paper: (1) BlackJAX's
-  ``adjusted_mclmc_find_L_and_step_size``: dual averaging of eps to ``target_accept`` and the
-  diagonal preconditioner (its trajectories are 2 steps long); (2) the trajectory length from the
+  ``adjusted_mclmc_find_L_and_step_size``, run here in segments that the runner checkpoints
+  (:func:`step_size_and_preconditioner`, the same algorithm): dual averaging of eps to
+  ``target_accept`` and the diagonal preconditioner, in two passes. Its first pass holds L at
+  its entry value 0.4 sqrt(D) while eps falls, so its trajectories are L / eps steps long (on
+  the depth-5 nets at 10,000 points some 350 steps, most of the tuning's gradients); the second
+  is at 2 steps a trajectory; (2) the trajectory length from the
   autocorrelation of a short run, L = 0.5 (integration time per effective sample); (3) eps
   retuned by dual averaging at that L (``adjusted_mclmc_make_L_step_size_adaptation`` with L
   fixed). The installed BlackJAX clamps stage (2) to a factor 2 and pins L = 2 eps at the end of
@@ -50,17 +54,22 @@ import jax.numpy as jnp
 import numpy as np
 from blackjax.adaptation.adjusted_mclmc_adaptation import (
     adjusted_mclmc_make_L_step_size_adaptation,
+    handle_nans,
 )
 from blackjax.adaptation.mclmc_adaptation import MCLMCAdaptationState
+from blackjax.adaptation.step_size import DualAveragingAdaptationState, dual_averaging_adaptation
 from blackjax.diagnostics import effective_sample_size
 from blackjax.mcmc import adjusted_mclmc_dynamic, mclmc
 from blackjax.mcmc.adjusted_mclmc_dynamic import make_random_trajectory_length_fn
+from blackjax.util import incremental_value_update
 
+from vbnn.references import chain_runner
 from vbnn.references.chain_diagnostics import ENERGY_ERROR_LIMIT
 from vbnn.references.chain_runner import (
     GRADIENTS_PER_STEP,
     ChainFunction,
     ChainProgram,
+    SegmentedStage,
     run_chains,
     whole_chain,
 )
@@ -68,6 +77,139 @@ from vbnn.references.jax_nuts import ChainsConfig, ChainsResult
 from vbnn.references.jax_potential import JaxPotential
 
 MAMS_L_FACTOR = 0.5  # L = 0.5 x integration time per effective sample (BlackJAX's MAMS value)
+# BlackJAX's stage-1 constants (``adjusted_mclmc_find_L_and_step_size`` with its defaults)
+STAGE1_STEPS = 2.0  # integration steps a trajectory it calibrates eps at (L = 2 eps)
+STAGE1_L_FACTOR = 1.3  # L from the preconditioned scale: 1.3 sqrt(sum of variances)
+STAGE1_L_CHANGE = 2.0  # the most L and eps grow by at the preconditioner
+STAGE1_FLOOR = 1.1  # eps <= L / 1.1 during dual averaging
+STAGE1_SMALLEST_STEP = 1e-5
+
+
+def step_size_and_preconditioner(kernel, log_density, target: float, warmup: int) -> SegmentedStage:
+    """MAMS tuning stage 1 as segments of at most ``chain_runner.SEGMENT`` transitions: what
+    BlackJAX's ``adjusted_mclmc_find_L_and_step_size(kernel, log_density, warmup, state, key,
+    target, frac_tune1=0.2, frac_tune2=0.2, diagonal_preconditioning=True)`` does in one call,
+    with the same keys and constants, so that its 0.6 x ``warmup`` transitions, at long
+    trajectories most of a chain's tuning, are not lost when a run is killed. The numbers are
+    BlackJAX's in float64 (a test holds them to 1e-9); in float32 they are equal up to XLA's
+    rounding, which depends on where compiled calls begin and end (``chain_runner``).
+
+    From eps = 0.2 sqrt(D) and L = 2 eps: pass 1, 0.4 ``warmup`` transitions at L fixed, the
+    first half dual-averaging eps to ``target``, the second half averaging x and x^2 weighted by
+    eps; then the diagonal preconditioner from those moments, L and eps scaled to L = 1.3
+    sqrt(sum of variances) (at most 2x), and L = 2 eps; pass 2, 0.2 ``warmup`` transitions of
+    dual averaging with L = 2 eps throughout; at the end L = 2 eps."""
+    tune, average = int(warmup * 0.2), int(warmup * 0.2)
+    if tune < 1 or average < 1:
+        raise ValueError(f"MAMS stage 1 needs warmup >= 5, got {warmup}")
+    da_init, da_update, da_final = dual_averaging_adaptation(target=target)
+    segment = chain_runner.SEGMENT
+
+    def transition(fix_length: bool):
+        """One transition and dual-averaging update (mask 1) or moment update (mask 0)."""
+
+        def step(carry, inputs):
+            state, params, da, step_max, moments = carry
+            mask, key = inputs
+            proposed, info = kernel(
+                rng_key=key, state=state, logdensity_fn=log_density, step_size=params.step_size,
+                inverse_mass_matrix=params.inverse_mass_matrix,
+                integration_steps_params=(params.L / params.step_size,),
+            )  # fmt: skip
+            finite, proposed, step_max, _ = handle_nans(
+                state, proposed, params.step_size, step_max, info.energy
+            )
+
+            def blend(new, old):
+                return mask * new + (1 - mask) * old
+
+            updated = da_update(da, info.acceptance_rate)
+            da = DualAveragingAdaptationState(
+                *(blend(new, old) for new, old in zip(updated, da, strict=True))
+            )
+            step_size = jax.lax.clamp(
+                STAGE1_SMALLEST_STEP, jnp.exp(da.log_step_size), params.L / STAGE1_FLOOR
+            )
+            da = da._replace(log_step_size=jnp.log(step_size))
+            x = proposed.position
+            moments = incremental_value_update(
+                jnp.array([x, jnp.square(x)]), moments, weight=(1 - mask) * finite * step_size,
+                zero_prevention=mask,
+            )  # fmt: skip
+            length = params.L
+            if not fix_length:
+                length = blend(params.L * (step_size / params.step_size), params.L)
+            params = params._replace(step_size=blend(step_size, params.step_size), L=length)
+            carry = (proposed, params, da, step_max, moments)
+            return carry, info.num_integration_steps
+
+        return step
+
+    def begin(key, state, _):
+        dim = state.position.size
+        params = MCLMCAdaptationState(
+            jnp.sqrt(dim), jnp.sqrt(dim) * 0.2, inverse_mass_matrix=jnp.ones((dim,))
+        )
+        params = params._replace(L=STAGE1_STEPS * params.step_size)
+        window = jax.random.fold_in(jax.random.split(key, 2)[0], 0)
+        first, second = jax.random.split(jax.random.split(window, 2)[1], 2)
+        moments = (0.0, jnp.array([jnp.zeros(dim), jnp.zeros(dim)]))
+        return {
+            "pass": (state, params, da_init(params.step_size), jnp.inf, moments),
+            "keys": (jax.random.split(first, tune + average), jax.random.split(second, tune)),
+            "masks": (1 - jnp.concatenate((jnp.zeros(tune), jnp.ones(average))), jnp.ones(tune)),
+            "done": jnp.zeros((), jnp.int32),  # transitions of the pass under way
+            "steps": jnp.zeros((), jnp.int32),  # integration steps so far
+        }
+
+    def piece(which: int, length: int):
+        step = transition(fix_length=which == 0)
+
+        def run(carry):
+            done = carry["done"]
+            keys = jax.lax.dynamic_slice_in_dim(carry["keys"][which], done, length)
+            masks = jax.lax.dynamic_slice_in_dim(carry["masks"][which], done, length)
+            state, steps = jax.lax.scan(step, carry["pass"], (masks, keys))
+            steps = carry["steps"] + steps.sum()
+            return {**carry, "pass": state, "done": done + length, "steps": steps}
+
+        return run
+
+    def between(carry):
+        """The preconditioner and the rescaled L and eps from pass 1's moments."""
+        state, params, da, _, (_, moments) = carry["pass"]
+        variances = moments[1] - jnp.square(moments[0])
+        params = params._replace(step_size=da_final(da))
+        change = jax.lax.clamp(
+            0.0, jnp.sqrt(jnp.sum(variances)) * STAGE1_L_FACTOR / params.L, STAGE1_L_CHANGE
+        )
+        params = params._replace(L=params.L * change, step_size=params.step_size * change)
+        params = params._replace(inverse_mass_matrix=variances)
+        params = params._replace(L=STAGE1_STEPS * params.step_size)
+        moments = (0.0, jnp.zeros_like(moments))
+        again = (state, params, da_init(params.step_size), jnp.inf, moments)
+        return {**carry, "pass": again, "done": jnp.zeros((), jnp.int32)}
+
+    def end(carry):
+        state, params, da, _, _ = carry["pass"]
+        params = params._replace(step_size=da_final(da))
+        params = params._replace(L=STAGE1_STEPS * params.step_size)
+        return state, params, GRADIENTS_PER_STEP * carry["steps"]  # BlackJAX counts steps
+
+    def lengths(total: int) -> list[int]:
+        return [min(segment, total - start) for start in range(0, total, segment)]
+
+    pieces, schedule, kinds = [], [], {}
+    for which, total in ((0, tune + average), (1, tune)):
+        for length in lengths(total):
+            if (which, length) not in kinds:
+                kinds[which, length] = len(pieces)
+                pieces.append(piece(which, length))
+            schedule.append(kinds[which, length])
+        if which == 0:
+            schedule.append(len(pieces))
+            pieces.append(between)
+    return SegmentedStage(begin, tuple(pieces), tuple(schedule), end)
 
 
 def mclmc_program(potential: JaxPotential, config: ChainsConfig) -> ChainProgram:
@@ -155,15 +297,6 @@ def mams_program(potential: JaxPotential, config: ChainsConfig) -> ChainProgram:
     def init(key, start):
         return adjusted_mclmc_dynamic.init(start, log_density, key)
 
-    def step_size_and_preconditioner(key, state, _):
-        """Stage 1: BlackJAX's dual averaging of eps and the diagonal preconditioner."""
-        state, params, steps = blackjax.adjusted_mclmc_find_L_and_step_size(
-            mclmc_kernel=kernel, logdensity_fn=log_density, num_steps=config.warmup,
-            state=state, rng_key=key, target=config.target_accept, frac_tune1=0.2,
-            frac_tune2=0.2, diagonal_preconditioning=True,
-        )  # fmt: skip
-        return state, params, GRADIENTS_PER_STEP * steps  # BlackJAX counts integration steps
-
     def trajectory_length(key, state, params):
         """Stage 2: L from the effective sample size of a short run at the current eps."""
 
@@ -213,21 +346,22 @@ def mams_program(potential: JaxPotential, config: ChainsConfig) -> ChainProgram:
             "accept_probability": jnp.mean(accept),
         }
 
-    tuning = (step_size_and_preconditioner, trajectory_length, step_size_at_length)
+    stage1 = step_size_and_preconditioner(kernel, log_density, config.target_accept, config.warmup)
+    tuning = (stage1, trajectory_length, step_size_at_length)
     return ChainProgram(init, tuning, sample, finish, config.samples)
 
 
 def mclmc_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction:
     """One unadjusted MCLMC chain as a pure function ``(key, start) -> (per_draw, per_chain)``
-    (:func:`run_mclmc_chains` runs and stores the same chains; jit or vmap it to time or batch
-    chains)."""
+    (:func:`run_mclmc_chains` runs and stores the same chains, to float32 rounding:
+    ``chain_runner.whole_chain``; jit or vmap it to time or batch chains)."""
     return whole_chain(mclmc_program(potential, config))
 
 
 def mams_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction:
     """One MAMS chain as a pure function ``(key, start) -> (per_draw, per_chain)``
-    (:func:`run_mams_chains` runs and stores the same chains; jit or vmap it to time or batch
-    chains)."""
+    (:func:`run_mams_chains` runs and stores the same chains, to float32 rounding:
+    ``chain_runner.whole_chain``; jit or vmap it to time or batch chains)."""
     return whole_chain(mams_program(potential, config))
 
 
