@@ -459,6 +459,40 @@ def test_mams_stage_1_in_segments_is_blackjaxs_own(gaussian, monkeypatch, warmup
     assert int(expected[2]) > 8 * 2 * 0.6 * warmup
 
 
+def test_mams_stage_1_caps_its_trajectories_where_blackjaxs_runs_away() -> None:
+    """On a Gaussian of scales 1e-3 to 1e-2, far below the first step size (0.2 sqrt(D)), the first
+    transitions are rejected, dual averaging drives eps towards 1e-5 while pass 1 holds L, and
+    BlackJAX's stage 1 runs trajectories of L / eps steps. Capped at a mean of ``max_steps``
+    (no transition over 2 x max_steps - 1 steps), the same stage stays within the cap and still
+    tunes eps of the same order."""
+    from blackjax.mcmc import adjusted_mclmc_dynamic
+    from blackjax.mcmc.adjusted_mclmc_dynamic import make_random_trajectory_length_fn
+
+    from vbnn.references.jax_mclmc import step_size_and_preconditioner
+
+    scales = jnp.asarray(np.geomspace(1e-3, 1e-2, 6), jnp.float32)
+
+    def log_density(theta):
+        return -0.5 * jnp.sum((theta / scales) ** 2)
+
+    kernel = adjusted_mclmc_dynamic.build_kernel(
+        integration_steps_fn=make_random_trajectory_length_fn(True)
+    )
+    key = jax.random.PRNGKey(0)
+    state = adjusted_mclmc_dynamic.init(jnp.zeros(6), log_density, key)
+    warmup, cap, transitions = 50, 7, 30  # 0.6 x warmup transitions
+    steps, tuned = {}, {}
+    for name, max_steps in (("capped", cap), ("uncapped", np.inf)):
+        stage = step_size_and_preconditioner(kernel, log_density, 0.9, warmup, max_steps)
+        tuned[name], gradients = jax.jit(stage.whole)(key, state, None)[1:]
+        steps[name] = int(gradients) // 2
+    assert steps["capped"] <= transitions * (2 * cap - 1)
+    assert steps["uncapped"] > 10 * transitions * (2 * cap - 1)  # 10x what the cap allows
+    # the capped stage tunes a step size of the same order (eps 1e-5 would be 100x off)
+    ratio = float(tuned["capped"].step_size / tuned["uncapped"].step_size)
+    assert 1 / 3 < ratio < 3
+
+
 def test_a_chain_asked_to_stop_stores_its_draws_first(gaussian, tmp_path, monkeypatch) -> None:
     """SIGTERM while a chain samples: the segment under way ends, the chain in flight is stored
     with every draw made, the process stops as the signal says (SIGINT: KeyboardInterrupt), and

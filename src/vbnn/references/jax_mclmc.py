@@ -46,6 +46,7 @@ both phases.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import blackjax
@@ -85,7 +86,9 @@ STAGE1_FLOOR = 1.1  # eps <= L / 1.1 during dual averaging
 STAGE1_SMALLEST_STEP = 1e-5
 
 
-def step_size_and_preconditioner(kernel, log_density, target: float, warmup: int) -> SegmentedStage:
+def step_size_and_preconditioner(
+    kernel, log_density, target: float, warmup: int, max_steps: float = math.inf
+) -> SegmentedStage:
     """MAMS tuning stage 1 as segments of at most ``chain_runner.SEGMENT`` transitions: what
     BlackJAX's ``adjusted_mclmc_find_L_and_step_size(kernel, log_density, warmup, state, key,
     target, frac_tune1=0.2, frac_tune2=0.2, diagonal_preconditioning=True)`` does in one call,
@@ -93,6 +96,12 @@ def step_size_and_preconditioner(kernel, log_density, target: float, warmup: int
     trajectories most of a chain's tuning, are not lost when a run is killed. The numbers are
     BlackJAX's in float64 (a test holds them to 1e-9); in float32 they are equal up to XLA's
     rounding, which depends on where compiled calls begin and end (``chain_runner``).
+    ``max_steps`` caps a trajectory's mean number of integration steps, L / eps, as the other
+    stages and the draws cap it; BlackJAX has no cap here (``math.inf``). Uncapped, pass 1 can
+    run away: L stays at 0.4 sqrt(D) while dual averaging drives eps down after rejections, so
+    at D = 1100 (the depth-5 nets) five rejections in a row from the start take eps from 6.6
+    to 1e-4 (L / eps = 134,000 steps a transition) and a sixth to its floor of 1e-5 (1.3
+    million), from which it climbs back only over tens of accepted transitions.
 
     From eps = 0.2 sqrt(D) and L = 2 eps: pass 1, 0.4 ``warmup`` transitions at L fixed, the
     first half dual-averaging eps to ``target``, the second half averaging x and x^2 weighted by
@@ -114,7 +123,7 @@ def step_size_and_preconditioner(kernel, log_density, target: float, warmup: int
             proposed, info = kernel(
                 rng_key=key, state=state, logdensity_fn=log_density, step_size=params.step_size,
                 inverse_mass_matrix=params.inverse_mass_matrix,
-                integration_steps_params=(params.L / params.step_size,),
+                integration_steps_params=(jnp.minimum(params.L / params.step_size, max_steps),),
             )  # fmt: skip
             finite, proposed, step_max, _ = handle_nans(
                 state, proposed, params.step_size, step_max, info.energy
@@ -346,7 +355,9 @@ def mams_program(potential: JaxPotential, config: ChainsConfig) -> ChainProgram:
             "accept_probability": jnp.mean(accept),
         }
 
-    stage1 = step_size_and_preconditioner(kernel, log_density, config.target_accept, config.warmup)
+    stage1 = step_size_and_preconditioner(
+        kernel, log_density, config.target_accept, config.warmup, max_steps
+    )
     tuning = (stage1, trajectory_length, step_size_at_length)
     return ChainProgram(init, tuning, sample, finish, config.samples)
 
