@@ -493,6 +493,60 @@ def test_mams_stage_1_caps_its_trajectories_where_blackjaxs_runs_away() -> None:
     assert 1 / 3 < ratio < 3
 
 
+def test_a_segmented_stage_is_checkpointed_by_the_time_its_segments_take(
+    gaussian, tmp_path, monkeypatch
+) -> None:
+    """The runner waits for each segment before it reads the clock: with two segments of some
+    0.3 s of matrix products each (compiled beforehand) and a checkpoint due every 0.5 s,
+    stage 1 is stored after the second, while it runs (JAX dispatches asynchronously: not
+    waiting, the runner queues every segment at once and stores nothing until the stage ends)."""
+    import time
+
+    from vbnn.references import chain_runner
+    from vbnn.references.jax_mclmc import mams_program
+
+    def slowed(piece):
+        """The piece after some 0.3 s of matrix products on the device."""
+
+        def run(carry):
+            def product(_, x):
+                return x @ x / 1000.0
+
+            x = jax.lax.fori_loop(0, rounds, product, jnp.ones((1000, 1000)) * carry["done"])
+            return piece({**carry, "done": carry["done"] + (x[0, 0] * 0.0).astype(jnp.int32)})
+
+        return run
+
+    one = jax.jit(lambda x: x @ x / 1000.0)
+    x = jnp.ones((1000, 1000))
+    one(x).block_until_ready()
+    began = time.perf_counter()
+    one(x).block_until_ready()
+    rounds = max(1, round(0.3 / (time.perf_counter() - began)))
+    potential, starts, _, _ = gaussian
+    monkeypatch.setattr(chain_runner, "SEGMENT", 7)
+    monkeypatch.setattr(chain_runner, "CHECKPOINT_SECONDS", 0.5)
+    config = dataclasses.replace(CONFIG, warmup=50, samples=10)
+    program = mams_program(potential, config)
+    stage = program.tuning[0]
+    pieces = tuple(slowed(piece) for piece in stage.pieces[:1]) + stage.pieces[1:]
+    program = program._replace(tuning=(stage._replace(pieces=pieces), *program.tuning[1:]))
+    saved = []
+    checkpoint = chain_runner._checkpoint
+
+    def recorded(store, settings, progress, *state):
+        saved.append((progress["stage"], progress["segment"]))
+        checkpoint(store, settings, progress, *state)
+
+    compiled = chain_runner._compile(program)
+    key = jax.random.PRNGKey(5)
+    chain_runner._run_chain(program, compiled, key, starts[0], {}, None)  # compiles every piece
+    monkeypatch.setattr(chain_runner, "_checkpoint", recorded)
+    chain_runner._run_chain(program, compiled, key, starts[0], {}, tmp_path / "in-flight")
+    # stage 1: pass 1's 20 transitions as 7, 7, 6 (slowed: the 7s), then 3 fast segments
+    assert saved[:2] == [(0, 2), (1, 0)]
+
+
 def test_a_chain_asked_to_stop_stores_its_draws_first(gaussian, tmp_path, monkeypatch) -> None:
     """SIGTERM while a chain samples: the segment under way ends, the chain in flight is stored
     with every draw made, the process stops as the signal says (SIGINT: KeyboardInterrupt), and

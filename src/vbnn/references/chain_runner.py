@@ -318,7 +318,8 @@ def _run_chain(
                     carried = None
                 while progress.get("segment", 0) < len(run.schedule):
                     done = progress.get("segment", 0)
-                    carry = run.pieces[run.schedule[done]](carry)
+                    # wait for the segment (JAX dispatches asynchronously): the clock must see it
+                    carry = jax.block_until_ready(run.pieces[run.schedule[done]](carry))
                     progress = {**progress, "segment": done + 1}
                     due = time.perf_counter() - saved >= CHECKPOINT_SECONDS
                     if requested or (due and done + 1 < len(run.schedule)):
