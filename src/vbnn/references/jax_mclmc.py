@@ -27,11 +27,12 @@ killed run goes on where it stopped and processes that share the store share the
   momentum refresh, a random number of integration steps (uniform, mean L / eps) and a
   Metropolis-Hastings test, so unbiased. Tuning in three stages as in the paper: (1) BlackJAX's
   ``adjusted_mclmc_find_L_and_step_size``, run here in segments that the runner checkpoints
-  (:func:`step_size_and_preconditioner`, the same algorithm): dual averaging of eps to
-  ``target_accept`` and the diagonal preconditioner, in two passes. Its first pass holds L at
-  its entry value 0.4 sqrt(D) while eps falls, so its trajectories are L / eps steps long (on
-  the depth-5 nets at 10,000 points some 350 steps, most of the tuning's gradients); the second
-  is at 2 steps a trajectory; (2) the trajectory length from the
+  (:func:`step_size_and_preconditioner`, the same algorithm with its trajectories capped as
+  everywhere else): dual averaging of eps to ``target_accept`` and the diagonal
+  preconditioner, in two passes. Its first pass holds L at its entry value 0.4 sqrt(D) while
+  eps falls, so its trajectories are L / eps steps long (on the depth-5 nets at 10,000 points
+  some 350 steps, most of the tuning's gradients); the second is at 2 steps a trajectory;
+  (2) the trajectory length from the
   autocorrelation of a short run, L = 0.5 (integration time per effective sample); (3) eps
   retuned by dual averaging at that L (``adjusted_mclmc_make_L_step_size_adaptation`` with L
   fixed). The installed BlackJAX clamps stage (2) to a factor 2 and pins L = 2 eps at the end of
