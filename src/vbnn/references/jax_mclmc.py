@@ -100,8 +100,8 @@ def step_size_and_preconditioner(
     ``max_steps`` caps a trajectory's mean number of integration steps, L / eps, as the other
     stages and the draws cap it; BlackJAX has no cap here (``math.inf``). Uncapped, pass 1 can
     run away: L stays at 0.4 sqrt(D) while dual averaging drives eps down after rejections, so
-    at D = 1100 (the depth-5 nets) five rejections in a row from the start take eps from 6.6
-    to 1e-4 (L / eps = 134,000 steps a transition) and a sixth to its floor of 1e-5 (1.3
+    at D = 897 (the ReLU depth-5 net) five rejections in a row from the start take eps from
+    6.0 to 9e-5 (L / eps = 134,000 steps a transition) and a sixth to its floor of 1e-5 (1.2
     million), from which it climbs back only over tens of accepted transitions.
 
     From eps = 0.2 sqrt(D) and L = 2 eps: pass 1, 0.4 ``warmup`` transitions at L fixed, the
