@@ -108,7 +108,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="MAMS: divide the tuned step size by this, trajectory length kept (>= 1; costs "
         "that many times the gradients a transition; fewer divergent transitions)",
     )
-    parser.add_argument("--max-tree-depth", type=int, default=None)
+    parser.add_argument(
+        "--max-tree-depth",
+        type=int,
+        default=None,
+        help="NUTS's largest tree depth; for MAMS the cap 2^depth - 1 on a trajectory's mean "
+        "integration steps (tuning included), for MCLMC on the steps between kept draws "
+        "(default 10, quick 6)",
+    )
     parser.add_argument("--epochs", type=int, default=None, help="mean and ELBO epochs, each")
     parser.add_argument("--jitter", type=float, default=1e-4, help="added to the covariance")
     add_executor_arguments(parser)
