@@ -1,5 +1,5 @@
-"""Seconds of the depth chains' analysis (``reproductions/depth/mixing_reasons.py``) in its two
-costly parts, before and after a change, in its three costly parts.
+"""Seconds of the depth chains' analysis (``reproductions/depth/mixing_reasons.py``) in its three
+costly parts, before and after a change.
 
 **network_outputs.**
 ``network_outputs`` evaluates every draw of a unit's chains on its training points (which hidden

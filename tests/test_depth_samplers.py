@@ -498,7 +498,7 @@ def test_a_segmented_stage_is_checkpointed_by_the_time_its_segments_take(
 ) -> None:
     """The runner waits for each segment before it reads the clock: with two segments of some
     0.3 s of matrix products each (compiled beforehand) and a checkpoint due every 0.5 s,
-    stage 1 is stored after the second, while it runs (JAX dispatches asynchronously: not
+    stage 1 is stored while it runs (JAX dispatches asynchronously: not
     waiting, the runner queues every segment at once and stores nothing until the stage ends)."""
     import time
 
@@ -543,8 +543,11 @@ def test_a_segmented_stage_is_checkpointed_by_the_time_its_segments_take(
     chain_runner._run_chain(program, compiled, key, starts[0], {}, None)  # compiles every piece
     monkeypatch.setattr(chain_runner, "_checkpoint", recorded)
     chain_runner._run_chain(program, compiled, key, starts[0], {}, tmp_path / "in-flight")
-    # stage 1: pass 1's 20 transitions as 7, 7, 6 (slowed: the 7s), then 3 fast segments
-    assert saved[:2] == [(0, 2), (1, 0)]
+    # stage 1: pass 1's 20 transitions as 7, 7, 6 (slowed: the 7s), then 3 fast segments; on
+    # loaded cores a segment may take longer, so which one is stored first may vary, but it is
+    # one of stage 1's (without the wait the first checkpoint is the stage's end, (1, 0))
+    assert saved[0][0] == 0 and 1 <= saved[0][1] <= 5
+    assert (1, 0) in saved
 
 
 def test_a_chain_asked_to_stop_stores_its_draws_first(gaussian, tmp_path, monkeypatch) -> None:

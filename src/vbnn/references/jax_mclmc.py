@@ -30,8 +30,8 @@ killed run goes on where it stopped and processes that share the store share the
   (:func:`step_size_and_preconditioner`, the same algorithm with its trajectories capped as
   everywhere else): dual averaging of eps to ``target_accept`` and the diagonal
   preconditioner, in two passes. Its first pass holds L at its entry value 0.4 sqrt(D) while
-  eps falls, so its trajectories are L / eps steps long (on the depth-5 nets at 10,000 points
-  some 350 steps, most of the tuning's gradients); the second is at 2 steps a trajectory;
+  eps falls, so its trajectories are L / eps steps long (on the ReLU depth-5 net at 10,000 points
+  350-420 steps, most of the tuning's gradients); the second is at 2 steps a trajectory;
   (2) the trajectory length from the
   autocorrelation of a short run, L = 0.5 (integration time per effective sample); (3) eps
   retuned by dual averaging at that L (``adjusted_mclmc_make_L_step_size_adaptation`` with L
@@ -119,15 +119,16 @@ def step_size_and_preconditioner(
         """One transition and dual-averaging update (mask 1) or moment update (mask 0)."""
 
         def step(carry, inputs):
-            state, params, da, step_max, moments = carry
+            state, params, da, moments = carry
             mask, key = inputs
             proposed, info = kernel(
                 rng_key=key, state=state, logdensity_fn=log_density, step_size=params.step_size,
                 inverse_mass_matrix=params.inverse_mass_matrix,
                 integration_steps_params=(jnp.minimum(params.L / params.step_size, max_steps),),
             )  # fmt: skip
-            finite, proposed, step_max, _ = handle_nans(
-                state, proposed, params.step_size, step_max, info.energy
+            # its step_size_max output is never read (BlackJAX's neither): not carried
+            finite, proposed, _, _ = handle_nans(
+                state, proposed, params.step_size, jnp.inf, info.energy
             )
 
             def blend(new, old):
@@ -150,7 +151,7 @@ def step_size_and_preconditioner(
             if not fix_length:
                 length = blend(params.L * (step_size / params.step_size), params.L)
             params = params._replace(step_size=blend(step_size, params.step_size), L=length)
-            carry = (proposed, params, da, step_max, moments)
+            carry = (proposed, params, da, moments)
             return carry, info.num_integration_steps
 
         return step
@@ -165,7 +166,7 @@ def step_size_and_preconditioner(
         first, second = jax.random.split(jax.random.split(window, 2)[1], 2)
         moments = (0.0, jnp.array([jnp.zeros(dim), jnp.zeros(dim)]))
         return {
-            "pass": (state, params, da_init(params.step_size), jnp.inf, moments),
+            "pass": (state, params, da_init(params.step_size), moments),
             "keys": (jax.random.split(first, tune + average), jax.random.split(second, tune)),
             "masks": (1 - jnp.concatenate((jnp.zeros(tune), jnp.ones(average))), jnp.ones(tune)),
             "done": jnp.zeros((), jnp.int32),  # transitions of the pass under way
@@ -187,7 +188,7 @@ def step_size_and_preconditioner(
 
     def between(carry):
         """The preconditioner and the rescaled L and eps from pass 1's moments."""
-        state, params, da, _, (_, moments) = carry["pass"]
+        state, params, da, (_, moments) = carry["pass"]
         variances = moments[1] - jnp.square(moments[0])
         params = params._replace(step_size=da_final(da))
         change = jax.lax.clamp(
@@ -197,11 +198,11 @@ def step_size_and_preconditioner(
         params = params._replace(inverse_mass_matrix=variances)
         params = params._replace(L=STAGE1_STEPS * params.step_size)
         moments = (0.0, jnp.zeros_like(moments))
-        again = (state, params, da_init(params.step_size), jnp.inf, moments)
+        again = (state, params, da_init(params.step_size), moments)
         return {**carry, "pass": again, "done": jnp.zeros((), jnp.int32)}
 
     def end(carry):
-        state, params, da, _, _ = carry["pass"]
+        state, params, da, _ = carry["pass"]
         params = params._replace(step_size=da_final(da))
         params = params._replace(L=STAGE1_STEPS * params.step_size)
         return state, params, GRADIENTS_PER_STEP * carry["steps"]  # BlackJAX counts steps
