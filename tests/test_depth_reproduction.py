@@ -18,7 +18,7 @@ import torch
 from vbnn.core.contracts import Activation, ForwardMode, ParameterRole
 from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments import depth
-from vbnn.experiments.depth.models import depth_widths, parameter_count
+from vbnn.experiments.depth.models import PretrainConfig, depth_widths, parameter_count
 from vbnn.layers.mean_field import MeanField, softplus_inverse
 from vbnn.networks.mlp import MLP
 from vbnn.training.optimizer import parameters_with_role
@@ -67,6 +67,48 @@ def test_pre_training_of_the_means_selects_the_weight_and_bias_means() -> None:
     selected = parameters_with_role(network, ParameterRole.MEAN)
     assert [id(p) for p in selected] == [id(p) for p in by_name]
     assert len(selected) == 2 * 3
+
+
+def test_a_chain_store_keeps_the_pre_training_its_chains_start_from(tmp_path) -> None:
+    """The first pre-training of a unit with a chain store is kept in its ``starts`` folder and
+    read back after, bit for bit, also where this machine would train other weights (as another
+    torch or CPU rounds the epochs): the chains' starts, and so their store keys, follow the
+    stored weights; ``--chains-from`` brings them along where none is here and keeps this
+    machine's where they differ."""
+    pytest.importorskip("blackjax")
+    from vbnn.experiments.depth.units import UnitSettings, pretrain
+    from vbnn.references.chain_runner import STARTS, merge_chain_stores
+    from vbnn.stores import unit_store
+
+    def weights(pretrained) -> np.ndarray:
+        return torch.nn.utils.parameters_to_vector(pretrained.network.parameters()).detach().numpy()
+
+    settings = UnitSettings(
+        Activation.LEAKY_RELU, 2, 0, negative_slope=0.2, points=100,
+        pretrain=PretrainConfig(epochs=1, mean_epochs=1),
+    )  # fmt: skip
+    there, here = tmp_path / "there" / "unit", tmp_path / "here" / "unit"
+    trained = pretrain(settings, there)
+    stored, info = unit_store.load(there / STARTS, settings.to_dict())
+    np.testing.assert_array_equal(stored["weights"], weights(trained))
+    assert info["train_seconds"] == trained.train_seconds and weights(trained).dtype == np.float32
+    # another machine's weights: read back as stored, not trained again
+    elsewhere = stored["weights"] + np.float32(1e-6)
+    unit_store.save(there / STARTS, settings.to_dict(), {"weights": elsewhere}, info)
+    read = pretrain(settings, there)
+    np.testing.assert_array_equal(weights(read), elsewhere)
+    assert read.train_seconds == trained.train_seconds
+    np.testing.assert_array_equal(weights(pretrain(settings)), stored["weights"])  # no store
+    # the merge: brought here where none is; kept here (and said) where they differ
+    assert merge_chain_stores(there.parent, here.parent) == [
+        f"unit/{STARTS}: brought here (its chains go on from that machine's starts)"
+    ]
+    np.testing.assert_array_equal(weights(pretrain(settings, here)), elsewhere)
+    assert merge_chain_stores(there.parent, here.parent) == [f"unit/{STARTS}: the same here"]
+    unit_store.save(here / STARTS, settings.to_dict(), {"weights": stored["weights"]}, info)
+    (said,) = merge_chain_stores(there.parent, here.parent)
+    assert said.endswith("differ here; this machine's kept, so the chains started there stay inert")
+    np.testing.assert_array_equal(weights(pretrain(settings, here)), stored["weights"])
 
 
 def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> None:

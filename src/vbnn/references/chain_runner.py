@@ -59,6 +59,9 @@ CHECKPOINT_SECONDS = 600.0  # a chain in flight is stored at least this often (s
 SEGMENT = 50  # draws, or transitions of a segmented stage, per compiled call (checkpoints fall
 # between calls)
 IN_FLIGHT = "in-flight"  # the folder of a chain store that holds its chains in flight
+# the folder of a chain store that holds what its chains start from (an experiment's
+# pre-training), so that every machine starts them alike and their store keys agree
+STARTS = "starts"
 # one line a tuning stage and a checkpoint (``vbnn`` prints them on stderr): what a run cut at
 # a time limit, on a machine whose output is all that comes back, had done
 _log = logging.getLogger(__name__)
@@ -494,7 +497,11 @@ def merge_chain_stores(source: Path, target: Path) -> list[str]:
     * claims (``*.claim``) are never copied: a process of another host cannot be checked, so its
       claim would keep every process here off that chain.
 
-    Returns one line per chain saying what was done.
+    What a unit's chains start from (its ``STARTS`` folder) is copied where none is here; where
+    one is here and differs, this machine's is kept and the chains started from the other stay
+    inert (a chain's store key holds a digest of its start).
+
+    Returns one line per chain (and per starts folder) saying what was done.
 
     Raises:
         FileNotFoundError: ``source`` is not a directory.
@@ -504,7 +511,11 @@ def merge_chain_stores(source: Path, target: Path) -> list[str]:
     if not source.is_dir():
         raise FileNotFoundError(f"merge_chain_stores: {source} is not a directory")
     said = []
+    for path in sorted(source.rglob(f"{STARTS}/*.json")):
+        said.append(_merge_starts(path, target / path.parent.relative_to(source)))
     for path in sorted(source.rglob("*.json")):
+        if path.parent.name == STARTS:
+            continue
         in_flight = path.parent.name == IN_FLIGHT
         unit = path.parent.parent if in_flight else path.parent
         settings = json.loads(path.read_text())["settings"]
@@ -527,3 +538,20 @@ def merge_chain_stores(source: Path, target: Path) -> list[str]:
                 unit_store.save(here / IN_FLIGHT, settings, arrays, info)
                 said.append(f"{name}: in flight there, brought here ({_said(info)})")
     return said
+
+
+def _merge_starts(path: Path, here: Path) -> str:
+    """``merge_chain_stores`` for one unit's starts: copied where none is here."""
+    settings = json.loads(path.read_text())["settings"]
+    arrays, info = unit_store.load(path.parent, settings)
+    name = f"{path.parent.parent.name}/{STARTS}"
+    mine = unit_store.load(here, settings)
+    if mine is None:
+        unit_store.save(here, settings, arrays, info)
+        return f"{name}: brought here (its chains go on from that machine's starts)"
+    same = mine[0].keys() == arrays.keys() and all(
+        np.array_equal(mine[0][key], value) for key, value in arrays.items()
+    )
+    if same:
+        return f"{name}: the same here"
+    return f"{name}: differ here; this machine's kept, so the chains started there stay inert"

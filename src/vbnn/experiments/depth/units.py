@@ -16,9 +16,11 @@ Every finished unit is written atomically to ``<out>/units/<key>.json`` and its 
 ``<out>/samples/<key>.npz``, so a killed run loses nothing finished and a re-run skips (and
 re-plots from) what is there; a unit in flight keeps its finished MAMS or MCLMC chains, and a
 checkpoint of the chain that is running, in ``<out>/chains/<key>/`` until it is stored
-(``vbnn.references.chain_runner``), so a rerun goes on where the killed one stopped. Where each
-chain ended stays in ``<out>/chain-ends/`` (:func:`chain_ends`), so the same unit asked for more
-draws (``--samples``) goes on from its chains' ends instead of tuning and sampling them again.
+(``vbnn.references.chain_runner``), so a rerun goes on where the killed one stopped. The
+pre-training the chains start from is kept there too (:func:`pretrain`), so chains sampled on
+another machine go on here. Where each chain ended stays in ``<out>/chain-ends/``
+(:func:`chain_ends`), so the same unit asked for more draws (``--samples``) goes on from its
+chains' ends instead of tuning and sampling them again.
 :func:`compute_unit` stores no unit, so a Ray worker runs it and the driver stores its
 :class:`UnitOutcome` (:func:`store_unit`); :func:`run_unit` does both here. Processes that share
 a unit's chains (the same command started twice) make its record once: the first to have every
@@ -52,7 +54,7 @@ from vbnn.experiments.depth.models import (
 )
 from vbnn.references import chain_runner
 from vbnn.references.architecture import MLPArchitecture
-from vbnn.references.chain_runner import ChainStoreRemoved
+from vbnn.references.chain_runner import STARTS, ChainStoreRemoved
 from vbnn.references.gaussian_gap import (
     diagonal_gap,
     empirical_covariance,
@@ -152,15 +154,31 @@ class Pretrained:
     train_seconds: float
 
 
-def pretrain(settings: UnitSettings) -> Pretrained:
-    """The unit's two-moons data and the MFVI pre-training its chains start from."""
+def pretrain(settings: UnitSettings, chain_store: Path | None = None) -> Pretrained:
+    """The unit's two-moons data and the MFVI pre-training its chains start from. Given the
+    unit's ``chain_store``, the pre-training is kept in its ``STARTS`` folder the first time and
+    read from there after: another machine (another torch or CPU) rounds the pre-training's
+    epochs differently, and a chain's store key holds a digest of its start, so chains brought
+    over (``--chains-from``) go on here only from the same weights."""
     dtype = getattr(torch, settings.dtype)
     x, y = two_moons(settings.points, settings.noise, unit_seed(settings), dtype)
     architecture = settings.architecture()
+    starts = None if chain_store is None else chain_store / STARTS
+    stored = None if starts is None else unit_store.load(starts, settings.to_dict())
+    if stored is not None:
+        network = architecture.torch_network(dtype)
+        weights = torch.from_numpy(stored[0]["weights"]).to(dtype)
+        torch.nn.utils.vector_to_parameters(weights, network.parameters())
+        return Pretrained(x, y, network, stored[1]["train_seconds"])
     began = time.perf_counter()
     mean_field = train_mean_field(architecture, x, y, settings.pretrain, unit_seed(settings))
     train_seconds = time.perf_counter() - began
-    return Pretrained(x, y, point_network(mean_field, architecture), train_seconds)
+    network = point_network(mean_field, architecture)
+    if starts is not None:
+        weights = torch.nn.utils.parameters_to_vector(network.parameters()).detach().numpy()
+        info = {"train_seconds": train_seconds, "torch": torch.__version__}
+        unit_store.save(starts, settings.to_dict(), {"weights": weights}, info)
+    return Pretrained(x, y, network, train_seconds)
 
 
 def unit_seed(settings: UnitSettings) -> int:
@@ -203,7 +221,7 @@ def compute_unit(
     (the column names of every stored unit); ``sampler`` says which one made them."""
     pretrained, arrays = None, None
     if cached is None:
-        pretrained = pretrain(settings)
+        pretrained = pretrain(settings, chain_store)
         result = sample_unit(settings, pretrained, chain_store, chain_ends)
         samples, diagnostics = result.samples, result.diagnostics
         arrays = {
