@@ -164,7 +164,10 @@ def pretrain(settings: UnitSettings, chain_store: Path | None = None) -> Pretrai
     x, y = two_moons(settings.points, settings.noise, unit_seed(settings), dtype)
     architecture = settings.architecture()
     starts = None if chain_store is None else chain_store / STARTS
-    stored = None if starts is None else unit_store.load(starts, settings.to_dict())
+    # keyed by what the pre-training depends on, so the same unit with other chains (more
+    # draws) can be given the same starts
+    key = {k: v for k, v in settings.to_dict().items() if k not in ("chains", "sampler")}
+    stored = None if starts is None else unit_store.load(starts, key)
     if stored is not None:
         network = architecture.torch_network(dtype)
         weights = torch.from_numpy(stored[0]["weights"]).to(dtype)
@@ -177,7 +180,7 @@ def pretrain(settings: UnitSettings, chain_store: Path | None = None) -> Pretrai
     if starts is not None:
         weights = torch.nn.utils.parameters_to_vector(network.parameters()).detach().numpy()
         info = {"train_seconds": train_seconds, "torch": torch.__version__}
-        unit_store.save(starts, settings.to_dict(), {"weights": weights}, info)
+        unit_store.save(starts, key, {"weights": weights}, info)
     return Pretrained(x, y, network, train_seconds)
 
 
