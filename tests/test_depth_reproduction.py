@@ -75,7 +75,8 @@ def test_a_chain_store_keeps_the_pre_training_its_chains_start_from(tmp_path) ->
     read back after, bit for bit, also where this machine would train other weights (as another
     torch or CPU rounds the epochs): the chains' starts, and so their store keys, follow the
     stored weights; ``--chains-from`` brings them along where none is here and keeps this
-    machine's where they differ."""
+    machine's where they differ; the run's chain ends keep them for the same unit with more
+    draws."""
     pytest.importorskip("blackjax")
     from vbnn.experiments.depth.units import UnitSettings, pretrain
     from vbnn.references.chain_runner import STARTS, merge_chain_stores
@@ -115,6 +116,15 @@ def test_a_chain_store_keeps_the_pre_training_its_chains_start_from(tmp_path) ->
     (said,) = merge_chain_stores(there.parent, here.parent)
     assert said.endswith("differ here; this machine's kept, so the chains started there stay inert")
     np.testing.assert_array_equal(weights(pretrain(settings, here)), stored["weights"])
+    # the run's chain ends keep them too: the longer unit, begun in a new chain store (on
+    # another machine, with the ends copied there), starts from them and keeps them there
+    ends, longer_store = tmp_path / "ends", tmp_path / "there" / "longer"
+    pretrain(settings, there, ends)
+    np.testing.assert_array_equal(unit_store.load(ends / STARTS, key)[0]["weights"], elsewhere)
+    np.testing.assert_array_equal(weights(pretrain(longer, longer_store, ends)), elsewhere)
+    np.testing.assert_array_equal(
+        unit_store.load(longer_store / STARTS, key)[0]["weights"], elsewhere
+    )
 
 
 def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> None:

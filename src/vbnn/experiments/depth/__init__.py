@@ -273,7 +273,8 @@ def run_chains_only(units: list, out: Path) -> None:
             print(f"--chains-only: {name} is finished already", file=sys.stderr)
             continue
         store = chain_store(unit, out)
-        sample_unit(unit, pretrain(unit, store), store, chain_ends(out))
+        ends = chain_ends(out)
+        sample_unit(unit, pretrain(unit, store, ends), store, ends)
         print(f"--chains-only: {name}: its chains are in {store}", file=sys.stderr)
 
 

@@ -154,34 +154,38 @@ class Pretrained:
     train_seconds: float
 
 
-def pretrain(settings: UnitSettings, chain_store: Path | None = None) -> Pretrained:
+def pretrain(
+    settings: UnitSettings, chain_store: Path | None = None, chain_ends: Path | None = None
+) -> Pretrained:
     """The unit's two-moons data and the MFVI pre-training its chains start from. Given the
-    unit's ``chain_store``, the pre-training is kept in its ``STARTS`` folder the first time and
-    read from there after: another machine (another torch or CPU) rounds the pre-training's
-    epochs differently, and a chain's store key holds a digest of its start, so chains brought
-    over (``--chains-from``) go on here only from the same weights."""
+    unit's ``chain_store`` (and the run's ``chain_ends``), the pre-training is kept in their
+    ``STARTS`` folders the first time and read from there after: another machine (another
+    torch or CPU) rounds the pre-training's epochs differently, and a chain's store key (and
+    its end's) holds a digest of its start, so chains brought over (``--chains-from``) go on
+    here, and chain ends there, only from the same weights."""
     dtype = getattr(torch, settings.dtype)
     x, y = two_moons(settings.points, settings.noise, unit_seed(settings), dtype)
     architecture = settings.architecture()
-    starts = None if chain_store is None else chain_store / STARTS
     # keyed by what the pre-training depends on, so the same unit with other chains (more
-    # draws) can be given the same starts
+    # draws) is given the same starts
     key = {k: v for k, v in settings.to_dict().items() if k not in ("chains", "sampler")}
-    stored = None if starts is None else unit_store.load(starts, key)
-    if stored is not None:
+    places = [folder / STARTS for folder in (chain_store, chain_ends) if folder is not None]
+    stored = next(filter(None, (unit_store.load(place, key) for place in places)), None)
+    if stored is None:
+        began = time.perf_counter()
+        mean_field = train_mean_field(architecture, x, y, settings.pretrain, unit_seed(settings))
+        train_seconds = time.perf_counter() - began
+        network = point_network(mean_field, architecture)
+        weights = torch.nn.utils.parameters_to_vector(network.parameters()).detach().numpy()
+        stored = {"weights": weights}, {"train_seconds": train_seconds, "torch": torch.__version__}
+    else:
         network = architecture.torch_network(dtype)
         weights = torch.from_numpy(stored[0]["weights"]).to(dtype)
         torch.nn.utils.vector_to_parameters(weights, network.parameters())
-        return Pretrained(x, y, network, stored[1]["train_seconds"])
-    began = time.perf_counter()
-    mean_field = train_mean_field(architecture, x, y, settings.pretrain, unit_seed(settings))
-    train_seconds = time.perf_counter() - began
-    network = point_network(mean_field, architecture)
-    if starts is not None:
-        weights = torch.nn.utils.parameters_to_vector(network.parameters()).detach().numpy()
-        info = {"train_seconds": train_seconds, "torch": torch.__version__}
-        unit_store.save(starts, key, {"weights": weights}, info)
-    return Pretrained(x, y, network, train_seconds)
+    for place in places:
+        if unit_store.load_info(place, key) is None:
+            unit_store.save(place, key, *stored)
+    return Pretrained(x, y, network, stored[1]["train_seconds"])
 
 
 def unit_seed(settings: UnitSettings) -> int:
@@ -224,7 +228,7 @@ def compute_unit(
     (the column names of every stored unit); ``sampler`` says which one made them."""
     pretrained, arrays = None, None
     if cached is None:
-        pretrained = pretrain(settings, chain_store)
+        pretrained = pretrain(settings, chain_store, chain_ends)
         result = sample_unit(settings, pretrained, chain_store, chain_ends)
         samples, diagnostics = result.samples, result.diagnostics
         arrays = {
