@@ -25,12 +25,12 @@ def records(values: list[float], rhats: list[float]) -> list[dict]:
             "sample_w2_gap": 0.5,
             "sample_w2_full": 1.0,
             "sample_w2_baseline": 1.0,
-            "nuts_bulk_ess_min": 400.0,
-            "nuts_tail_ess_min": 300.0,
-            "nuts_rhat_max": rhat,
-            "nuts_divergences": 0.0,
-            "nuts_max_tree_depth_hit_fraction": 0.0,
-            "nuts_seconds": 1.0,
+            "sampler_bulk_ess_min": 400.0,
+            "sampler_tail_ess_min": 300.0,
+            "sampler_rhat_max": rhat,
+            "sampler_divergences": 0.0,
+            "sampler_max_tree_depth_hit_fraction": 0.0,
+            "sampler_seconds": 1.0,
             "mean_field_test_accuracy": 1.0,
         }
         for k, (value, rhat) in enumerate(zip(values, rhats, strict=True))
@@ -52,9 +52,9 @@ def test_only_repeats_passing_the_criterion_enter_the_trusted_gap() -> None:
     assert row["trusted_repeats"] == 2 and not row["trusted"]
     assert row["kl_diag_full_trusted_mean"] == pytest.approx(3.5)
     assert row["kl_diag_full_mean"] == pytest.approx(3.0)
-    rows[0]["nuts_tail_ess_min"] = 50.0
+    rows[0]["sampler_tail_ess_min"] = 50.0
     assert aggregate(rows, ConvergenceCriterion()).iloc[0]["trusted_repeats"] == 1
-    rows[2]["nuts_divergences"] = 3.0  # the last trusted repeat diverged
+    rows[2]["sampler_divergences"] = 3.0  # the last trusted repeat diverged
     assert aggregate(rows, ConvergenceCriterion()).iloc[0]["trusted_repeats"] == 0
 
 

@@ -178,8 +178,8 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
     depth.run(parser.parse_args(flags))
     unit = pd.read_csv(tmp_path / "depth_units.csv").iloc[0]
     seconds = {info["info"]["seconds"] for info in stored}
-    assert set(json.loads(unit["nuts_chain_seconds"])) == seconds  # read back, not run again
-    assert json.loads(unit["nuts_chain_devices"].replace("'", '"')) == ["cpu", "cpu"]
+    assert set(json.loads(unit["sampler_chain_seconds"])) == seconds  # read back, not run again
+    assert json.loads(unit["sampler_chain_devices"].replace("'", '"')) == ["cpu", "cpu"]
     assert not store.exists()  # the stored unit holds the chains now
     assert not list(tmp_path.glob("product_*"))  # --no-product-figure: units only
     # the same unit with more draws goes on from where its chains ended
@@ -292,7 +292,7 @@ def test_tiny_end_to_end_run_writes_every_output(
         runpy.run_path(str(SCRIPTS / script), run_name="__main__")
         again = pd.read_csv(tmp_path / written)
         assert len(again) == 2 * len(table) and (again["depth"] == 9).sum() == len(table), script
-    if units["nuts_divergences"].sum() > 0:  # where they started, one row per feature
+    if units["sampler_divergences"].sum() > 0:  # where they started, one row per feature
         assert len(pd.read_csv(tmp_path / "divergences.csv")) >= 5
     # the status table reads the records alone and agrees with the run's verdicts
     capsys.readouterr()

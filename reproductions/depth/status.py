@@ -35,14 +35,15 @@ HERE = Path(__file__).parent
 COLUMNS = {
     "run": "run", "points": "points", "activation": "activation", "depth": "depth",
     "repeat": "repeat", "budget": "chains x (warm-up + draws)", "step_scale": "step / tuned",
-    "nuts_rhat_max": "R-hat max", "ess": "bulk / tail ESS min", "nuts_divergences": "divergent",
+    "sampler_rhat_max": "R-hat max", "ess": "bulk / tail ESS min",
+    "sampler_divergences": "divergent",
     "mixed": "mixed", "trusted": "trusted", "limit": "KL limit (drift)",
     "gradients_m": "gradients (M)", "chain_hours": "chain hours",
 }  # fmt: skip
 CSV = ["run", "sampler", "points", "activation", "depth", "repeat", "chain_draws", "budget",
-       "step_scale", "nuts_rhat_max", "nuts_bulk_ess_min", "nuts_tail_ess_min",
-       "nuts_divergences", "mixed", "trusted", "kl_above_floor", "kl_above_floor_limit",
-       "kl_above_floor_limit_drift", "nuts_gradient_evaluations", "nuts_seconds"]  # fmt: skip
+       "step_scale", "sampler_rhat_max", "sampler_bulk_ess_min", "sampler_tail_ess_min",
+       "sampler_divergences", "mixed", "trusted", "kl_above_floor", "kl_above_floor_limit",
+       "kl_above_floor_limit_drift", "sampler_gradient_evaluations", "sampler_seconds"]  # fmt: skip
 
 
 def records_of(run: Path) -> list[dict]:
@@ -83,20 +84,18 @@ def status(runs: list[Path]) -> pd.DataFrame:
         frame["step_scale"] = [f"1/{c.get('step_scale', 1.0):g}" for c in chains]
         frames.append(frame)
     table = pd.concat(frames, ignore_index=True)
-    table["ess"] = [
-        f"{bulk:.0f} / {tail:.0f}"
-        for bulk, tail in zip(table["nuts_bulk_ess_min"], table["nuts_tail_ess_min"], strict=True)
-    ]
+    bulk_tail = zip(table["sampler_bulk_ess_min"], table["sampler_tail_ess_min"], strict=True)
+    table["ess"] = [f"{bulk:.0f} / {tail:.0f}" for bulk, tail in bulk_tail]
     table["limit"] = [
         "" if math.isnan(limit) else f"{limit:.1f} ({drift:.1f})"
         for limit, drift in zip(
             table["kl_above_floor_limit"], table["kl_above_floor_limit_drift"], strict=True
         )
     ]
-    if "nuts_gradient_evaluations" not in table:  # NUTS runs stored before it was counted
-        table["nuts_gradient_evaluations"] = math.nan
-    table["gradients_m"] = table["nuts_gradient_evaluations"] / 1e6
-    table["chain_hours"] = table["nuts_seconds"] / 3600
+    if "sampler_gradient_evaluations" not in table:  # NUTS runs stored before it was counted
+        table["sampler_gradient_evaluations"] = math.nan
+    table["gradients_m"] = table["sampler_gradient_evaluations"] / 1e6
+    table["chain_hours"] = table["sampler_seconds"] / 3600
     order = ["points", "activation", "depth", "chain_draws", "run", "repeat"]
     return table.sort_values(order, ignore_index=True)
 
@@ -105,7 +104,7 @@ def best_units(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (points, activation, depth): its trusted unit, else a mixed one, else the one
     with the lowest worst R-hat (ties: the one with the fewest divergent transitions)."""
     ranked = table.assign(untrusted=~table["trusted"], unmixed=~table["mixed"]).sort_values(
-        ["untrusted", "unmixed", "nuts_rhat_max", "nuts_divergences"], kind="stable"
+        ["untrusted", "unmixed", "sampler_rhat_max", "sampler_divergences"], kind="stable"
     )
     best = ranked.groupby(["points", "activation", "depth"], sort=False).head(1)
     return best.sort_values(["points", "activation", "depth"], ignore_index=True)

@@ -39,8 +39,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for row in table.sort_values(["order", "depth"]).itertuples():
         print(f"| {NAMES[row.activation]} | {row.depth} | {row.repeats} | {row.trusted_repeats} "
-              f"| {row.nuts_rhat_max_mean:.3f} | {row.nuts_bulk_ess_min_mean:.0f} "
-              f"| {row.nuts_divergences_mean:.0f} "
+              f"| {row.sampler_rhat_max_mean:.3f} | {row.sampler_bulk_ess_min_mean:.0f} "
+              f"| {row.sampler_divergences_mean:.0f} "
               f"| {mean_sem(row.kl_diag_full_mean, row.kl_diag_full_sem, 1)} "
               f"| {mean_sem(row.sample_w2_gap_mean, row.sample_w2_gap_sem, 2)} |")  # fmt: skip
 

@@ -333,11 +333,11 @@ def run(args: argparse.Namespace) -> None:
         "wasserstein2_sem": "sem ",
         "kl_full_diag_mean": "KL(full||diag)",
         "kl_above_floor_limit_mean": "above floor, limit",
-        "nuts_bulk_ess_min_mean": "ESS min",
-        "nuts_rhat_max_mean": "R-hat max",
+        "sampler_bulk_ess_min_mean": "ESS min",
+        "sampler_rhat_max_mean": "R-hat max",
         "trusted": "trusted",
-        "nuts_divergences_mean": "diverg.",
-        "nuts_seconds_mean": "chains s",
+        "sampler_divergences_mean": "diverg.",
+        "sampler_seconds_mean": "chains s",
         "mean_field_test_accuracy_mean": "MF test acc",
     }
     compact = table[list(shown)].rename(columns=shown)

@@ -29,6 +29,7 @@ from vbnn.experiments.depth.local_product_figure import run_local_product_figure
 from vbnn.experiments.depth.units import (
     UnitOutcome,
     UnitSettings,
+    chain_diagnostics,
     chain_ends,
     chain_store,
     compute_unit,
@@ -156,9 +157,7 @@ def trusted_units(records: list[dict[str, Any]], criterion: ConvergenceCriterion
     ESS, divergences, and unadjusted MCLMC's energy error), and the estimator's floor
     (``estimator_floor``)."""
     frame = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in records])
-    frame["trusted"] = [
-        criterion.passes({k.removeprefix("nuts_"): v for k, v in r.items()}) for r in records
-    ]
+    frame["trusted"] = [criterion.passes(chain_diagnostics(r)) for r in records]
     return estimator_floor(frame, records)
 
 
@@ -219,12 +218,12 @@ def aggregate(records: list[dict[str, Any]], criterion: ConvergenceCriterion) ->
     columns = [
         *GAPS,
         "kl_full_diag",
-        "nuts_bulk_ess_min",
-        "nuts_tail_ess_min",
-        "nuts_rhat_max",
-        "nuts_divergences",
-        "nuts_max_tree_depth_hit_fraction",
-        "nuts_seconds",
+        "sampler_bulk_ess_min",
+        "sampler_tail_ess_min",
+        "sampler_rhat_max",
+        "sampler_divergences",
+        "sampler_max_tree_depth_hit_fraction",
+        "sampler_seconds",
         "mean_field_test_accuracy",
         "sample_w2_full",
         "sample_w2_baseline",

@@ -71,6 +71,20 @@ _log = logging.getLogger(__name__)
 # the claim, in a unit's chain store, of the process that makes the unit's record
 RECORD_CLAIM = {"unit": "record"}
 
+# a record's chain diagnostics carry this prefix whatever the sampler (``sampler_rhat_max``,
+# ``sampler_divergences``...); the record's ``sampler`` says which one made them
+DIAGNOSTICS_PREFIX = "sampler_"
+
+
+def chain_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
+    """A unit record's chain diagnostics, without their prefix (what
+    :meth:`~vbnn.references.chain_diagnostics.ConvergenceCriterion.passes` reads)."""
+    return {
+        name.removeprefix(DIAGNOSTICS_PREFIX): value
+        for name, value in record.items()
+        if name.startswith(DIAGNOSTICS_PREFIX)
+    }
+
 
 class RecordClaimed(RuntimeError):
     """Another live process has every chain of the unit and makes its record."""
@@ -224,8 +238,7 @@ def compute_unit(
     there (``RECORD_CLAIM``; the claim goes with the store, or is released if this fails) and
     raises :class:`RecordClaimed` if a live process holds it already.
 
-    The chains' diagnostics go into the record with the prefix ``nuts_`` whatever the sampler
-    (the column names of every stored unit); ``sampler`` says which one made them."""
+    The chains' diagnostics go into the record with :data:`DIAGNOSTICS_PREFIX`."""
     pretrained, arrays = None, None
     if cached is None:
         pretrained = pretrain(settings, chain_store, chain_ends)
@@ -276,7 +289,7 @@ def _outcome(
         "mean_field_test_accuracy": accuracy(pretrained.network, test_x, test_y),
         "train_seconds": pretrained.train_seconds,
         "software": software_versions(settings.sampler),
-        **{f"nuts_{name}": value for name, value in diagnostics.items()},
+        **{DIAGNOSTICS_PREFIX + name: value for name, value in diagnostics.items()},
         **diagonal_gap(covariance),
         **chain_floor(samples, settings.jitter, seed),
         **wasserstein_gaps(
