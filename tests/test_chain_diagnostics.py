@@ -49,10 +49,11 @@ def test_ar1_chains_have_the_known_ess(rho: float) -> None:
 
 
 @pytest.mark.parametrize("samples", [601, 600])
-def test_the_ess_is_pyros_own_with_its_running_minimum_taken_by_cummin(samples: int) -> None:
-    """``_ess`` replaces only how Pyro's estimator takes the running minimum of the paired
-    autocorrelations: the ESS equals Pyro's own, unpatched, on chains whose pairs rise and fall
-    (AR(1) of rho 0.9 and -0.5, a chain stuck for a while, odd and even draw counts)."""
+def test_the_ess_is_pyros_own(samples: int) -> None:
+    """``_ess`` is Pyro's estimator with another running minimum of the paired autocorrelations:
+    the ESS equals Pyro's ``effective_sample_size`` on chains whose pairs rise and fall (AR(1)
+    of rho 0.9 and -0.5, a chain stuck for a while, odd and even draw counts), and on one
+    chain."""
     rng = np.random.default_rng(samples)
     stuck = np.repeat(rng.standard_normal((3, samples // 20)), 20, axis=1)[:, :samples]
     stuck = np.pad(stuck, ((0, 0), (0, samples - stuck.shape[1])), mode="edge")
@@ -60,6 +61,8 @@ def test_the_ess_is_pyros_own_with_its_running_minimum_taken_by_cummin(samples: 
     pyro_own = effective_sample_size(torch.as_tensor(draws), 0, 1).numpy()
     np.testing.assert_allclose(_ess(draws, coordinates=2), pyro_own, rtol=1e-12)
     assert pyro_own[1] > 3 * samples  # anticorrelated draws: more than independent ones
+    one_chain = effective_sample_size(torch.as_tensor(draws[:1]), 0, 1).numpy()
+    np.testing.assert_allclose(_ess(draws[:1]), one_chain, rtol=1e-12)
 
 
 def test_rhat_sees_a_shifted_chain_and_the_folded_part_a_wider_one() -> None:
