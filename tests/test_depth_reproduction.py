@@ -83,7 +83,9 @@ def test_a_chain_store_keeps_the_pre_training_its_chains_start_from(tmp_path) ->
     from vbnn.stores import unit_store
 
     def weights(pretrained) -> np.ndarray:
-        return torch.nn.utils.parameters_to_vector(pretrained.network.parameters()).detach().numpy()
+        network = torch.nn.utils.parameters_to_vector(pretrained.network.parameters()).detach()
+        np.testing.assert_array_equal(pretrained.weights, network.numpy())  # the chains' start
+        return pretrained.weights
 
     settings = UnitSettings(
         Activation.LEAKY_RELU, 2, 0, negative_slope=0.2, points=100,

@@ -160,11 +160,13 @@ def load_samples(settings: UnitSettings, out: Path) -> tuple[Any, dict[str, Any]
 
 @dataclass(frozen=True)
 class Pretrained:
-    """A unit's data and its MFVI pre-training: the chains start from ``network``'s weights."""
+    """A unit's data and its MFVI pre-training: the chains start from ``network``'s weights,
+    ``weights`` flattened (D,) in the order of its ``parameters()``."""
 
     x: torch.Tensor
     y: torch.Tensor
     network: torch.nn.Module
+    weights: np.ndarray
     train_seconds: float
 
 
@@ -194,12 +196,13 @@ def pretrain(
         stored = {"weights": weights}, {"train_seconds": train_seconds, "torch": torch.__version__}
     else:
         network = architecture.torch_network(dtype)
-        weights = torch.from_numpy(stored[0]["weights"]).to(dtype)
-        torch.nn.utils.vector_to_parameters(weights, network.parameters())
+        vector = torch.from_numpy(stored[0]["weights"]).to(dtype)
+        torch.nn.utils.vector_to_parameters(vector, network.parameters())
+        weights = vector.numpy().copy()  # the network holds views of vector
     for place in places:
         if unit_store.load_info(place, key) is None:
             unit_store.save(place, key, *stored)
-    return Pretrained(x, y, network, stored[1]["train_seconds"])
+    return Pretrained(x, y, network, weights, stored[1]["train_seconds"])
 
 
 def unit_seed(settings: UnitSettings) -> int:
@@ -220,9 +223,8 @@ def sample_unit(
     chains = dataclasses.replace(settings.chains, seed=unit_seed(settings))
     x, y = pretrained.x.numpy(), pretrained.y.numpy()
     potential = jax_potential(settings.architecture(), x, y)
-    start = torch.cat([p.detach().reshape(-1) for p in pretrained.network.parameters()]).numpy()
-    return run_sampler(settings.sampler, potential, jittered_starts(start, chains), chains,
-                       chain_store, chain_ends)  # fmt: skip
+    starts = jittered_starts(pretrained.weights, chains)
+    return run_sampler(settings.sampler, potential, starts, chains, chain_store, chain_ends)
 
 
 def compute_unit(
