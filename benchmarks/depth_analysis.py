@@ -11,8 +11,9 @@ module beside today's package), alternating, ``--rounds`` times each, and checks
 the same inactive units and logits within float32 rounding.
 
 **Bulk ESS.** ``chain_diagnostics.bulk_ess`` of 4 stationary AR(1) chains (rho 0.9) of
-``--ess-draws`` draws and ``--ess-coordinates`` coordinates, with Pyro's own running minimum in
-its ESS and with the ``torch.cummin`` that ``_ess`` puts there, alternating; the two must be equal.
+``--ess-draws`` draws and ``--ess-coordinates`` coordinates, with Pyro's own
+``effective_sample_size`` and with ``_geyer_ess`` (the same steps, its running minimum by
+``torch.cummin``), alternating; the two must be equal.
 
 **Normal scores.** The rank normalisation's quantiles of the same number of values, with
 ``scipy.stats.norm.ppf`` and with the ``scipy.special.ndtri`` it calls (what
@@ -39,6 +40,7 @@ from unittest import mock
 
 import numpy as np
 import torch
+from pyro.ops.stats import effective_sample_size
 from scipy.special import ndtri
 from scipy.stats import norm
 
@@ -78,9 +80,11 @@ def alternating(before, after, arguments: tuple, rounds: int) -> tuple[float, fl
 
 
 def with_pyro_running_minimum(draws: np.ndarray) -> np.ndarray:
-    """``bulk_ess`` with Pyro's own running minimum in its ESS."""
-    pyro_own = chain_diagnostics.pyro_stats._cummin
-    with mock.patch.object(chain_diagnostics, "_running_minimum", pyro_own):
+    """``bulk_ess`` with Pyro's own ``effective_sample_size`` (its running minimum an
+    (N/2) x (N/2) copy per coordinate) in place of ``_geyer_ess``."""
+    with mock.patch.object(
+        chain_diagnostics, "_geyer_ess", lambda piece: effective_sample_size(piece, 0, 1)
+    ):
         return chain_diagnostics.bulk_ess(draws)
 
 

@@ -46,7 +46,7 @@ import torch
 
 from vbnn.core.contracts import Activation
 from vbnn.experiments.depth.models import PretrainConfig
-from vbnn.experiments.depth.units import UnitSettings, chain_diagnostics, compute_unit, two_moons
+from vbnn.experiments.depth.units import UnitSettings, compute_unit, sampler_diagnostics, two_moons
 from vbnn.references.chain_diagnostics import ConvergenceCriterion, bulk_ess, tail_ess
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
@@ -124,7 +124,7 @@ def cell(settings: UnitSettings, moments: Path) -> dict[str, Any]:
         log_density=outcome.samples["log_density"],
     )  # fmt: skip
     write_atomic(moments, buffer.getvalue())
-    chains = chain_diagnostics(record)
+    chains = sampler_diagnostics(record)
     seconds = chains["seconds"]
     gradient = gradient_seconds(settings, record["parameters"])
     steps = outcome.samples["steps"]

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vbnn.experiments.depth.units import chain_diagnostics
+from vbnn.experiments.depth.units import sampler_diagnostics
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
@@ -64,7 +64,7 @@ def unit_row(unit: Path, samples_dir: Path) -> dict | None:
         "kl_null_iid": iid,
         "kl_null_chains": floor,
         "kl_excess": kl - floor,
-        "trusted": ConvergenceCriterion().passes(chain_diagnostics(info)),
+        "trusted": ConvergenceCriterion().passes(sampler_diagnostics(info)),
         "unit": unit.stem,
     }
 

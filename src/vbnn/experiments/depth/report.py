@@ -29,12 +29,12 @@ from vbnn.experiments.depth.local_product_figure import run_local_product_figure
 from vbnn.experiments.depth.units import (
     UnitOutcome,
     UnitSettings,
-    chain_diagnostics,
     chain_ends,
     chain_store,
     compute_unit,
     load_samples,
     run_unit,
+    sampler_diagnostics,
     store_unit,
     stored_record,
 )
@@ -157,7 +157,7 @@ def trusted_units(records: list[dict[str, Any]], criterion: ConvergenceCriterion
     ESS, divergences, and unadjusted MCLMC's energy error), and the estimator's floor
     (``estimator_floor``)."""
     frame = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in records])
-    frame["trusted"] = [criterion.passes(chain_diagnostics(r)) for r in records]
+    frame["trusted"] = [criterion.passes(sampler_diagnostics(r)) for r in records]
     return estimator_floor(frame, records)
 
 

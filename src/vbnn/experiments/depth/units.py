@@ -76,7 +76,7 @@ RECORD_CLAIM = {"unit": "record"}
 DIAGNOSTICS_PREFIX = "sampler_"
 
 
-def chain_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
+def sampler_diagnostics(record: dict[str, Any]) -> dict[str, Any]:
     """A unit record's chain diagnostics, without their prefix (what
     :meth:`~vbnn.references.chain_diagnostics.ConvergenceCriterion.passes` reads)."""
     return {
