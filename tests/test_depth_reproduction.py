@@ -129,6 +129,39 @@ def test_a_chain_store_keeps_the_pre_training_its_chains_start_from(tmp_path) ->
     )
 
 
+def test_a_unit_from_stored_samples_reports_the_test_accuracy_of_its_stored_start(
+    tmp_path,
+) -> None:
+    """Units recomputed from stored samples take the MFVI test accuracy from the pre-training
+    the chains started from (kept with the run's chain ends), not from one trained again here:
+    all-zero stored weights give equal logits, so argmax class 0 and an accuracy equal to the
+    test set's share of class 0, which the trained network (accuracy > 0.7) does not give."""
+    pytest.importorskip("blackjax")
+    pytest.importorskip("ot")
+    from vbnn.experiments.depth.units import UnitSettings, compute_unit, pretrain, two_moons
+    from vbnn.references.chain_runner import STARTS
+    from vbnn.stores import unit_store
+
+    settings = UnitSettings(
+        Activation.RELU, 1, 0, points=200, budget=40, wasserstein_subsample=50,
+        pretrain=PretrainConfig(epochs=20, mean_epochs=20),
+    )  # fmt: skip
+    dimension = pretrain(settings).weights.size
+    draws = np.random.default_rng(0).normal(size=(4, 25, dimension)).astype(np.float32)
+    cached = (draws, {"r_hat_max": 1.0})
+    trained = compute_unit(settings, cached).record["mean_field_test_accuracy"]
+    assert trained > 0.7
+    ends = tmp_path / "chain-ends"
+    key = {k: v for k, v in settings.to_dict().items() if k not in ("chains", "sampler")}
+    unit_store.save(ends / STARTS, key, {"weights": np.zeros(dimension, np.float32)},
+                    {"train_seconds": 1.5})  # fmt: skip
+    outcome = compute_unit(settings, cached, chain_ends=ends)
+    _, test_y = two_moons(1000, settings.noise, 500_000, torch.float32)
+    share = (test_y == 0).double().mean().item()
+    assert outcome.record["mean_field_test_accuracy"] == pytest.approx(share)
+    assert outcome.record["train_seconds"] == 1.5
+
+
 def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> None:
     pytest.importorskip("numpyro")
     parser = argparse.ArgumentParser()

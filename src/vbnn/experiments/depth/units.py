@@ -236,9 +236,11 @@ def compute_unit(
 ) -> UnitOutcome:
     """One unit's numbers (a worker's part; sampling skipped when ``cached``). It stores nothing
     but, given a ``chain_store`` (and ``chain_ends``) directory, the chains of
-    :func:`sample_unit`. With ``claim_record``, once it has the samples it claims the record
-    there (``RECORD_CLAIM``; the claim goes with the store, or is released if this fails) and
-    raises :class:`RecordClaimed` if a live process holds it already.
+    :func:`sample_unit` and the pre-training they start from (:func:`pretrain`, read from there
+    when kept, also for ``cached`` samples, so the record's MFVI test accuracy is the starts').
+    With ``claim_record``, once it has the samples it claims the record there
+    (``RECORD_CLAIM``; the claim goes with the store, or is released if this fails) and raises
+    :class:`RecordClaimed` if a live process holds it already.
 
     The chains' diagnostics go into the record with :data:`DIAGNOSTICS_PREFIX`."""
     pretrained, arrays = None, None
@@ -259,7 +261,8 @@ def compute_unit(
     if claiming and not unit_store.claim(chain_store, RECORD_CLAIM):
         raise RecordClaimed(f"{chain_store}: another process makes this unit's record")
     try:
-        pretrained = pretrained or pretrain(settings)  # the record needs its test accuracy
+        # the record's test accuracy is the chains' start's: read from the stores where kept
+        pretrained = pretrained or pretrain(settings, chain_store, chain_ends)
         return _outcome(settings, pretrained, samples, diagnostics, arrays)
     except BaseException:
         if claiming:
