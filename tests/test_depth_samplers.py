@@ -173,6 +173,89 @@ def test_mclmc_reports_its_energy_error_draw_by_draw(gaussian) -> None:
     assert np.isfinite(diagnostics["log_density_at_worst_energy_error"])
 
 
+def test_a_full_rank_preconditioner_is_the_draws_covariance() -> None:
+    """``low_rank_preconditioner``: at rank D, diag(s) (I + U (Lambda - I) U^T) diag(s) is the
+    draws' covariance; at rank k it keeps the k correlation eigenvalues farthest from 1 in ratio
+    (a small one before a large one nearer 1); the rest of the space is only rescaled by s."""
+    from vbnn.references.jax_mclmc import low_rank_preconditioner
+
+    rng = np.random.default_rng(2)
+    draws = rng.standard_normal((5000, 4)) @ np.array(
+        [[1.0, 0.9, 0.0, 0.0], [0.0, 0.3, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.5]]
+    )  # coordinates 0 and 1 correlated: eigenvalues 1 -+ 0.95; 2 and 3 alone: eigenvalues 1
+
+    def dense(pre) -> np.ndarray:
+        sigma, vectors, eigenvalues = (np.asarray(leaf, np.float64) for leaf in pre)
+        inner = np.eye(4) + vectors @ np.diag(eigenvalues - 1) @ vectors.T
+        return sigma[:, None] * inner * sigma[None, :]
+
+    covariance = np.cov(draws.T, bias=True)
+    np.testing.assert_allclose(
+        dense(low_rank_preconditioner(draws)), covariance, rtol=1e-5, atol=1e-6
+    )
+    one = low_rank_preconditioner(draws, rank=1)
+    smallest = np.linalg.eigvalsh(np.corrcoef(draws.T)).min()  # about 1 - 0.95
+    assert smallest < 0.1
+    np.testing.assert_allclose(np.asarray(one.lam), [smallest], rtol=1e-4)
+    direction = np.asarray(one.U)[:, 0] * np.sign(np.asarray(one.U)[0, 0])
+    np.testing.assert_allclose(direction, [0.5**0.5, -(0.5**0.5), 0, 0], atol=0.02)
+    for bad, match in (((draws, 5), "rank must be in 1..4"), ((draws[:1],), r"N >= 2"),
+                       ((np.c_[draws, np.ones(5000)],), "spread > 0")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            low_rank_preconditioner(*bad)
+
+
+def test_mams_with_a_dense_preconditioner_recovers_an_ill_conditioned_gaussian(tmp_path) -> None:
+    """MAMS with the target's own covariance as preconditioner (tuning eps at two steps, then L
+    and eps as without) gives a 10-D Gaussian's moments (correlation 0.99 between neighbours in
+    pairs, scales 0.1 to 10); the preconditioner's digest enters the chains' store keys, so its
+    chains are not those of the diagonal sampler or of another preconditioner."""
+    from vbnn.references.chain_runner import chain_settings, digest
+    from vbnn.references.jax_mclmc import low_rank_preconditioner, run_mams_chains
+    from vbnn.stores import unit_store
+
+    pair = np.array([[1.0, 0.99], [0.99, 1.0]])
+    correlation = np.kron(np.eye(5), pair)
+    scales = np.geomspace(0.1, 10.0, 10)
+    covariance = correlation * np.outer(scales, scales)
+    mean = np.linspace(-1.0, 1.0, 10)
+    precision = jnp.asarray(np.linalg.inv(covariance), jnp.float32)
+    centre = jnp.asarray(mean, jnp.float32)
+
+    def potential(theta):
+        delta = theta - centre
+        return 0.5 * delta @ precision @ delta
+
+    exact = np.random.default_rng(3).multivariate_normal(mean, covariance, size=20_000)
+    preconditioner = low_rank_preconditioner(exact)
+    starts = np.asarray(
+        mean + scales * jittered_starts(np.zeros(10, np.float32), CONFIG), np.float32
+    )
+    store = tmp_path / "chains"
+    result = run_mams_chains(potential, starts, CONFIG, store, preconditioner=preconditioner)
+    assert ConvergenceCriterion().passes(result.diagnostics), result.diagnostics
+    mean_z, variance_z = moment_z_scores(
+        result.samples, mean, np.diag(covariance), squared_errors(exact.reshape(4, -1, 10))
+    )
+    assert mean_z.max() < TOLERANCE and variance_z.max() < TOLERANCE, (mean_z, variance_z)
+    found = np.corrcoef(result.samples.reshape(-1, 10).T)
+    assert np.abs(found - correlation).max() < 0.1
+    leaves = np.concatenate([np.asarray(leaf).ravel() for leaf in preconditioner])
+    keyed = chain_settings(
+        "run_mams_chains", 0, starts[0], CONFIG, {"preconditioner": digest(leaves)}
+    )
+    assert unit_store.load(store, keyed) is not None
+    assert unit_store.load(store, chain_settings("run_mams_chains", 0, starts[0], CONFIG)) is None
+    # the preconditioner is used: the diagonal sampler mixes far slower per gradient on this target
+    # (0.47 against 320 worst-coordinate ESS per 1000 gradients when written)
+    diagonal = run_mams_chains(potential, starts, CONFIG).diagnostics
+
+    def speed(diagnostics: dict) -> float:
+        return diagnostics["bulk_ess_min"] / diagnostics["sampling_gradient_evaluations"]
+
+    assert speed(result.diagnostics) > 10 * speed(diagonal)
+
+
 def test_the_same_seed_gives_the_same_chains(gaussian) -> None:
     potential, starts, _, _ = gaussian
     config = dataclasses.replace(CONFIG, warmup=50, samples=20)

@@ -142,11 +142,19 @@ def whole_chain(program: ChainProgram) -> ChainFunction:
     return chain
 
 
-def chain_settings(name: str, index: int, start: np.ndarray, config: ChainsConfig) -> dict:
+def digest(array: np.ndarray) -> str:
+    """A short digest of an array's bytes (a chain's start, a preconditioner), for store keys."""
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()[:16]
+
+
+def chain_settings(
+    name: str, index: int, start: np.ndarray, config: ChainsConfig, extra: dict | None = None
+) -> dict:
     """What makes one chain's draws (its store key): the sampler, the chain's index (its random
-    key), the run's config (seed and budgets) and a digest of its start."""
-    digest = hashlib.sha256(np.ascontiguousarray(start).tobytes()).hexdigest()[:16]
-    return {"sampler": name, "chain": index, "chains": config.to_dict(), "start": digest}
+    key), the run's config (seed and budgets), a digest of its start and whatever else the
+    sampler was given (``extra``, e.g. a preconditioner's digest)."""
+    settings = {"sampler": name, "chain": index, "chains": config.to_dict(), "start": digest(start)}
+    return {**settings, **(extra or {})}
 
 
 def end_settings(settings: dict) -> dict:
@@ -404,11 +412,13 @@ def run_chains(
     config: ChainsConfig,
     chain_store: Path | None = None,
     chain_ends: Path | None = None,
+    extra: dict | None = None,
 ) -> ChainsResult:
     """``config.chains`` chains of ``program`` from ``initial`` (C, D), one after the other, with
-    their diagnostics; ``name`` (the sampler's) enters every chain's store key. ``chain_store``
-    keeps the finished chains and those in flight, ``chain_ends`` where each chain ended, for
-    a later run with more draws (module docstring)."""
+    their diagnostics; ``name`` (the sampler's) and ``extra`` (what else makes the program's
+    draws) enter every chain's store key. ``chain_store`` keeps the finished chains and those
+    in flight, ``chain_ends`` where each chain ended, for a later run with more draws (module
+    docstring)."""
     initial = np.asarray(initial)
     if initial.ndim != 2 or initial.shape[0] != config.chains:
         raise ValueError(f"{name}: initial must be ({config.chains}, D), got {initial.shape}")
@@ -424,7 +434,7 @@ def run_chains(
             if chain_store is not None and not chain_store.is_dir():
                 raise _removed(chain_store)
             if index not in finished:
-                settings = chain_settings(name, index, start, config)
+                settings = chain_settings(name, index, start, config, extra)
                 try:
                     stored = _stored_or_run(
                         program, compiled, key, start, settings, chain_store, chain_ends

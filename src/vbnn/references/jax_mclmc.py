@@ -63,6 +63,7 @@ from blackjax.adaptation.step_size import DualAveragingAdaptationState, dual_ave
 from blackjax.diagnostics import effective_sample_size
 from blackjax.mcmc import adjusted_mclmc_dynamic, mclmc
 from blackjax.mcmc.adjusted_mclmc_dynamic import make_random_trajectory_length_fn
+from blackjax.mcmc.metrics import LowRankInverseMassMatrix
 from blackjax.util import incremental_value_update
 
 from vbnn.references import chain_runner
@@ -285,16 +286,68 @@ def mclmc_program(potential: JaxPotential, config: ChainsConfig) -> ChainProgram
     return ChainProgram(init, (tune,), sample, finish, config.samples)
 
 
-def mams_program(potential: JaxPotential, config: ChainsConfig) -> ChainProgram:
+def low_rank_preconditioner(draws: np.ndarray, rank: int | None = None) -> LowRankInverseMassMatrix:
+    """A dense (``rank`` None) or low-rank-plus-diagonal inverse mass matrix from draws (N, D) of
+    the target: M^-1 = diag(s) (I + U (Lambda - I) U^T) diag(s), with s the draws' standard
+    deviations and (Lambda, U) the ``rank`` eigenpairs of their correlation matrix that lie
+    farthest from 1 in ratio (largest |log lambda|), so M^-1 is the draws' covariance when
+    ``rank`` is D. BlackJAX's MCLMC and MAMS integrators take it as ``inverse_mass_matrix``
+    (O(D rank) a gradient). Float32, as the potential."""
+    draws = np.asarray(draws, dtype=np.float64)
+    if draws.ndim != 2 or len(draws) < 2:
+        raise ValueError(f"low_rank_preconditioner: draws must be (N >= 2, D), got {draws.shape}")
+    dimension = draws.shape[1]
+    rank = dimension if rank is None else rank
+    if not 1 <= rank <= dimension:
+        raise ValueError(f"low_rank_preconditioner: rank must be in 1..{dimension}, got {rank}")
+    scale = draws.std(axis=0)
+    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+        raise ValueError("low_rank_preconditioner: every coordinate needs a finite spread > 0")
+    standard = (draws - draws.mean(axis=0)) / scale
+    eigenvalues, vectors = np.linalg.eigh(standard.T @ standard / len(draws))
+    eigenvalues = np.maximum(eigenvalues, np.finfo(np.float32).tiny)
+    kept = np.argsort(-np.abs(np.log(eigenvalues)), kind="stable")[:rank]
+    return LowRankInverseMassMatrix(
+        jnp.asarray(scale, jnp.float32),
+        jnp.asarray(vectors[:, kept], jnp.float32),
+        jnp.asarray(eigenvalues[kept], jnp.float32),
+    )
+
+
+def mams_program(
+    potential: JaxPotential,
+    config: ChainsConfig,
+    preconditioner: LowRankInverseMassMatrix | None = None,
+) -> ChainProgram:
     """One MAMS chain in pieces (``chain_runner.ChainProgram``): the three tuning stages, then
-    ``config.samples`` transitions."""
+    ``config.samples`` transitions.
+
+    With a ``preconditioner`` (:func:`low_rank_preconditioner`) the chain keeps it throughout,
+    and stage 1 only tunes eps: BlackJAX's dual averaging to ``target_accept`` at two
+    integration steps a transition (L = 2 eps, L following eps; 0.4 ``warmup`` transitions from
+    eps = 0.2 sqrt(D)), its second pass; stages 2 and 3 as without. The tuned parameters'
+    ``inverse_mass_matrix`` is then the preconditioner's diagonal, s^2, for the record and the
+    stores (the chain's store key holds the preconditioner's digest: :func:`run_mams_chains`)."""
 
     def log_density(theta):
         return -potential(theta)
 
-    kernel = adjusted_mclmc_dynamic.build_kernel(
+    built = adjusted_mclmc_dynamic.build_kernel(
         integration_steps_fn=make_random_trajectory_length_fn(True)
     )
+    if preconditioner is None:
+        kernel = built
+    else:
+
+        def kernel(rng_key, state, logdensity_fn, step_size, inverse_mass_matrix=None,
+                   integration_steps_params=()):  # fmt: skip
+            del inverse_mass_matrix  # the tuned parameters carry its diagonal only
+            return built(
+                rng_key=rng_key, state=state, logdensity_fn=logdensity_fn, step_size=step_size,
+                inverse_mass_matrix=preconditioner,
+                integration_steps_params=integration_steps_params,
+            )  # fmt: skip
+
     max_steps = 2**config.max_tree_depth - 1
     stage_steps = round(0.2 * config.warmup)
 
@@ -357,9 +410,26 @@ def mams_program(potential: JaxPotential, config: ChainsConfig) -> ChainProgram:
             "accept_probability": jnp.mean(accept),
         }
 
-    stage1 = step_size_and_preconditioner(
-        kernel, log_density, config.target_accept, config.warmup, max_steps
-    )
+    def step_size_given_preconditioner(key, state, _):
+        """Stage 1 with a given preconditioner: eps only, at L = 2 eps (docstring above)."""
+        dim = state.position.size
+        step_size = 0.2 * jnp.sqrt(dim)
+        diagonal = jnp.square(preconditioner.sigma)
+        params = MCLMCAdaptationState(STAGE1_STEPS * step_size, step_size, diagonal)
+        tune = adjusted_mclmc_make_L_step_size_adaptation(
+            kernel=kernel, logdensity_fn=log_density, dim=dim, frac_tune1=0.4, frac_tune2=0.0,
+            target=config.target_accept, diagonal_preconditioning=False, fix_L_first_da=False,
+        )  # fmt: skip
+        state, params, _, steps = tune(state, params, config.warmup, key)
+        params = params._replace(L=STAGE1_STEPS * params.step_size, inverse_mass_matrix=diagonal)
+        return state, params, GRADIENTS_PER_STEP * steps
+
+    if preconditioner is None:
+        stage1 = step_size_and_preconditioner(
+            kernel, log_density, config.target_accept, config.warmup, max_steps
+        )
+    else:
+        stage1 = step_size_given_preconditioner
     tuning = (stage1, trajectory_length, step_size_at_length)
     return ChainProgram(init, tuning, sample, finish, config.samples)
 
@@ -400,10 +470,17 @@ def run_mams_chains(
     config: ChainsConfig,
     chain_store: Path | None = None,
     chain_ends: Path | None = None,
+    preconditioner: LowRankInverseMassMatrix | None = None,
 ) -> ChainsResult:
     """``config.chains`` MAMS chains of exp(-U) from ``initial`` (C, D): ``config.warmup``
     tuning transitions (three stages, module docstring), then ``config.samples`` kept.
     ``leapfrog_steps`` counts integration steps per transition; ``diverging`` the transitions
-    whose energy error passed BlackJAX's divergence threshold (1000)."""
-    program = mams_program(potential, config)
-    return run_chains("run_mams_chains", program, initial, config, chain_store, chain_ends)
+    whose energy error passed BlackJAX's divergence threshold (1000). A ``preconditioner``
+    replaces the tuned diagonal one (:func:`mams_program`); its digest enters the chains' store
+    keys."""
+    program = mams_program(potential, config, preconditioner)
+    extra = None
+    if preconditioner is not None:
+        leaves = [np.asarray(leaf).ravel() for leaf in preconditioner]
+        extra = {"preconditioner": chain_runner.digest(np.concatenate(leaves))}
+    return run_chains("run_mams_chains", program, initial, config, chain_store, chain_ends, extra)
