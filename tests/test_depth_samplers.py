@@ -66,6 +66,18 @@ def squared_errors(draws: np.ndarray) -> np.ndarray:
     )
 
 
+def gaussian_potential(mean: np.ndarray, covariance: np.ndarray):
+    """U(theta) of N(mean, covariance) up to a constant, in float32 as the samplers' potentials."""
+    precision = jnp.asarray(np.linalg.inv(covariance), jnp.float32)
+    centre = jnp.asarray(mean, jnp.float32)
+
+    def potential(theta):
+        delta = theta - centre
+        return 0.5 * delta @ precision @ delta
+
+    return potential
+
+
 @pytest.fixture(scope="module")
 def gaussian() -> tuple:
     """A 6-D Gaussian with correlations up to ~0.9 and scales from 0.3 to 3."""
@@ -76,13 +88,7 @@ def gaussian() -> tuple:
     inner = np.sqrt(np.diag(correlation))
     covariance = correlation / np.outer(inner, inner) * np.outer(scales, scales)
     mean = np.linspace(-2.0, 2.0, 6)
-    precision = jnp.asarray(np.linalg.inv(covariance), jnp.float32)
-    centre = jnp.asarray(mean, jnp.float32)
-
-    def potential(theta):
-        delta = theta - centre
-        return 0.5 * delta @ precision @ delta
-
+    potential = gaussian_potential(mean, covariance)
     starts = jittered_starts(np.zeros(6, np.float32), dataclasses.replace(CONFIG, start_jitter=1))
     return potential, starts, mean, covariance
 
@@ -219,13 +225,7 @@ def test_mams_with_a_dense_preconditioner_recovers_an_ill_conditioned_gaussian(t
     scales = np.geomspace(0.1, 10.0, 10)
     covariance = correlation * np.outer(scales, scales)
     mean = np.linspace(-1.0, 1.0, 10)
-    precision = jnp.asarray(np.linalg.inv(covariance), jnp.float32)
-    centre = jnp.asarray(mean, jnp.float32)
-
-    def potential(theta):
-        delta = theta - centre
-        return 0.5 * delta @ precision @ delta
-
+    potential = gaussian_potential(mean, covariance)
     exact = np.random.default_rng(3).multivariate_normal(mean, covariance, size=20_000)
     preconditioner = low_rank_preconditioner(exact)
     starts = np.asarray(
