@@ -216,8 +216,12 @@ def test_mams_with_a_dense_preconditioner_recovers_an_ill_conditioned_gaussian(t
     and eps as without) gives a 10-D Gaussian's moments (correlation 0.99 between neighbours in
     pairs, scales 0.1 to 10); the preconditioner's digest enters the chains' store keys, so its
     chains are not those of the diagonal sampler or of another preconditioner."""
-    from vbnn.references.chain_runner import chain_settings, digest
-    from vbnn.references.jax_mclmc import low_rank_preconditioner, run_mams_chains
+    from vbnn.references.chain_runner import chain_settings
+    from vbnn.references.jax_mclmc import (
+        low_rank_preconditioner,
+        preconditioner_digest,
+        run_mams_chains,
+    )
     from vbnn.stores import unit_store
 
     pair = np.array([[1.0, 0.99], [0.99, 1.0]])
@@ -240,10 +244,8 @@ def test_mams_with_a_dense_preconditioner_recovers_an_ill_conditioned_gaussian(t
     assert mean_z.max() < TOLERANCE and variance_z.max() < TOLERANCE, (mean_z, variance_z)
     found = np.corrcoef(result.samples.reshape(-1, 10).T)
     assert np.abs(found - correlation).max() < 0.1
-    leaves = np.concatenate([np.asarray(leaf).ravel() for leaf in preconditioner])
-    keyed = chain_settings(
-        "run_mams_chains", 0, starts[0], CONFIG, {"preconditioner": digest(leaves)}
-    )
+    extra = {"preconditioner": preconditioner_digest(preconditioner)}
+    keyed = chain_settings("run_mams_chains", 0, starts[0], CONFIG, extra)
     assert unit_store.load(store, keyed) is not None
     assert unit_store.load(store, chain_settings("run_mams_chains", 0, starts[0], CONFIG)) is None
     # the preconditioner is used: the diagonal sampler mixes far slower per gradient on this target

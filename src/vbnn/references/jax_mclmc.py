@@ -314,6 +314,12 @@ def low_rank_preconditioner(draws: np.ndarray, rank: int | None = None) -> LowRa
     )
 
 
+def preconditioner_digest(preconditioner: LowRankInverseMassMatrix) -> str:
+    """The digest of a preconditioner's arrays that enters its chains' store keys."""
+    leaves = [np.asarray(leaf).ravel() for leaf in preconditioner]
+    return chain_runner.digest(np.concatenate(leaves))
+
+
 def mams_program(
     potential: JaxPotential,
     config: ChainsConfig,
@@ -481,6 +487,5 @@ def run_mams_chains(
     program = mams_program(potential, config, preconditioner)
     extra = None
     if preconditioner is not None:
-        leaves = [np.asarray(leaf).ravel() for leaf in preconditioner]
-        extra = {"preconditioner": chain_runner.digest(np.concatenate(leaves))}
+        extra = {"preconditioner": preconditioner_digest(preconditioner)}
     return run_chains("run_mams_chains", program, initial, config, chain_store, chain_ends, extra)
