@@ -40,9 +40,10 @@ killed run goes on where it stopped and processes that share the store share the
 
 Warm-up budget ``config.warmup``: MCLMC integrator steps per chain (one step, 2 gradients),
 0.3 / 0.3 (+0.1 for the preconditioner) / 0.3 of them in its three phases; MAMS transitions,
-0.4 + 0.2 in stage 1, 0.2 in each of stages 2 and 3. So a warm-up of MCLMC costs far fewer
-gradients than one of MAMS or NUTS of the same number. Gradient evaluations are counted for
-both phases.
+0.4 + 0.2 in stage 1, 0.2 in each of stages 2 and 3 (with a preconditioner given, stage 1 is
+0.4 of them at two integration steps a transition: :func:`mams_program`). So a warm-up of
+MCLMC costs far fewer gradients than one of MAMS or NUTS of the same number. Gradient
+evaluations are counted for both phases.
 """
 
 from __future__ import annotations
