@@ -410,8 +410,8 @@ def run_chains(
     program: ChainProgram,
     initial: np.ndarray,
     config: ChainsConfig,
-    chain_store: Path | None = None,
-    chain_ends: Path | None = None,
+    chain_store: str | Path | None = None,
+    chain_ends: str | Path | None = None,
     extra: dict | None = None,
 ) -> ChainsResult:
     """``config.chains`` chains of ``program`` from ``initial`` (C, D), one after the other, with
@@ -424,6 +424,8 @@ def run_chains(
         raise ValueError(f"{name}: initial must be ({config.chains}, D), got {initial.shape}")
     if config.warmup < 10:
         raise ValueError(f"{name}: the tuning needs warmup >= 10 steps, got {config.warmup}")
+    chain_store = None if chain_store is None else Path(chain_store)
+    chain_ends = None if chain_ends is None else Path(chain_ends)
     compiled = _compile(program)
     keys = jax.random.split(jax.random.PRNGKey(config.seed), config.chains)
     finished: dict[int, tuple[dict, dict]] = {}

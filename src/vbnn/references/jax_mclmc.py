@@ -459,8 +459,8 @@ def run_mclmc_chains(
     potential: JaxPotential,
     initial: np.ndarray,
     config: ChainsConfig,
-    chain_store: Path | None = None,
-    chain_ends: Path | None = None,
+    chain_store: str | Path | None = None,
+    chain_ends: str | Path | None = None,
 ) -> ChainsResult:
     """``config.chains`` unadjusted MCLMC chains of exp(-U) from ``initial`` (C, D), each tuned
     for ``config.warmup`` integrator steps, then ``config.samples`` draws kept, one every
@@ -475,8 +475,8 @@ def run_mams_chains(
     potential: JaxPotential,
     initial: np.ndarray,
     config: ChainsConfig,
-    chain_store: Path | None = None,
-    chain_ends: Path | None = None,
+    chain_store: str | Path | None = None,
+    chain_ends: str | Path | None = None,
     preconditioner: LowRankInverseMassMatrix | None = None,
 ) -> ChainsResult:
     """``config.chains`` MAMS chains of exp(-U) from ``initial`` (C, D): ``config.warmup``

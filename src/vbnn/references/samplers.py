@@ -45,8 +45,8 @@ def run_sampler(
     potential: JaxPotential,
     initial: np.ndarray,
     config: ChainsConfig,
-    chain_store: Path | None = None,
-    chain_ends: Path | None = None,
+    chain_store: str | Path | None = None,
+    chain_ends: str | Path | None = None,
 ) -> ChainsResult:
     """``config.chains`` chains of exp(-U) from ``initial`` (C, D) with ``sampler``.
 
