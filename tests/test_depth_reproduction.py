@@ -79,7 +79,7 @@ def test_a_chain_store_keeps_the_pre_training_its_chains_start_from(tmp_path) ->
     draws."""
     pytest.importorskip("blackjax")
     from vbnn.experiments.depth.units import UnitSettings, pretrain
-    from vbnn.references.chain_runner import STARTS, merge_chain_stores
+    from vbnn.references.chain_checkpoints import STARTS, merge_chain_stores
     from vbnn.stores import unit_store
 
     def weights(pretrained) -> np.ndarray:
@@ -139,7 +139,7 @@ def test_a_unit_from_stored_samples_reports_the_test_accuracy_of_its_stored_star
     pytest.importorskip("blackjax")
     pytest.importorskip("ot")
     from vbnn.experiments.depth.units import UnitSettings, compute_unit, pretrain, two_moons
-    from vbnn.references.chain_runner import STARTS
+    from vbnn.references.chain_checkpoints import STARTS
     from vbnn.stores import unit_store
 
     settings = UnitSettings(

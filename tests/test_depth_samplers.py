@@ -216,7 +216,7 @@ def test_mams_with_a_dense_preconditioner_recovers_an_ill_conditioned_gaussian(t
     and eps as without) gives a 10-D Gaussian's moments (correlation 0.99 between neighbours in
     pairs, scales 0.1 to 10); the preconditioner's digest enters the chains' store keys, so its
     chains are not those of the diagonal sampler or of another preconditioner."""
-    from vbnn.references.chain_runner import chain_settings
+    from vbnn.references.chain_checkpoints import chain_settings
     from vbnn.references.jax_mclmc import (
         low_rank_preconditioner,
         preconditioner_digest,
@@ -271,7 +271,7 @@ def test_the_same_seed_gives_the_same_chains(gaussian) -> None:
 def test_a_killed_run_resumes_from_its_finished_chains(gaussian, tmp_path, sampler) -> None:
     """Finished chains are stored and read back instead of run again; the chains that were not
     stored run again to the draws of an uninterrupted run; other starts or seeds are not read."""
-    from vbnn.references.chain_runner import chain_settings
+    from vbnn.references.chain_checkpoints import chain_settings
     from vbnn.stores import unit_store
 
     potential, starts, _, _ = gaussian
@@ -309,7 +309,7 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
     stored. Each checkpoint and resumption is a progress line."""
     import logging
 
-    from vbnn.references import chain_runner
+    from vbnn.references import chain_checkpoints, chain_runner
 
     potential, starts, _, _ = gaussian
     config = dataclasses.replace(CONFIG, chains=2, warmup=50, samples=45)
@@ -329,7 +329,7 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
     class Killed(Exception):
         pass
 
-    checkpoint = chain_runner._checkpoint
+    checkpoint = chain_checkpoints.save_checkpoint
 
     def killed_after_some(store, settings, progress, *state):
         checkpoint(store, settings, progress, *state)
@@ -337,7 +337,7 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
         if len(saved) in stop_after:
             raise Killed
 
-    monkeypatch.setattr(chain_runner, "_checkpoint", killed_after_some)
+    monkeypatch.setattr(chain_checkpoints, "save_checkpoint", killed_after_some)
     caplog.set_level(logging.INFO, logger="vbnn")
     store = tmp_path / "chains"
     for _ in stop_after:
@@ -370,7 +370,7 @@ def test_more_draws_go_on_from_where_the_chains_ended(
     made again) to the draws, diagnostics and gradient counts of chains that were asked for
     that many at once; fewer draws, or another seed, do not take the ends, and a shorter chain
     leaves the longer one's end in place."""
-    from vbnn.references import chain_runner
+    from vbnn.references import chain_checkpoints, chain_runner
     from vbnn.stores import unit_store
 
     potential, starts, _, _ = gaussian
@@ -415,10 +415,10 @@ def test_more_draws_go_on_from_where_the_chains_ended(
     fewer = run_sampler(sampler, potential, starts, short, tmp_path / "fewer", ends)
     np.testing.assert_array_equal(fewer.samples, first.samples)
     assert made["stages"] > 0 and made["draws"] == 2 * 20  # run again, not read from the ends
-    chains = [chain_runner.chain_settings(f"run_{sampler.value}_chains", i, start, long)
+    chains = [chain_checkpoints.chain_settings(f"run_{sampler.value}_chains", i, start, long)
               for i, start in enumerate(starts)]  # fmt: skip
     for settings in chains:
-        assert unit_store.load(ends, chain_runner.end_settings(settings))[1]["drawn"] == 45
+        assert unit_store.load(ends, chain_checkpoints.end_settings(settings))[1]["drawn"] == 45
     made.update(stages=0, draws=0)
     reseeded = dataclasses.replace(long, seed=4)
     run_sampler(sampler, potential, starts, reseeded, tmp_path / "reseeded", ends)
@@ -433,7 +433,7 @@ def test_chains_from_another_machine_are_merged_without_losing_progress(tmp_path
     import subprocess
 
     from vbnn.cli import main
-    from vbnn.references.chain_runner import IN_FLIGHT, merge_chain_stores
+    from vbnn.references.chain_checkpoints import IN_FLIGHT, merge_chain_stores
     from vbnn.stores import unit_store
 
     there, here = tmp_path / "there" / "unit", tmp_path / "here" / "unit"
@@ -591,7 +591,7 @@ def test_a_segmented_stage_is_checkpointed_by_the_time_its_segments_take(
 
     from jax.experimental import io_callback
 
-    from vbnn.references import chain_runner
+    from vbnn.references import chain_checkpoints, chain_runner
     from vbnn.references.jax_mclmc import mams_program
 
     def pause(done):
@@ -616,7 +616,7 @@ def test_a_segmented_stage_is_checkpointed_by_the_time_its_segments_take(
     pieces = tuple(slowed(piece) for piece in stage.pieces[:1]) + stage.pieces[1:]
     program = program._replace(tuning=(stage._replace(pieces=pieces), *program.tuning[1:]))
     saved = []
-    checkpoint = chain_runner._checkpoint
+    checkpoint = chain_checkpoints.save_checkpoint
 
     def recorded(store, settings, progress, *state):
         saved.append((progress["stage"], progress["segment"]))
@@ -625,7 +625,7 @@ def test_a_segmented_stage_is_checkpointed_by_the_time_its_segments_take(
     compiled = chain_runner._compile(program)
     key = jax.random.PRNGKey(5)
     chain_runner._run_chain(program, compiled, key, starts[0], {}, None)  # compiles every piece
-    monkeypatch.setattr(chain_runner, "_checkpoint", recorded)
+    monkeypatch.setattr(chain_checkpoints, "save_checkpoint", recorded)
     chain_runner._run_chain(program, compiled, key, starts[0], {}, tmp_path / "in-flight")
     # stage 1: pass 1's 20 transitions as 7, 7, 6 (slowed: the 7s), then 3 fast segments; the
     # clock passes 0.5 s after the first slowed segment (loaded cores) or the second (at least

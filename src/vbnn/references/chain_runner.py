@@ -4,8 +4,8 @@ A sampler is a ``ChainProgram``: the pieces of one chain, in the order they run,
 functions. The runner (:func:`run_chains`) compiles each piece once and runs the chains one
 after the other. With a ``chain_store`` directory it stores
 
-* every finished chain (``vbnn.stores.unit_store``, keyed by :func:`chain_settings`), read back
-  instead of run again;
+* every finished chain (keyed by ``chain_checkpoints.chain_settings``), read back instead of
+  run again;
 * the chain in flight (``<chain_store>/in-flight``): after every tuning stage and at least
   every ``CHECKPOINT_SECONDS`` within a stage run in segments (``SegmentedStage``) and while it
   samples, its state, tuned parameters, the segmented stage's carry and the draws so far, from
@@ -28,13 +28,12 @@ depend on where compiled calls begin and end, and one Metropolis decision that r
 sends a chain on another path (as on another device). Processes on one machine that run the
 same chains with the same store share them: each runs the chains that no other has claimed
 (``unit_store.claim``), goes on from their checkpoints, and waits for the rest, so the same
-command started twice gives a unit's chains two cores.
+command started twice gives a unit's chains two cores. What a store holds on disk, and how a
+chain in flight is written and read back, is ``vbnn.references.chain_checkpoints``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import signal
 import threading
@@ -42,13 +41,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from blackjax.adaptation.mclmc_adaptation import MCLMCAdaptationState
 
+from vbnn.references import chain_checkpoints
+from vbnn.references.chain_checkpoints import (
+    IN_FLIGHT,
+    chain_name,
+    chain_settings,
+    describe_progress,
+    end_settings,
+)
 from vbnn.references.chain_diagnostics import ENERGY_ERROR_LIMIT, summarise_chains
 from vbnn.references.jax_nuts import ChainsConfig, ChainsResult
 from vbnn.stores import unit_store
@@ -58,10 +64,6 @@ CLAIM_POLL_SECONDS = 30.0  # how often a process waiting for another's chain loo
 CHECKPOINT_SECONDS = 600.0  # a chain in flight is stored at least this often (segments)
 SEGMENT = 50  # draws, or transitions of a segmented stage, per compiled call (checkpoints fall
 # between calls)
-IN_FLIGHT = "in-flight"  # the folder of a chain store that holds its chains in flight
-# the folder of a chain store that holds what its chains start from (an experiment's
-# pre-training), so that every machine starts them alike and their store keys agree
-STARTS = "starts"
 # one line a tuning stage and a checkpoint (``vbnn`` prints them on stderr): what a run cut at
 # a time limit, on a machine whose output is all that comes back, had done
 _log = logging.getLogger(__name__)
@@ -142,28 +144,6 @@ def whole_chain(program: ChainProgram) -> ChainFunction:
     return chain
 
 
-def digest(array: np.ndarray) -> str:
-    """A short digest of an array's bytes (a chain's start, a preconditioner), for store keys."""
-    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()[:16]
-
-
-def chain_settings(
-    name: str, index: int, start: np.ndarray, config: ChainsConfig, extra: dict | None = None
-) -> dict:
-    """What makes one chain's draws (its store key): the sampler, the chain's index (its random
-    key), the run's config (seed and budgets), a digest of its start and whatever else the
-    sampler was given (``extra``, e.g. a preconditioner's digest)."""
-    settings = {"sampler": name, "chain": index, "chains": config.to_dict(), "start": digest(start)}
-    return {**settings, **(extra or {})}
-
-
-def end_settings(settings: dict) -> dict:
-    """A chain's store key without its number of draws: the key of where it ended
-    (``chain_ends``), shared by the same chain asked for more draws."""
-    chains = {name: value for name, value in settings["chains"].items() if name != "samples"}
-    return {**settings, "chains": chains}
-
-
 class ChainStoreRemoved(RuntimeError):
     """The chain store went away while this process waited for a chain that another process
     ran: that process has stored the whole unit (and dropped its chains in flight)."""
@@ -208,70 +188,6 @@ def _stop(number: int) -> None:
     raise SystemExit(128 + number)
 
 
-def _checkpoint(
-    store: Path, settings: dict, progress: dict, state, params, draws: list, carry=None
-) -> None:
-    """Store a chain in flight: its state, its tuned parameters, the carry of the segmented
-    stage under way (its leaves in order) and its draws so far."""
-    arrays = {f"state.{name}": np.asarray(value) for name, value in state._asdict().items()}
-    if params is not None:
-        arrays.update({f"params.{n}": np.asarray(v) for n, v in params._asdict().items()})
-    if carry is not None:
-        leaves = jax.tree.leaves(carry)
-        arrays.update({f"carry.{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)})
-    if draws:
-        arrays.update({f"draw.{n}": np.concatenate([d[n] for d in draws]) for n in draws[0]})
-    unit_store.save(store, settings, arrays, progress)
-
-
-def _keep_end(store: Path, settings: dict, progress: dict, state, params, draws: list) -> None:
-    """Store where a finished chain ended, unless the same chain with more draws ended there."""
-    stored = unit_store.load_info(store, end_settings(settings))
-    if stored is None or stored["drawn"] <= progress["drawn"]:
-        _checkpoint(store, end_settings(settings), progress, state, params, draws)
-
-
-def _name(settings: dict) -> str:
-    """A chain in words, "mams chain 2": its store key's sampler ("run_mams_chains"), its index."""
-    sampler = str(settings.get("sampler", "")).removeprefix("run_").removesuffix("_chains")
-    return f"{sampler} chain {settings.get('chain', '?')}".strip()
-
-
-def _said(progress: dict) -> str:
-    """A chain in flight's progress, in words."""
-    segments = progress.get("segment", 0)
-    within = f" and {segments} segment(s) of stage {progress['stage'] + 1}" if segments else ""
-    return (
-        f"{progress['stage']} tuning stage(s){within} done ({progress['tuning_gradients']:.0f} "
-        f"gradients), {progress['drawn']} draws, {progress['seconds']:.0f} s"
-    )
-
-
-def _progressed(progress: dict) -> tuple[int, int, int]:
-    """How far a chain in flight is, comparable: (tuning stages done, segments of the next
-    done, draws)."""
-    return progress["stage"], progress.get("segment", 0), progress["drawn"]
-
-
-def _resume(store: Path, settings: dict, state_template) -> tuple[dict, Any, Any, list] | None:
-    """(progress, state, params, draws) of a stored chain in flight, or None; the carry of a
-    segmented stage under way is in ``progress["carry"]`` (its leaves, :func:`_carried`)."""
-    stored = unit_store.load(store, settings)
-    if stored is None:
-        return None
-    arrays, progress = stored
-    if progress.get("segment", 0):
-        count = sum(name.startswith("carry.") for name in arrays)
-        progress = {**progress, "carry": [arrays[f"carry.{i}"] for i in range(count)]}
-    state = type(state_template)(*(arrays[f"state.{n}"] for n in state_template._fields))
-    fields = MCLMCAdaptationState._fields
-    params = None  # before the first stage
-    if "params.L" in arrays:
-        params = MCLMCAdaptationState(*(arrays[f"params.{name}"] for name in fields))
-    drawn = {name[len("draw.") :]: arrays[name] for name in arrays if name.startswith("draw.")}
-    return progress, state, params, [drawn] if drawn else []
-
-
 def _run_chain(
     program: ChainProgram,
     compiled: _Compiled,
@@ -290,18 +206,23 @@ def _run_chain(
     state = compiled.init(keys[0], jnp.asarray(start))
     params, draws = None, []
     progress = {"stage": 0, "drawn": 0, "seconds": 0.0, "tuning_gradients": 0.0, "devices": []}
-    resumed = None if in_flight is None else _resume(in_flight, settings, state)
+    resumed = (
+        None if in_flight is None else chain_checkpoints.load_checkpoint(in_flight, settings, state)
+    )
     if resumed is not None:
         progress, state, params, draws = resumed
         began = time.perf_counter()  # the stored seconds count what came before
-        _log.info("%s: goes on from its checkpoint, %s", _name(settings), _said(progress))
+        _log.info(
+            "%s: goes on from its checkpoint, %s", chain_name(settings), describe_progress(progress)
+        )
     elif ends is not None:
-        ended = _resume(ends, end_settings(settings), state)
+        ended = chain_checkpoints.load_checkpoint(ends, end_settings(settings), state)
         if ended is not None and ended[0]["drawn"] < program.samples:
             progress, state, params, draws = ended
             began = time.perf_counter()
-            _log.info("%s: goes on from where its chain of %d draws ended, %s", _name(settings),
-                      progress["drawn"], _said(progress))  # fmt: skip
+            name, drawn = chain_name(settings), progress["drawn"]
+            _log.info("%s: goes on from where its chain of %d draws ended, %s", name, drawn,
+                      describe_progress(progress))  # fmt: skip
     # where the chain ran, over every run that went on with it (its seconds are theirs)
     devices = sorted({*progress["devices"], jax.default_backend()})
     progress = {**progress, "devices": devices}
@@ -313,9 +234,9 @@ def _run_chain(
 
     def save(carry=None) -> None:
         now = {**progress, "seconds": seconds()}
-        _log.info("%s: %s", _name(settings), _said(now))
+        _log.info("%s: %s", chain_name(settings), describe_progress(now))
         if in_flight is not None:
-            _checkpoint(in_flight, settings, now, state, params, draws, carry)
+            chain_checkpoints.save_checkpoint(in_flight, settings, now, state, params, draws, carry)
 
     with _stop_requests() as requested:
         saved = time.perf_counter()
@@ -360,7 +281,9 @@ def _run_chain(
             if requested:
                 _stop(requested[0])
     if ends is not None:
-        _keep_end(ends, settings, {**progress, "seconds": seconds()}, state, params, draws)
+        chain_checkpoints.keep_end(
+            ends, settings, {**progress, "seconds": seconds()}, state, params, draws
+        )
     whole = {name: np.concatenate([d[name] for d in draws]) for name in draws[0]}
     per_draw, per_chain = program.finish(params, whole)
     scalars = {name: float(value) for name, value in per_chain.items()}
@@ -394,7 +317,9 @@ def _stored_or_run(
             in_flight = chain_store / IN_FLIGHT
             stored = _run_chain(program, compiled, key, start, settings, in_flight, chain_ends)
             unit_store.save(chain_store, settings, *stored)
-            _log.info("%s: finished and stored (%.0f s)", _name(settings), stored[1]["seconds"])
+            _log.info(
+                "%s: finished and stored (%.0f s)", chain_name(settings), stored[1]["seconds"]
+            )
             unit_store.remove(in_flight, settings)  # the chain's checkpoint
     finally:
         unit_store.release(chain_store, settings)
@@ -495,75 +420,3 @@ def _summarise(chains: list[tuple[dict, dict]], config: ChainsConfig) -> ChainsR
         **{f"chain_{k}": [c[k] for c in per_chain] for k in per_chain[0]},
     )
     return ChainsResult(samples, log_density, steps, diverging, diagnostics)
-
-
-def merge_chain_stores(source: Path, target: Path) -> list[str]:
-    """Bring chains sampled elsewhere into ``target``: ``source`` is a copy of a run's chain
-    stores (``<out>/chains/<unit>/``, as ``vbnn reproduce depth --chains-only`` leaves them on
-    another machine), ``target`` this machine's. Per chain, by its store key:
-
-    * finished there, not here: copied, and a checkpoint of it here dropped;
-    * in flight there: copied if no finished chain is here and the checkpoint here (if any) has
-      fewer tuning stages or draws, so neither machine's further progress is lost;
-    * claimed here by a process that may be running it: left alone;
-    * claims (``*.claim``) are never copied: a process of another host cannot be checked, so its
-      claim would keep every process here off that chain.
-
-    What a unit's chains start from (its ``STARTS`` folder) is copied where none is here; where
-    one is here and differs, this machine's is kept and the chains started from the other stay
-    inert (a chain's store key holds a digest of its start).
-
-    Returns one line per chain (and per starts folder) saying what was done.
-
-    Raises:
-        FileNotFoundError: ``source`` is not a directory.
-        ValueError: a stored chain in ``source`` is not whole (``unit_store.load`` names it).
-    """
-    source, target = Path(source), Path(target)
-    if not source.is_dir():
-        raise FileNotFoundError(f"merge_chain_stores: {source} is not a directory")
-    said = []
-    for path in sorted(source.rglob(f"{STARTS}/*.json")):
-        said.append(_merge_starts(path, target / path.parent.relative_to(source)))
-    for path in sorted(source.rglob("*.json")):
-        if path.parent.name == STARTS:
-            continue
-        in_flight = path.parent.name == IN_FLIGHT
-        unit = path.parent.parent if in_flight else path.parent
-        settings = json.loads(path.read_text())["settings"]
-        arrays, info = unit_store.load(path.parent, settings)
-        here = target / unit.relative_to(source)
-        name = f"{unit.name}/{_name(settings)}"
-        if unit_store.load_info(here, settings) is not None:
-            said.append(f"{name}: finished here already")
-        elif unit_store.claimed(here, settings):
-            said.append(f"{name}: running here, left alone")
-        elif not in_flight:
-            unit_store.save(here, settings, arrays, info)
-            unit_store.remove(here / IN_FLIGHT, settings)
-            said.append(f"{name}: finished there, brought here")
-        else:
-            mine = unit_store.load_info(here / IN_FLIGHT, settings)
-            if mine is not None and _progressed(mine) >= _progressed(info):
-                said.append(f"{name}: as far or further here ({_said(mine)}), kept")
-            else:
-                unit_store.save(here / IN_FLIGHT, settings, arrays, info)
-                said.append(f"{name}: in flight there, brought here ({_said(info)})")
-    return said
-
-
-def _merge_starts(path: Path, here: Path) -> str:
-    """``merge_chain_stores`` for one unit's starts: copied where none is here."""
-    settings = json.loads(path.read_text())["settings"]
-    arrays, info = unit_store.load(path.parent, settings)
-    name = f"{path.parent.parent.name}/{STARTS}"
-    mine = unit_store.load(here, settings)
-    if mine is None:
-        unit_store.save(here, settings, arrays, info)
-        return f"{name}: brought here (its chains go on from that machine's starts)"
-    same = mine[0].keys() == arrays.keys() and all(
-        np.array_equal(mine[0][key], value) for key, value in arrays.items()
-    )
-    if same:
-        return f"{name}: the same here"
-    return f"{name}: differ here; this machine's kept, so the chains started there stay inert"

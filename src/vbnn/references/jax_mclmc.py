@@ -67,7 +67,7 @@ from blackjax.mcmc.adjusted_mclmc_dynamic import make_random_trajectory_length_f
 from blackjax.mcmc.metrics import LowRankInverseMassMatrix
 from blackjax.util import incremental_value_update
 
-from vbnn.references import chain_runner
+from vbnn.references import chain_checkpoints, chain_runner
 from vbnn.references.chain_diagnostics import ENERGY_ERROR_LIMIT
 from vbnn.references.chain_runner import (
     GRADIENTS_PER_STEP,
@@ -318,7 +318,7 @@ def low_rank_preconditioner(draws: np.ndarray, rank: int | None = None) -> LowRa
 def preconditioner_digest(preconditioner: LowRankInverseMassMatrix) -> str:
     """The digest of a preconditioner's arrays that enters its chains' store keys."""
     leaves = [np.asarray(leaf).ravel() for leaf in preconditioner]
-    return chain_runner.digest(np.concatenate(leaves))
+    return chain_checkpoints.digest(np.concatenate(leaves))
 
 
 def mams_program(

@@ -294,7 +294,7 @@ def run(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     units, shared = build_settings(args)
     if args.chains_from is not None:
-        from vbnn.references.chain_runner import merge_chain_stores
+        from vbnn.references.chain_checkpoints import merge_chain_stores
 
         for line in merge_chain_stores(args.chains_from, out / "chains"):
             print(f"--chains-from: {line}", file=sys.stderr)

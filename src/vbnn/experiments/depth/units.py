@@ -54,7 +54,8 @@ from vbnn.experiments.depth.models import (
 )
 from vbnn.references import chain_runner
 from vbnn.references.architecture import MLPArchitecture
-from vbnn.references.chain_runner import STARTS, ChainStoreRemoved
+from vbnn.references.chain_checkpoints import STARTS
+from vbnn.references.chain_runner import ChainStoreRemoved
 from vbnn.references.gaussian_gap import (
     diagonal_gap,
     empirical_covariance,
