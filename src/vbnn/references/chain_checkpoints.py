@@ -76,9 +76,10 @@ def save_checkpoint(
 
 def keep_end(store: Path, settings: dict, progress: dict, state, params, draws: list) -> None:
     """Store where a finished chain ended, unless the same chain with more draws ended there."""
-    stored = unit_store.load_info(store, end_settings(settings))
+    key = end_settings(settings)
+    stored = unit_store.load_info(store, key)
     if stored is None or stored["drawn"] <= progress["drawn"]:
-        save_checkpoint(store, end_settings(settings), progress, state, params, draws)
+        save_checkpoint(store, key, progress, state, params, draws)
 
 
 def chain_name(settings: dict) -> str:

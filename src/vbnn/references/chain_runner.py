@@ -47,14 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vbnn.references import chain_checkpoints
-from vbnn.references.chain_checkpoints import (
-    IN_FLIGHT,
-    chain_name,
-    chain_settings,
-    describe_progress,
-    end_settings,
-)
+from vbnn.references import chain_checkpoints as checkpoints
 from vbnn.references.chain_diagnostics import ENERGY_ERROR_LIMIT, summarise_chains
 from vbnn.references.jax_nuts import ChainsConfig, ChainsResult
 from vbnn.stores import unit_store
@@ -206,23 +199,23 @@ def _run_chain(
     state = compiled.init(keys[0], jnp.asarray(start))
     params, draws = None, []
     progress = {"stage": 0, "drawn": 0, "seconds": 0.0, "tuning_gradients": 0.0, "devices": []}
-    resumed = (
-        None if in_flight is None else chain_checkpoints.load_checkpoint(in_flight, settings, state)
-    )
+    resumed = None if in_flight is None else checkpoints.load_checkpoint(in_flight, settings, state)
     if resumed is not None:
         progress, state, params, draws = resumed
         began = time.perf_counter()  # the stored seconds count what came before
         _log.info(
-            "%s: goes on from its checkpoint, %s", chain_name(settings), describe_progress(progress)
+            "%s: goes on from its checkpoint, %s",
+            checkpoints.chain_name(settings),
+            checkpoints.describe_progress(progress),
         )
     elif ends is not None:
-        ended = chain_checkpoints.load_checkpoint(ends, end_settings(settings), state)
+        ended = checkpoints.load_checkpoint(ends, checkpoints.end_settings(settings), state)
         if ended is not None and ended[0]["drawn"] < program.samples:
             progress, state, params, draws = ended
             began = time.perf_counter()
-            name, drawn = chain_name(settings), progress["drawn"]
+            name, drawn = checkpoints.chain_name(settings), progress["drawn"]
             _log.info("%s: goes on from where its chain of %d draws ended, %s", name, drawn,
-                      describe_progress(progress))  # fmt: skip
+                      checkpoints.describe_progress(progress))  # fmt: skip
     # where the chain ran, over every run that went on with it (its seconds are theirs)
     devices = sorted({*progress["devices"], jax.default_backend()})
     progress = {**progress, "devices": devices}
@@ -234,9 +227,9 @@ def _run_chain(
 
     def save(carry=None) -> None:
         now = {**progress, "seconds": seconds()}
-        _log.info("%s: %s", chain_name(settings), describe_progress(now))
+        _log.info("%s: %s", checkpoints.chain_name(settings), checkpoints.describe_progress(now))
         if in_flight is not None:
-            chain_checkpoints.save_checkpoint(in_flight, settings, now, state, params, draws, carry)
+            checkpoints.save_checkpoint(in_flight, settings, now, state, params, draws, carry)
 
     with _stop_requests() as requested:
         saved = time.perf_counter()
@@ -281,7 +274,7 @@ def _run_chain(
             if requested:
                 _stop(requested[0])
     if ends is not None:
-        chain_checkpoints.keep_end(
+        checkpoints.keep_end(
             ends, settings, {**progress, "seconds": seconds()}, state, params, draws
         )
     whole = {name: np.concatenate([d[name] for d in draws]) for name in draws[0]}
@@ -314,11 +307,13 @@ def _stored_or_run(
     try:
         stored = unit_store.load(chain_store, settings)
         if stored is None:  # not finished by another process between the two looks
-            in_flight = chain_store / IN_FLIGHT
+            in_flight = chain_store / checkpoints.IN_FLIGHT
             stored = _run_chain(program, compiled, key, start, settings, in_flight, chain_ends)
             unit_store.save(chain_store, settings, *stored)
             _log.info(
-                "%s: finished and stored (%.0f s)", chain_name(settings), stored[1]["seconds"]
+                "%s: finished and stored (%.0f s)",
+                checkpoints.chain_name(settings),
+                stored[1]["seconds"],
             )
             unit_store.remove(in_flight, settings)  # the chain's checkpoint
     finally:
@@ -361,7 +356,7 @@ def run_chains(
             if chain_store is not None and not chain_store.is_dir():
                 raise _removed(chain_store)
             if index not in finished:
-                settings = chain_settings(name, index, start, config, extra)
+                settings = checkpoints.chain_settings(name, index, start, config, extra)
                 try:
                     stored = _stored_or_run(
                         program, compiled, key, start, settings, chain_store, chain_ends
