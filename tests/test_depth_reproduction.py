@@ -335,7 +335,11 @@ def test_tiny_end_to_end_run_writes_every_output(
                "--figure", str(tmp_path / "s.png")]  # fmt: skip
     monkeypatch.setattr(sys, "argv", command)
     runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
-    assert capsys.readouterr().out.count("\n| ") == 4  # after the header, one unit a depth
+    printed = capsys.readouterr().out
+    assert printed.count("\n| ") == 4  # after the header, one unit a depth
+    assert "| repeats (mixed / trusted) |" in printed  # one repeat a depth here
+    assert all(line.endswith((" | 1 (1 / 1) |", " | 1 (1 / 0) |", " | 1 (0 / 0) |"))
+               for line in printed.strip().splitlines()[2:])  # fmt: skip
     assert (tmp_path / "s.png").stat().st_size > 0
     status = pd.read_csv(tmp_path / "s.csv").sort_values(["activation", "depth"])
     verdicts = pd.read_csv(tmp_path / "depth_units.csv").sort_values(["activation", "depth"])
@@ -348,3 +352,22 @@ def test_tiny_end_to_end_run_writes_every_output(
     assert len(agreement) == 4
     assert (agreement[["parameter_mean_z_max", "logit_variance_z_max"]] == 0).all(axis=None)
     assert (agreement["sampler"] == "nuts").all() and agreement["chain_draws"].nunique() == 1
+
+
+def test_best_units_counts_each_data_set_once_and_ranks_trusted_first():
+    best_units = runpy.run_path(str(SCRIPTS / "status.py"))["best_units"]
+    rows = [  # (run, seed, repeat, mixed, trusted, R-hat): one configuration, three data sets
+        ("short", 0, 0, False, False, 1.20),
+        ("long", 0, 0, True, False, 1.04),  # the same data set sampled longer: counts once
+        ("short", 0, 1, True, True, 1.01),
+        ("other-seed", 1, 0, False, False, 1.30),
+    ]
+    table = pd.DataFrame(
+        [dict(run=run, seed=seed, repeat=repeat, mixed=mixed, trusted=trusted,
+              sampler_rhat_max=rhat, sampler_divergences=0.0, points=10, activation="relu",
+              depth=1) for run, seed, repeat, mixed, trusted, rhat in rows]
+    )  # fmt: skip
+    other = table.assign(depth=2, trusted=False, mixed=[False, True, False, False])
+    best = best_units(pd.concat([table, other], ignore_index=True))
+    assert best["repeats"].tolist() == ["3 (2 / 1)", "3 (1 / 0)"]
+    assert best[["run", "repeat"]].values.tolist() == [["short", 1], ["long", 0]]

@@ -12,8 +12,9 @@ over a run's repeats are its ``depth_gap.csv`` (``vbnn.experiments.depth.report.
 
 ``status.png`` plots the KL limit against depth of one unit per data size, activation and depth
 (``best_units``). Run from the repository root: ``python reproductions/depth/status.py`` (every
-``mams-*`` run beside it; ``--best`` prints one unit per points, activation and depth), or name
-run folders:
+``mams-*`` run beside it; ``--best`` prints one unit per points, activation and depth, with how
+many repeats that configuration has and how many of them mixed and were trusted), or name run
+folders:
 ``python reproductions/depth/status.py reproductions/depth/reduced-1000``.
 """
 
@@ -75,6 +76,7 @@ def status(runs: list[Path]) -> pd.DataFrame:
         ]
         chains = [record["settings"]["chains"] for record in records]
         frame["run"] = run.name
+        frame["seed"] = [record["settings"].get("seed", 0) for record in records]
         frame["chain_draws"] = [c["samples"] for c in chains]
         frame["budget"] = [
             f"{c['chains']} x ({c['warmup']} + {c['samples']})"
@@ -102,12 +104,27 @@ def status(runs: list[Path]) -> pd.DataFrame:
 
 def best_units(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (points, activation, depth): its trusted unit, else a mixed one, else the one
-    with the lowest worst R-hat (ties: the one with the fewest divergent transitions)."""
+    with the lowest worst R-hat (ties: the one with the fewest divergent transitions); and in
+    ``repeats``, how many repeats (data sets: seed and repeat) that configuration has, and how
+    many of them have a mixed and a trusted unit (a repeat sampled twice, with another budget or
+    step, counts once)."""
+    key = ["points", "activation", "depth"]
     ranked = table.assign(untrusted=~table["trusted"], unmixed=~table["mixed"]).sort_values(
         ["untrusted", "unmixed", "sampler_rhat_max", "sampler_divergences"], kind="stable"
     )
-    best = ranked.groupby(["points", "activation", "depth"], sort=False).head(1)
-    return best.sort_values(["points", "activation", "depth"], ignore_index=True)
+    best = ranked.groupby(key, sort=False).head(1)
+    per_repeat = table.groupby([*key, "seed", "repeat"])[["mixed", "trusted"]].any()
+    counts = per_repeat.groupby(key).agg(
+        repeats=("mixed", "size"), mixed_repeats=("mixed", "sum"), trusted=("trusted", "sum")
+    )
+    counts["repeats"] = [
+        f"{total} ({mixed} / {trusted})"
+        for total, mixed, trusted in zip(
+            counts["repeats"], counts["mixed_repeats"], counts["trusted"], strict=True
+        )
+    ]
+    best = best.merge(counts[["repeats"]], left_on=key, right_index=True, validate="one_to_one")
+    return best.sort_values(key, ignore_index=True)
 
 
 def plot_limits(best: pd.DataFrame, path: Path) -> None:
@@ -150,8 +167,10 @@ def plot_limits(best: pd.DataFrame, path: Path) -> None:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """``table``'s ``COLUMNS`` as a Markdown table (mixed and trusted in bold where true)."""
-    shown = table[list(COLUMNS)].rename(columns=COLUMNS)
+    """``table``'s ``COLUMNS`` as a Markdown table (mixed and trusted in bold where true), with
+    ``best_units``' repeat counts where it has them."""
+    columns = {**COLUMNS, "repeats": "repeats (mixed / trusted)"} if "repeats" in table else COLUMNS
+    shown = table[list(columns)].rename(columns=columns)
     for column in ("mixed", "trusted"):
         shown[column] = ["**yes**" if value else "no" for value in shown[column]]
     shown["divergent"] = [f"{value:.0f}" for value in shown["divergent"]]
