@@ -371,3 +371,21 @@ def test_best_units_counts_each_data_set_once_and_ranks_trusted_first():
     best = best_units(pd.concat([table, other], ignore_index=True))
     assert best["repeats"].tolist() == ["3 (2 / 1)", "3 (1 / 0)"]
     assert best[["run", "repeat"]].values.tolist() == [["short", 1], ["long", 0]]
+
+
+def test_first_repeat_names_the_same_units_as_the_full_range():
+    pytest.importorskip("numpyro")
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    flags = ["--depths", "1,2", "--activations", "relu"]
+    full, shared = depth.build_settings(parser.parse_args([*flags, "--repeats", "3"]))
+    later, _ = depth.build_settings(parser.parse_args([*flags, "--repeats", "3", "--first-repeat",
+                                                       "1"]))  # fmt: skip
+    assert [(unit.repeat, unit.depth) for unit in later] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert [unit.to_dict() for unit in later] == [unit.to_dict() for unit in full[2:]]
+    assert "repeats 1-2 (0-based)" in depth.run_note(later, shared, quick=False)
+    assert "3 repeat(s)" in depth.run_note(full, shared, quick=False)
+    for first in ("3", "-1"):
+        with pytest.raises(ValueError, match=rf"--first-repeat {first}: .* below --repeats \(3\)"):
+            depth.build_settings(parser.parse_args([*flags, "--repeats", "3", "--first-repeat",
+                                                    first]))  # fmt: skip

@@ -33,7 +33,8 @@ def run_note(units: list, shared: dict, quick: bool) -> str:
     """One line saying what this run is, with its actual sizes next to the paper's."""
     chains = shared["chains"]
     depths = sorted({unit.depth for unit in units})
-    repeats = max(unit.repeat for unit in units) + 1
+    first, last = min(unit.repeat for unit in units), max(unit.repeat for unit in units)
+    repeats = f"{last + 1} repeat(s)" if first == 0 else f"repeats {first}-{last} (0-based)"
     mass = "dense" if chains.dense_mass else "diagonal"
     sampler = {
         "nuts": f"NumPyro NUTS (tree depth <= {chains.max_tree_depth}, {mass} mass matrix)",
@@ -46,7 +47,7 @@ def run_note(units: list, shared: dict, quick: bool) -> str:
         f"{shared['pretrain'].mean_epochs}+{shared['pretrain'].epochs} pre-training epochs "
         f"(paper 10), {sampler} {chains.chains} chains x ({chains.warmup} warm-up + "
         f"{chains.samples} samples) (paper NUTS, 1 x (100 + 1000)), depths {depths}, "
-        f"{repeats} repeat(s)"
+        f"{repeats}"
     )
     if quick:
         return (
@@ -66,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="repeats per configuration (default 1; SEM needs >= 2)",
+    )
+    parser.add_argument(
+        "--first-repeat",
+        type=int,
+        default=0,
+        help="run repeats from this one (0-based) up to --repeats only, e.g. --first-repeat 1 "
+        "--repeats 2: repeat 1 alone, to take one repeat on with more --samples or to share "
+        "repeats between machines (--stored-only with the full range writes the tables)",
     )
     parser.add_argument("--depths", default=None, help="e.g. 1-5 or 1,3,5")
     parser.add_argument("--activations", default=None, help="comma list: relu,leaky_relu,identity")
@@ -205,6 +214,11 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
         raise ValueError(f"--step-scale {args.step_scale}: for --sampler mams only")
     # 5 repeats by default, a unit a time: see reproductions/depth/README.md for the budget
     repeats = args.repeats or (1 if quick else 5)
+    if not 0 <= args.first_repeat < repeats:
+        raise ValueError(
+            f"--first-repeat {args.first_repeat}: must be at least 0 and below --repeats "
+            f"({repeats})"
+        )
     shared = {
         "points": args.points or (1000 if quick else 10_000),
         "jitter": args.jitter,
@@ -227,7 +241,7 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
     units = [
         UnitSettings(activation=activation, negative_slope=slope, depth=depth, repeat=repeat,
                      **shared)
-        for repeat in range(repeats)
+        for repeat in range(args.first_repeat, repeats)
         for depth in depths
         for activation, slope in variants
     ]  # fmt: skip
