@@ -34,7 +34,11 @@ def run_note(units: list, shared: dict, quick: bool) -> str:
     chains = shared["chains"]
     depths = sorted({unit.depth for unit in units})
     first, last = min(unit.repeat for unit in units), max(unit.repeat for unit in units)
-    repeats = f"{last + 1} repeat(s)" if first == 0 else f"repeats {first}-{last} (0-based)"
+    repeats = (
+        f"{last + 1} repeat(s)" if first == 0
+        else f"repeat {first} (0-based)" if first == last
+        else f"repeats {first}-{last} (0-based)"
+    )  # fmt: skip
     mass = "dense" if chains.dense_mass else "diagonal"
     sampler = {
         "nuts": f"NumPyro NUTS (tree depth <= {chains.max_tree_depth}, {mass} mass matrix)",
