@@ -702,7 +702,8 @@ def test_a_chain_another_process_runs_is_waited_for_not_run_twice(
     import threading
 
     from vbnn.references import chain_runner
-    from vbnn.references.chain_runner import ChainStoreRemoved, chain_settings
+    from vbnn.references.chain_checkpoints import chain_settings
+    from vbnn.references.chain_runner import ChainStoreRemoved
     from vbnn.stores import unit_store
 
     monkeypatch.setattr(chain_runner, "CLAIM_POLL_SECONDS", 0.05)
