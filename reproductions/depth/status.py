@@ -115,12 +115,12 @@ def best_units(table: pd.DataFrame) -> pd.DataFrame:
     best = ranked.groupby(key, sort=False).head(1)
     per_repeat = table.groupby([*key, "seed", "repeat"])[["mixed", "trusted"]].any()
     counts = per_repeat.groupby(key).agg(
-        repeats=("mixed", "size"), mixed_repeats=("mixed", "sum"), trusted=("trusted", "sum")
+        repeats=("mixed", "size"), mixed=("mixed", "sum"), trusted=("trusted", "sum")
     )
     counts["repeats"] = [
         f"{total} ({mixed} / {trusted})"
         for total, mixed, trusted in zip(
-            counts["repeats"], counts["mixed_repeats"], counts["trusted"], strict=True
+            counts["repeats"], counts["mixed"], counts["trusted"], strict=True
         )
     ]
     best = best.merge(counts[["repeats"]], left_on=key, right_index=True, validate="one_to_one")
