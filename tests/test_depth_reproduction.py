@@ -375,6 +375,7 @@ def test_best_units_counts_each_data_set_once_and_ranks_trusted_first():
 
 def test_first_repeat_names_the_same_units_as_the_full_range():
     pytest.importorskip("numpyro")
+    pytest.importorskip("blackjax")  # the default sampler, MAMS
     parser = argparse.ArgumentParser()
     depth.add_arguments(parser)
     flags = ["--depths", "1,2", "--activations", "relu"]
