@@ -354,23 +354,28 @@ def test_tiny_end_to_end_run_writes_every_output(
     assert (agreement["sampler"] == "nuts").all() and agreement["chain_draws"].nunique() == 1
 
 
-def test_best_units_counts_each_data_set_once_and_ranks_trusted_first():
+def test_best_units_counts_each_data_set_once_and_prefers_the_longest_mixed_chains():
     best_units = runpy.run_path(str(SCRIPTS / "status.py"))["best_units"]
-    rows = [  # (run, seed, repeat, mixed, trusted, R-hat): one configuration, three data sets
-        ("short", 0, 0, False, False, 1.20),
-        ("long", 0, 0, True, False, 1.04),  # the same data set sampled longer: counts once
-        ("short", 0, 1, True, True, 1.01),
-        ("other-seed", 1, 0, False, False, 1.30),
+    rows = [  # (run, seed, repeat, mixed, trusted, R-hat, draws): one configuration, 3 data sets
+        ("short", 0, 0, False, False, 1.20, 1500),
+        ("long", 0, 0, True, False, 1.04, 4000),  # the same data set sampled longer: counts once
+        ("short", 0, 1, True, True, 1.01, 1500),
+        ("other-seed", 1, 0, False, False, 1.06, 7000),
     ]
     table = pd.DataFrame(
         [dict(run=run, seed=seed, repeat=repeat, mixed=mixed, trusted=trusted,
-              sampler_rhat_max=rhat, sampler_divergences=0.0, points=10, activation="relu",
-              depth=1) for run, seed, repeat, mixed, trusted, rhat in rows]
+              sampler_rhat_max=rhat, sampler_divergences=0.0, chain_draws=draws, points=10,
+              activation="relu", depth=1)
+         for run, seed, repeat, mixed, trusted, rhat, draws in rows]
     )  # fmt: skip
-    other = table.assign(depth=2, trusted=False, mixed=[False, True, False, False])
-    best = best_units(pd.concat([table, other], ignore_index=True))
-    assert best["repeats"].tolist() == ["3 (2 / 1)", "3 (1 / 0)"]
-    assert best[["run", "repeat"]].values.tolist() == [["short", 1], ["long", 0]]
+    # depth 2: two mixed units with equal draws, the trusted one first, the unmixed longer last
+    equal = table.assign(depth=2, chain_draws=1500, mixed=[True, False, True, False],
+                         trusted=[False, False, True, False])  # fmt: skip
+    # depth 3: none mixed, so the lowest R-hat whatever its draws
+    unmixed = table.assign(depth=3, mixed=False, trusted=False)
+    best = best_units(pd.concat([table, equal, unmixed], ignore_index=True))
+    assert best["repeats"].tolist() == ["3 (2 / 1)", "3 (2 / 1)", "3 (0 / 0)"]
+    assert best[["run", "repeat"]].values.tolist() == [["long", 0], ["short", 1], ["short", 1]]
 
 
 def test_first_repeat_names_the_same_units_as_the_full_range():

@@ -103,14 +103,20 @@ def status(runs: list[Path]) -> pd.DataFrame:
 
 
 def best_units(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (points, activation, depth): its trusted unit, else a mixed one, else the one
-    with the lowest worst R-hat (ties: the one with the fewest divergent transitions); and in
-    ``repeats``, how many repeats (data sets: seed and repeat) that configuration has, and how
-    many of them have a mixed and a trusted unit (a repeat sampled twice, with another budget or
-    step, counts once)."""
+    """One row per (points, activation, depth): its mixed unit with the most draws a chain (its
+    KL limit the most settled; among equals a trusted one first), else the unit with the lowest
+    worst R-hat (ties: the one with the fewest divergent transitions); and in ``repeats``, how
+    many repeats (data sets: seed and repeat) that configuration has, and how many of them have
+    a mixed and a trusted unit (a repeat sampled twice, with another budget or step, counts
+    once)."""
     key = ["points", "activation", "depth"]
-    ranked = table.assign(untrusted=~table["trusted"], unmixed=~table["mixed"]).sort_values(
-        ["untrusted", "unmixed", "sampler_rhat_max", "sampler_divergences"], kind="stable"
+    ranked = table.assign(
+        unmixed=~table["mixed"],
+        fewer_draws=np.where(table["mixed"], -table["chain_draws"], 0),  # among mixed units
+        untrusted=~table["trusted"],
+    ).sort_values(
+        ["unmixed", "fewer_draws", "untrusted", "sampler_rhat_max", "sampler_divergences"],
+        kind="stable",
     )
     best = ranked.groupby(key, sort=False).head(1)
     per_repeat = table.groupby([*key, "seed", "repeat"])[["mixed", "trusted"]].any()
@@ -193,8 +199,8 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--best", action="store_true",
-        help="print one unit per points, activation and depth (trusted, else mixed, else the "
-        "lowest R-hat) instead of every unit; the CSV keeps every unit",
+        help="print one unit per points, activation and depth (mixed with the most draws a chain, "
+        "else the lowest R-hat) instead of every unit; the CSV keeps every unit",
     )  # fmt: skip
     args = parser.parse_args()
     runs = args.runs or sorted(path.parent for path in HERE.glob("mams-*/units"))
