@@ -1,12 +1,15 @@
-"""Milliseconds per jit-compiled gradient of the depth units' potential in its two layouts.
+"""Milliseconds per jit-compiled gradient of the depth units' potential in its layouts.
 
 ``vbnn.references.jax_potential`` runs the network feature-major: every hidden layer is a
-(width, N) array, examples along the last axis, and the activation is a select. The layout it
-replaced put examples first, (N, width), with max(h, 0) + slope * min(h, 0); it is rebuilt here
-as the baseline. For depths 1-5 at 10,000 two-moons points (``UnitSettings``' architecture and
-data), at a random parameter vector (N(0, 0.5^2)), both gradients are timed alternately on the CPU,
-each the fastest of ``--repeats`` rounds of ``--calls`` calls, with the relative difference of the
-two gradients (rounding only: the same products summed in another order).
+(width, N) array, examples along the last axis, and the activation is a select; given ``chunk`` it
+sums the examples that many at a time, recomputing each chunk's forward pass in the backward one.
+The layout it replaced put examples first, (N, width), with max(h, 0) + slope * min(h, 0); it is
+rebuilt here as the baseline. For depths 1-5 at 10,000 two-moons points (``UnitSettings``'
+architecture and data), at a random parameter vector (N(0, 0.5^2)), every variant's gradient is
+timed in turn on the CPU, each the fastest of ``--repeats`` rounds of ``--calls`` calls in this
+process's CPU time (so other processes on the cores count less than in wall time), with the
+relative difference of each gradient from the examples-first one (rounding only: the same
+products summed in another order).
 
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
     PYTHONPATH=src python benchmarks/depth_layout.py --out benchmarks/results/depth_layout.csv
@@ -55,17 +58,18 @@ def examples_first(architecture: MLPArchitecture, x: np.ndarray, y: np.ndarray) 
 
 
 def milliseconds(gradient: Callable, theta: jax.Array, calls: int) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(calls):
         theta = theta + 1e-7 * gradient(theta)  # each call waits for the one before
     theta.block_until_ready()
-    return (time.perf_counter() - start) / calls * 1e3
+    return (time.process_time() - start) / calls * 1e3
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--depths", default="1,2,3,4,5")
     parser.add_argument("--activation", default="leaky_relu", choices=["relu", "leaky_relu"])
+    parser.add_argument("--chunks", default="500,1000,2000", help="examples per chunk to time")
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, help="CSV to write (default: print only)")
@@ -81,19 +85,29 @@ def main() -> None:
             "examples_first": jax.jit(jax.grad(examples_first(architecture, x, y))),
             "feature_major": jax.jit(jax.grad(jax_potential(architecture, x, y))),
         }
-        before, after = (np.asarray(g(theta), np.float64) for g in gradients.values())
+        for chunk in (int(c) for c in args.chunks.split(",")):
+            potential = jax_potential(architecture, x, y, chunk=chunk)
+            gradients[f"chunk_{chunk}"] = jax.jit(jax.grad(potential))
+        results = {name: np.asarray(g(theta), np.float64) for name, g in gradients.items()}
+        before = results["examples_first"]
         timings: dict[str, list[float]] = {name: [] for name in gradients}
         for _ in range(args.repeats):
             for name, gradient in gradients.items():
                 timings[name].append(milliseconds(gradient, theta, args.calls))
         best = {f"{name}_ms": min(values) for name, values in timings.items()}
+        chunked = [name for name in gradients if name.startswith("chunk_")]
+        fastest_chunk = min(chunked, key=lambda name: best[f"{name}_ms"])
         rows.append(
             {
                 "depth": depth,
                 "widths": "-".join(map(str, depth_widths(depth))),
                 **best,
                 "speed_up": best["examples_first_ms"] / best["feature_major_ms"],
-                "gradient_difference": np.linalg.norm(after - before) / np.linalg.norm(before),
+                "chunked_speed_up": best["feature_major_ms"] / best[f"{fastest_chunk}_ms"],
+                "fastest_chunk": int(fastest_chunk.removeprefix("chunk_")),
+                "gradient_difference": max(
+                    np.linalg.norm(v - before) / np.linalg.norm(before) for v in results.values()
+                ),
             }
         )
         print(rows[-1], flush=True)

@@ -43,6 +43,37 @@ def test_jax_and_torch_potentials_agree_in_value_and_gradient(activation, slope)
             )
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 16, 50, 64])
+def test_the_chunked_potential_is_the_same_sum(chunk) -> None:
+    """Summing the examples ``chunk`` at a time (the last chunk padded with weight-0 examples when
+    ``chunk`` does not divide N = 50) gives the same value and gradient in float64, up to the
+    order of the sum."""
+    architecture = MLPArchitecture((2, 6, 4, 1), Activation.LEAKY_RELU, 0.2, prior_std=0.8)
+    rng = np.random.default_rng(chunk)
+    x = rng.normal(size=(50, 2))
+    y = (rng.random(50) > 0.4).astype(np.float64)
+    dimension = sum(int(np.prod(shape)) for shape in parameter_shapes(architecture))
+    with jax.enable_x64(True):
+        whole = jax.value_and_grad(jax_potential(architecture, x, y))
+        chunked = jax.jit(jax.value_and_grad(jax_potential(architecture, x, y, chunk=chunk)))
+        for _ in range(3):
+            theta = rng.normal(size=dimension)
+            value, gradient = whole(theta)
+            chunk_value, chunk_gradient = chunked(theta)
+            assert abs(float(value)) > 10  # a sum of 50 BCEs and the prior, not zero
+            np.testing.assert_allclose(float(chunk_value), float(value), rtol=1e-13)
+            np.testing.assert_allclose(
+                np.asarray(chunk_gradient), np.asarray(gradient), rtol=1e-11, atol=1e-13
+            )
+
+
+def test_a_bad_chunk_is_named() -> None:
+    architecture = MLPArchitecture((2, 3, 1), "relu")
+    for chunk in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="chunk must be a positive int"):
+            jax_potential(architecture, np.ones((4, 2)), np.ones(4), chunk=chunk)
+
+
 def test_the_slope_reaches_the_potential() -> None:
     x, y = np.ones((3, 2)), np.ones(3)
     theta = -np.ones(
@@ -85,14 +116,15 @@ def test_chains_sample_a_gaussian_within_their_standard_errors() -> None:
     np.testing.assert_allclose(result.samples.reshape(-1, 3).std(0), std, rtol=0.2)
 
 
-def test_every_product_of_the_potential_and_its_gradient_is_full_float32() -> None:
+@pytest.mark.parametrize(("chunk", "products"), [(None, 8), (6, 11)])
+def test_every_product_of_the_potential_and_its_gradient_is_full_float32(chunk, products) -> None:
     """On recent GPUs JAX computes float32 matrix products in TF32 unless told otherwise, which
     puts the potential's gradient 3e-4 to 2e-3 off in relative norm; the reference potential asks
     for full float32 in every product, those of its gradient included (the GPU's accuracy itself
     is checked in ``tests/test_cuda.py``)."""
     architecture = MLPArchitecture((2, 7, 5, 1), Activation.RELU)
     x = np.random.default_rng(0).normal(size=(20, 2)).astype(np.float32)
-    potential = jax_potential(architecture, x, (x[:, 0] > 0).astype(np.float32))
+    potential = jax_potential(architecture, x, (x[:, 0] > 0).astype(np.float32), chunk=chunk)
     dimension = sum(int(np.prod(shape)) for shape in parameter_shapes(architecture))
     closed = jax.make_jaxpr(jax.value_and_grad(potential))(np.zeros(dimension, np.float32))
 
@@ -107,5 +139,6 @@ def test_every_product_of_the_potential_and_its_gradient_is_full_float32() -> No
 
     highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
     found = list(precisions(closed.jaxpr))
-    # 3 products forward; backward 3 for the weights and 2 through the hidden layers
-    assert len(found) == 8 and all(precision == highest for precision in found)
+    # 3 products forward; backward 3 for the weights and 2 through the hidden layers; chunked, the
+    # backward pass recomputes the 3 forward products
+    assert len(found) == products and all(precision == highest for precision in found)

@@ -62,7 +62,7 @@ from vbnn.references.gaussian_gap import (
     kl_above_floor_limit,
 )
 from vbnn.references.jax_nuts import ChainsConfig, ChainsResult, jittered_starts
-from vbnn.references.jax_potential import jax_potential
+from vbnn.references.jax_potential import default_chunk, jax_potential
 from vbnn.references.samplers import Sampler, run_sampler
 from vbnn.references.wasserstein import wasserstein_gaps
 from vbnn.stores import unit_store
@@ -223,7 +223,7 @@ def sample_unit(
     (:func:`chain_ends`)."""
     chains = dataclasses.replace(settings.chains, seed=unit_seed(settings))
     x, y = pretrained.x.numpy(), pretrained.y.numpy()
-    potential = jax_potential(settings.architecture(), x, y)
+    potential = jax_potential(settings.architecture(), x, y, chunk=default_chunk())
     starts = jittered_starts(pretrained.weights, chains)
     return run_sampler(settings.sampler, potential, starts, chains, chain_store, chain_ends)
 
