@@ -41,8 +41,8 @@ CPU_CHUNK = 1000
 
 
 def default_chunk() -> int | None:
-    """``CPU_CHUNK`` where JAX computes on the CPU, else None (all examples at once: a GPU runs
-    the whole batch in one pass, where a scan over chunks would only add launches)."""
+    """``CPU_CHUNK`` where JAX computes on the CPU, else None: all examples at once, as before,
+    on a GPU (where chunks are not measured; its kernels take the whole batch in one pass)."""
     return CPU_CHUNK if jax.default_backend() == "cpu" else None
 
 
