@@ -109,9 +109,10 @@ def jax_potential(
 
     chunks = -(-x.shape[0] // chunk)
     padding = chunks * chunk - x.shape[0]
-    weights = jnp.concatenate([jnp.ones_like(y), jnp.zeros(padding, y.dtype)])
-    x = jnp.concatenate([x, jnp.zeros((padding, x.shape[1]), x.dtype)])
-    y = jnp.concatenate([y, jnp.zeros(padding, y.dtype)])
+    if padding:  # weight-0 examples fill the last chunk
+        weights = jnp.concatenate([jnp.ones_like(y), jnp.zeros(padding, y.dtype)])
+        x = jnp.concatenate([x, jnp.zeros((padding, x.shape[1]), x.dtype)])
+        y = jnp.concatenate([y, jnp.zeros(padding, y.dtype)])
     # (chunks, I, chunk): every chunk feature-major
     parts = (x.reshape(chunks, chunk, -1).transpose(0, 2, 1), y.reshape(chunks, chunk))
     parts += (weights.reshape(chunks, chunk),) if padding else ()
