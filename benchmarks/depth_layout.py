@@ -5,14 +5,16 @@
 sums the examples that many at a time, recomputing each chunk's forward pass in the backward one.
 The layout it replaced put examples first, (N, width), with max(h, 0) + slope * min(h, 0); it is
 rebuilt here as the baseline. For depths 1-5 at 10,000 two-moons points (``UnitSettings``'
-architecture and data), at a random parameter vector (N(0, 0.5^2)), every variant's gradient is
-timed in turn on the CPU, each the fastest of ``--repeats`` rounds of ``--calls`` calls in this
-process's CPU time (so other processes on the cores count less than in wall time), with the
-relative difference of each gradient from the examples-first one (rounding only: the same
-products summed in another order).
+architecture and data; ``--points`` for another count), at a random parameter vector
+(N(0, 0.5^2)), every variant's gradient is timed in turn on the CPU, each the fastest of
+``--repeats`` rounds of ``--calls`` calls in this process's CPU time (so other processes on the
+cores count less than in wall time), with the relative difference of each gradient from the
+examples-first one (rounding only: the same products summed in another order).
 
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
     PYTHONPATH=src python benchmarks/depth_layout.py --out benchmarks/results/depth_layout.csv
+    PYTHONPATH=src python benchmarks/depth_layout.py --points 1000 --chunks 125,250,500 \
+        --out benchmarks/results/depth_layout_1000.csv   # the same XLA_FLAGS
 """
 
 from __future__ import annotations
@@ -33,8 +35,6 @@ from vbnn.experiments.depth.models import depth_widths
 from vbnn.experiments.depth.units import two_moons
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.references.jax_potential import FULL_FLOAT32, jax_potential, parameter_shapes
-
-POINTS = 10_000
 
 
 def examples_first(architecture: MLPArchitecture, x: np.ndarray, y: np.ndarray) -> Callable:
@@ -67,6 +67,7 @@ def milliseconds(gradient: Callable, theta: jax.Array, calls: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--points", type=int, default=10_000, help="two-moons examples")
     parser.add_argument("--depths", default="1,2,3,4,5")
     parser.add_argument("--activation", default="leaky_relu", choices=["relu", "leaky_relu"])
     parser.add_argument("--chunks", default="500,1000,2000", help="examples per chunk to time")
@@ -74,7 +75,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, help="CSV to write (default: print only)")
     args = parser.parse_args()
-    x, y = (t.numpy() for t in two_moons(POINTS, 0.1, 0, torch.float32))
+    x, y = (t.numpy() for t in two_moons(args.points, 0.1, 0, torch.float32))
     rows = []
     for depth in (int(d) for d in args.depths.split(",")):
         architecture = MLPArchitecture(tuple(depth_widths(depth)), Activation(args.activation), 0.2)
@@ -99,6 +100,7 @@ def main() -> None:
         fastest_chunk = min(chunked, key=lambda name: best[f"{name}_ms"])
         rows.append(
             {
+                "points": args.points,
                 "depth": depth,
                 "widths": "-".join(map(str, depth_widths(depth))),
                 **best,
