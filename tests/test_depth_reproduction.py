@@ -235,6 +235,11 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
     monkeypatch.setattr(sys, "argv", ["mixing_reasons.py", str(tmp_path)])
     runpy.run_path(str(SCRIPTS / "mixing_reasons.py"), run_name="__main__")
     assert sorted(pd.read_csv(tmp_path / "mixing.csv")["chain_draws"]) == [12, 20]
+    per_chain = pd.read_csv(tmp_path / "mixing_chains.csv")  # each chain left out in turn
+    assert sorted(zip(per_chain["chain_draws"], per_chain["chain"], strict=True)) == [
+        (12, 0), (12, 1), (20, 0), (20, 1)
+    ]  # fmt: skip
+    assert np.isfinite(per_chain[["rhat_max_without", "steps_mean"]]).all(axis=None)
     # --new measures only the units without rows: the longer one here, the same row again
     table = pd.read_csv(tmp_path / "mixing.csv")
     table[table["chain_draws"] == 12].to_csv(tmp_path / "mixing.csv", index=False)
@@ -247,6 +252,7 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
     pd.testing.assert_frame_equal(
         again.sort_values(order, ignore_index=True), table.sort_values(order, ignore_index=True)
     )
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "mixing_chains.csv"), per_chain)
     with pytest.raises(ValueError, match="NUTS keeps no chain store"):
         depth.run(parser.parse_args([*flags[:-1], "nuts", "--chains-only"]))
 

@@ -16,6 +16,7 @@ from vbnn.references.mixing import (
     modes_or_drift,
     network_outputs,
     rescaling_coordinates,
+    without_each_chain,
 )
 
 ARCHITECTURE = MLPArchitecture((2, 5, 4, 1), "leaky_relu", 0.2)
@@ -139,3 +140,20 @@ def test_divergence_episodes_count_bursts() -> None:
     diverging[1, [150]] = True
     assert divergence_episodes(diverging) == 3
     assert divergence_episodes(diverging, gap=5) == 5  # every divergence its own burst
+
+
+def test_leaving_out_the_chain_that_sits_apart_restores_r_hat() -> None:
+    """Four chains of independent N(0, 1) draws, one of them shifted by one sd in 10 of its 50
+    coordinates: only without that chain is every R-hat near 1 (the other rows keep it and the
+    10 shifted coordinates: two of the six split halves one sd away, the variance of the halves'
+    means 4/15 of the within-chain one, R-hat about sqrt(1 + 4/15) = 1.13)."""
+    draws = np.random.default_rng(0).normal(size=(4, 1000, 50))
+    draws[2, :, :10] += 1.0
+    rows = without_each_chain(draws)
+    assert [row["chain"] for row in rows] == [0, 1, 2, 3]
+    assert rows[2]["rhat_max_without"] < 1.02 and rows[2]["rhat_slow_without"] == 0
+    for row in rows[:2] + rows[3:]:
+        assert row["rhat_max_without"] > 1.08 and row["rhat_slow_without"] >= 9
+        assert row["rhat_median_without"] < 1.01  # 40 of the 50 coordinates agree
+    with pytest.raises(ValueError, match=r"chains >= 2.*\(1, 1000, 50\)"):
+        without_each_chain(draws[:1])

@@ -1,10 +1,13 @@
-"""Why a depth run's chains do or do not mix: ``mixing.csv``, ``mixing_layers.csv`` and
-``divergences.csv`` beside it.
+"""Why a depth run's chains do or do not mix: ``mixing.csv``, ``mixing_layers.csv``,
+``mixing_chains.csv`` and ``divergences.csv`` beside it.
 
 For every unit of ``<run>/units`` whose chains are in ``<run>/samples``, the measures of
 ``vbnn.references.mixing`` (slow parameters by layer, the rescaling ridge, units that switch off,
 modes or drift, the logit at 16 test inputs) with each chain's tuned step size and trajectory
-length; for units that stored which transitions diverged and had any, where those transitions
+length; per chain (``mixing_chains.csv``), its tuned step and trajectory length, its mean
+integration steps a transition and divergences, and the R-hat of the other chains without it
+(``without_each_chain``: the chain whose removal brings R-hat down is the one holding the others
+back); for units that stored which transitions diverged and had any, where those transitions
 started (``divergence_locations``: one row per feature, with the number of bursts).
 
 Run from the repository root: ``python reproductions/depth/mixing_reasons.py
@@ -29,7 +32,12 @@ import torch
 from vbnn.experiments.depth.models import PretrainConfig
 from vbnn.experiments.depth.units import UnitSettings, two_moons, unit_seed
 from vbnn.references.jax_nuts import ChainsConfig
-from vbnn.references.mixing import divergence_episodes, divergence_locations, mixing_report
+from vbnn.references.mixing import (
+    divergence_episodes,
+    divergence_locations,
+    mixing_report,
+    without_each_chain,
+)
 
 TEST_INPUTS = 16
 SHOWN = ["activation", "depth", "rhat_max", "bulk_ess_min", "slow_parameters",
@@ -65,6 +73,25 @@ def diagnose(record: dict, draws: np.ndarray, chains: dict) -> tuple[dict, list[
             [round(v, 3) for v in chains.get("chain_trajectory_length", [])]),
     }  # fmt: skip
     return row, [{**unit, **layer} for layer in layers]
+
+
+def by_chain(record: dict, arrays: dict, chains: dict) -> list[dict]:
+    """One unit's rows of ``mixing_chains.csv``: per chain its tuning, its integration steps and
+    divergences, and the other chains' R-hat without it."""
+    unit = unit_columns(record)
+    steps, lengths = chains.get("chain_step_size", []), chains.get("chain_trajectory_length", [])
+    rows = []
+    for row in without_each_chain(arrays["samples"]):
+        c = row["chain"]
+        rows.append({
+            **unit, "chain": c,
+            "step_size": steps[c] if c < len(steps) else np.nan,
+            "trajectory_length": lengths[c] if c < len(lengths) else np.nan,
+            "steps_mean": float(arrays["steps"][c].mean()) if "steps" in arrays else np.nan,
+            "divergences": int(arrays["diverging"][c].sum()) if "diverging" in arrays else np.nan,
+            **{k: v for k, v in row.items() if k != "chain"},
+        })  # fmt: skip
+    return rows
 
 
 def where_divergent(record: dict, arrays: dict) -> list[dict]:
@@ -157,18 +184,30 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="a depth run's output folder")
     parser.add_argument("--new", action="store_true", help=NEW_HELP)
     args = parser.parse_args()
-    units, layers, divergent = [], [], []
-    skip = measured_units(args.run / "mixing.csv") if args.new else set()
-    for record, arrays, chains in units_with_chains(args.run, skip):
-        row, rows = diagnose(record, arrays["samples"], chains)
-        units.append(row)
-        layers.extend(rows)
-        divergent.extend(where_divergent(record, arrays))
-    if not units:
+    units, layers, divergent, per_chain = [], [], [], []
+    skip, chains_skip = set(), set()
+    if args.new:  # a unit missing from either table is measured for that table
+        skip = measured_units(args.run / "mixing.csv")
+        chains_skip = measured_units(args.run / "mixing_chains.csv")
+    for record, arrays, chains in units_with_chains(args.run, skip & chains_skip):
+        key = tuple(unit_columns(record).values())
+        if key not in skip:
+            row, rows = diagnose(record, arrays["samples"], chains)
+            units.append(row)
+            layers.extend(rows)
+            divergent.extend(where_divergent(record, arrays))
+        if key not in chains_skip:
+            per_chain.extend(by_chain(record, arrays, chains))
+    if not units and not per_chain:
         if args.new:
             print(f"{args.run}: every unit with stored chains is in mixing.csv already")
             return
         raise SystemExit(f"{args.run}: no unit with stored chains")
+    if per_chain:
+        shown = write_table(pd.DataFrame(per_chain), args.run / "mixing_chains.csv")
+        print(shown.to_string(index=False, float_format=lambda value: f"{value:.3g}"))
+    if not units:
+        return
     table = write_table(pd.DataFrame(units), args.run / "mixing.csv")
     write_table(pd.DataFrame(layers), args.run / "mixing_layers.csv")
     print(table[SHOWN].to_string(index=False, float_format=lambda value: f"{value:.3g}"))

@@ -23,6 +23,10 @@ in its ``named_parameters`` order: per layer the weight (I, O), then the bias (O
 * **function space**: ESS and R-hat of the network's logit at a few inputs. Slow weights with a
   fast function are slow only along directions that leave the predictions unchanged (the
   symmetries above), which still enter any weight-space measure such as a covariance gap.
+* **which chain holds the others back** (:func:`without_each_chain`): the worst and median R-hat
+  and the slow parameters of the other chains, one chain left out at a time. A chain that moves
+  slower than the rest (a short tuned trajectory, say) shows as the one whose removal brings
+  R-hat down.
 * **where divergent transitions start** (:func:`divergence_locations`): the within-chain
   percentile of the log density, of each layer's weight norm and of the largest rescaling
   coordinate at the draws from which a transition diverged, against the same chains' divergences
@@ -220,6 +224,27 @@ def divergence_episodes(diverging: np.ndarray, gap: int = 20) -> int:
         index = np.flatnonzero(chain)
         episodes += int(len(index) > 0) + int((np.diff(index) > gap).sum())
     return episodes
+
+
+def without_each_chain(draws: np.ndarray) -> list[dict[str, Any]]:
+    """For draws (C >= 2, N, D), one row per chain c: rank R-hat (worst and median over the
+    parameters) of the other C - 1 chains (of one chain's halves where C = 2), and how many
+    parameters have R-hat > ``SLOW_RHAT`` there (R-hat only: ESS falls with the chains left
+    out)."""
+    draws = np.asarray(draws, dtype=np.float64)
+    if draws.ndim != 3 or draws.shape[0] < 2:
+        raise ValueError(
+            f"without_each_chain: draws must be (chains >= 2, N, D), got {draws.shape}"
+        )
+    rows = []
+    for chain in range(draws.shape[0]):
+        rhat = rank_rhat(np.delete(draws, chain, axis=0))
+        rows.append({
+            "chain": chain, "rhat_max_without": float(rhat.max()),
+            "rhat_median_without": float(np.median(rhat)),
+            "rhat_slow_without": int((rhat > SLOW_RHAT).sum()),
+        })  # fmt: skip
+    return rows
 
 
 def layer_mixing(rhat: np.ndarray, ess: np.ndarray, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
