@@ -13,7 +13,7 @@ examples-first one (rounding only: the same products summed in another order).
 
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
     PYTHONPATH=src python benchmarks/depth_layout.py --out benchmarks/results/depth_layout.csv
-    PYTHONPATH=src python benchmarks/depth_layout.py --points 1000 --chunks 125,250,500 \
+    PYTHONPATH=src python benchmarks/depth_layout.py --points 1000 --chunks 125,250,500 \\
         --out benchmarks/results/depth_layout_1000.csv   # the same XLA_FLAGS
 """
 
