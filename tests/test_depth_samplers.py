@@ -164,6 +164,93 @@ def test_the_step_scale_is_for_mams_and_enters_the_key_only_when_used(gaussian) 
     assert units[0].to_dict()["chains"]["step_scale"] == 2.0
 
 
+def test_mams_chains_that_share_a_length_tune_it_alone_then_take_the_median(gaussian) -> None:
+    """``shared_length``: stages 1 and 2 are each chain's own (same keys, the same lengths as
+    without it), then every chain goes on at the median of those lengths, retunes its step size
+    there, and still samples the Gaussian."""
+    potential, starts, mean, covariance = gaussian
+    plain = run_sampler(Sampler.MAMS, potential, starts, CONFIG).diagnostics
+    own = np.asarray(plain["chain_trajectory_length"])
+    assert np.ptp(own) > 0.05 * own.mean()  # the chains' own lengths differ
+    config = dataclasses.replace(CONFIG, shared_length=True)
+    result = run_sampler(Sampler.MAMS, potential, starts, config)
+    shared = result.diagnostics
+    np.testing.assert_allclose(shared["pooled_chain_tuned_lengths"], own, rtol=1e-6)
+    np.testing.assert_allclose(shared["pooled_trajectory_length"], np.median(own), rtol=1e-6)
+    np.testing.assert_allclose(shared["chain_trajectory_length"], np.median(own), rtol=1e-6)
+    assert not np.allclose(shared["chain_step_size"], plain["chain_step_size"])  # retuned
+    assert ConvergenceCriterion().passes(shared), shared
+    mean_z, variance_z = moment_z_scores(
+        result.samples, mean, np.diag(covariance), np.zeros((2, 6))
+    )
+    assert mean_z.max() < TOLERANCE and variance_z.max() < TOLERANCE, (mean_z, variance_z)
+
+
+def test_a_shared_length_is_stored_once_and_survives_a_kill(gaussian, tmp_path, monkeypatch):
+    """With a chain store the chains' pooled length is a record there, written before any chain
+    goes on: a run killed while the chains tune alone, or after one has gone on, resumes to the
+    draws of a run never killed. It is for MAMS only, enters the key only when used, is not one
+    chain alone (``mams_chain``), and a store whose chains are past the pooling without its
+    record is named; merging stores brings the record along."""
+    from vbnn.references import chain_checkpoints, jax_mclmc
+    from vbnn.references.chain_checkpoints import POOLED, chain_settings, merge_chain_stores
+    from vbnn.stores import unit_store
+
+    potential, starts, _, _ = gaussian
+    config = dataclasses.replace(CONFIG, warmup=50, samples=20, shared_length=True)
+    assert "shared_length" not in CONFIG.to_dict() and config.to_dict()["shared_length"]
+    expected = run_sampler(Sampler.MAMS, potential, starts, config)
+    saved = []
+
+    class Killed(Exception):
+        pass
+
+    checkpoint = chain_checkpoints.save_checkpoint
+
+    def killed_after_some(store, settings, progress, *state):
+        checkpoint(store, settings, progress, *state)
+        saved.append(progress)
+        if len(saved) in (3, 10):  # chain 1 after stage 1; after pooling, chain 1 after stage 3
+            raise Killed
+
+    monkeypatch.setattr(chain_checkpoints, "save_checkpoint", killed_after_some)
+    store = tmp_path / "chains"
+    with pytest.raises(Killed):
+        run_sampler(Sampler.MAMS, potential, starts, config, store)
+    assert not (store / POOLED).exists()
+    with pytest.raises(Killed):
+        run_sampler(Sampler.MAMS, potential, starts, config, store)
+    assert [(p["stage"], p["drawn"]) for p in saved[2:10]] == [(1, 0), (2, 0)] * 3 + [(3, 0)] * 2
+    assert len(list((store / POOLED).glob("*.json"))) == 1
+    monkeypatch.setattr(chain_checkpoints, "save_checkpoint", checkpoint)
+    result = run_sampler(Sampler.MAMS, potential, starts, config, store)
+    np.testing.assert_array_equal(result.samples, expected.samples)
+    assert result.diagnostics["pooled_trajectory_length"] == pytest.approx(
+        expected.diagnostics["pooled_trajectory_length"]
+    )
+    merged = tmp_path / "elsewhere"
+    said = merge_chain_stores(tmp_path, merged)
+    assert "chains/pooled: brought here" in said
+    assert len(list((merged / "chains" / POOLED).glob("*.json"))) == 1
+    for path in (store / POOLED).glob("*.json"):  # a record lost, one chain to run again
+        path.unlink()
+    unit_store.remove(store, chain_settings("run_mams_chains", 3, starts[3], config))
+    with pytest.raises(ValueError, match=r"past their pooling stage .* no pooled record"):
+        run_sampler(Sampler.MAMS, potential, starts, config, store)
+    with pytest.raises(ValueError, match="shared_length applies to MAMS only, not mclmc"):
+        run_sampler(Sampler.MCLMC, potential, starts, config)
+    with pytest.raises(ValueError, match="share their tuning"):
+        jax_mclmc.mams_chain(potential, config)
+    import argparse
+
+    from vbnn.experiments import depth
+
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    with pytest.raises(ValueError, match="--shared-length: for --sampler mams only"):
+        depth.build_settings(parser.parse_args(["--sampler", "nuts", "--shared-length"]))
+
+
 def test_mclmc_reports_its_energy_error_draw_by_draw(gaussian) -> None:
     """The per-draw energy error (each draw's mean squared error per dimension over its steps)
     summarised: median, maximum, the share of draws above 5e-3, the log density at the worst;

@@ -8,7 +8,9 @@ A chain store is a directory (``vbnn.stores.unit_store``) that ``chain_runner.ru
   carry of a segmented tuning stage under way and its draws so far (:func:`save_checkpoint`,
   :func:`load_checkpoint`), from which a rerun goes on;
 * ``<store>/starts`` (``STARTS``): what the chains start from (an experiment's pre-training),
-  so that every machine starts them alike and their store keys agree.
+  so that every machine starts them alike and their store keys agree;
+* ``<store>/pooled`` (``POOLED``): the tuning the chains share, where the sampler pools it
+  (``chain_runner.Pooling``), keyed by the chains' keys.
 
 A separate ``chain_ends`` directory keeps where every finished chain ended, keyed by
 :func:`end_settings` (its settings but for the number of draws), so the same chain asked for
@@ -34,6 +36,7 @@ IN_FLIGHT = "in-flight"  # the folder of a chain store that holds its chains in 
 # the folder of a chain store that holds what its chains start from (an experiment's
 # pre-training), so that every machine starts them alike and their store keys agree
 STARTS = "starts"
+POOLED = "pooled"  # the folder of a chain store that holds the tuning its chains share
 
 
 def digest(array: np.ndarray) -> str:
@@ -139,7 +142,9 @@ def merge_chain_stores(source: Path, target: Path) -> list[str]:
 
     What a unit's chains start from (its ``STARTS`` folder) is copied where none is here; where
     one is here and differs, this machine's is kept and the chains started from the other stay
-    inert (a chain's store key holds a digest of its start).
+    inert (a chain's store key holds a digest of its start). The tuning its chains share (its
+    ``POOLED`` folder) is copied where none is here; where one is, it was pooled from the same
+    chains' parameters, and is kept.
 
     Returns one line per chain (and per starts folder) saying what was done.
 
@@ -153,8 +158,17 @@ def merge_chain_stores(source: Path, target: Path) -> list[str]:
     said = []
     for path in sorted(source.rglob(f"{STARTS}/*.json")):
         said.append(_merge_starts(path, target / path.parent.relative_to(source)))
+    for path in sorted(source.rglob(f"{POOLED}/*.json")):
+        here = target / path.parent.relative_to(source)
+        name = f"{path.parent.parent.name}/{POOLED}"
+        settings = json.loads(path.read_text())["settings"]
+        if unit_store.load_info(here, settings) is not None:
+            said.append(f"{name}: here already")
+        else:
+            unit_store.save(here, settings, None, unit_store.load_info(path.parent, settings))
+            said.append(f"{name}: brought here")
     for path in sorted(source.rglob("*.json")):
-        if path.parent.name == STARTS:
+        if path.parent.name in (STARTS, POOLED):
             continue
         in_flight = path.parent.name == IN_FLIGHT
         unit = path.parent.parent if in_flight else path.parent

@@ -28,14 +28,17 @@ depend on where compiled calls begin and end, and one Metropolis decision that r
 sends a chain on another path (as on another device). Processes on one machine that run the
 same chains with the same store share them: each runs the chains that no other has claimed
 (``unit_store.claim``), goes on from their checkpoints, and waits for the rest, so the same
-command started twice gives a unit's chains two cores. What a store holds on disk, and how a
-chain in flight is written and read back, is ``vbnn.references.chain_checkpoints``.
+command started twice gives a unit's chains two cores. A sampler whose chains share part of
+their tuning (``Pooling``) runs every chain to that point first, checkpointed; the values they
+share are stored once, before any chain goes on. What a store holds on disk, and how a chain in
+flight is written and read back, is ``vbnn.references.chain_checkpoints``.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -96,6 +99,22 @@ class SegmentedStage(NamedTuple):
                               self.schedule, jax.jit(self.end))  # fmt: skip
 
 
+class Pooling(NamedTuple):
+    """Tuning the chains share: each chain runs its first ``stage`` tuning stages on its own;
+    when every chain has, ``combine`` turns their tuned parameters (in chain order) into
+    JSON-able values, and each chain goes on with ``apply(params, values)``.
+
+    Attributes:
+        stage: the tuning stages a chain runs before the chains pool (1 to ``len(tuning) - 1``).
+        combine: ``[params, ...] -> dict`` of floats (or lists of them).
+        apply: ``(params, values) -> params``.
+    """
+
+    stage: int
+    combine: Callable[[list], dict]
+    apply: Callable
+
+
 class ChainProgram(NamedTuple):
     """One chain as the pieces the runner can stop between; the chain's key is split into
     ``len(tuning) + 2`` keys: one for ``init``, one per tuning stage, one for the draws.
@@ -109,6 +128,7 @@ class ChainProgram(NamedTuple):
         finish: ``(params, per_draw) -> (per_draw, per_chain)`` on the whole run's draws: the
             per-draw arrays to keep and the chain's scalars (``tuning_gradients`` is added).
         samples: the draws of a chain.
+        pooling: tuning the chains share (``Pooling``), or None: each chain tunes alone.
     """
 
     init: Callable
@@ -116,12 +136,22 @@ class ChainProgram(NamedTuple):
     sample: Callable
     finish: Callable
     samples: int
+    pooling: Pooling | None = None
 
 
 def whole_chain(program: ChainProgram) -> ChainFunction:
     """The program as one pure function ``(key, start) -> (per_draw, per_chain)``: the chain of
     :func:`run_chains`, its pieces and keys in one compiled call (jit or vmap it to time or
-    batch chains); equal to float32 rounding only (module docstring)."""
+    batch chains); equal to float32 rounding only (module docstring). A program whose chains
+    pool their tuning (``pooling``) is not one chain alone: :func:`run_chains` runs it.
+
+    Raises:
+        ValueError: the program pools its tuning across chains.
+    """
+    if program.pooling is not None:
+        raise ValueError(
+            "whole_chain: this program's chains share their tuning (pooling); run_chains runs it"
+        )
 
     def chain(key, start):
         keys = jax.random.split(key, len(program.tuning) + 2)
@@ -189,10 +219,14 @@ def _run_chain(
     settings: dict,
     in_flight: Path | None,
     ends: Path | None = None,
-) -> tuple[dict, dict]:
+    until: int | None = None,
+    pooled: dict | None = None,
+) -> tuple[dict, dict] | None:
     """One chain's (per-draw arrays, {"scalars", "seconds"}), going on from its checkpoint in
     ``in_flight`` if there is one, else from where the same chain with fewer draws ended (in
-    ``ends``), and storing checkpoints there and its end in ``ends``."""
+    ``ends``), and storing checkpoints there and its end in ``ends``. With ``until``, only up to
+    that many tuning stages (checkpointed; returns None); a program that pools its tuning
+    applies ``pooled`` (the chains' shared values) before its stage ``pooling.stage``."""
     keys = jax.random.split(key, len(program.tuning) + 2)
     draw_keys = jax.random.split(keys[-1], program.samples)
     began = time.perf_counter()
@@ -235,6 +269,13 @@ def _run_chain(
         saved = time.perf_counter()
         while progress["stage"] < len(program.tuning):
             stage = progress["stage"]
+            if until is not None and stage >= until:
+                return None  # checkpointed at the end of the stage before
+            if program.pooling is not None and stage == program.pooling.stage:
+                if pooled is None:
+                    raise ValueError(f"{checkpoints.chain_name(settings)}: the chains' pooled "
+                                     "tuning is needed to go on")  # fmt: skip
+                params = program.pooling.apply(params, pooled)
             run = compiled.tuning[stage]
             if isinstance(run, SegmentedStage):
                 carry = run.begin(keys[stage + 1], state, params)
@@ -261,6 +302,8 @@ def _run_chain(
             saved = time.perf_counter()
             if requested:
                 _stop(requested[0])
+        if until is not None:
+            return None
         while progress["drawn"] < program.samples:
             drawn = progress["drawn"]
             segment = draw_keys[drawn : drawn + SEGMENT]
@@ -293,12 +336,14 @@ def _stored_or_run(
     settings: dict,
     chain_store: Path | None,
     chain_ends: Path | None = None,
+    pooled: dict | None = None,
 ) -> tuple[dict, dict] | None:
     """One chain's (draws, info): read from ``chain_store``, or run here (from its checkpoint
     there or its end in ``chain_ends``, if any) and stored there; None while another process
-    runs it (its claim is in ``chain_store``)."""
+    runs it (its claim is in ``chain_store``). ``pooled``: the chains' shared tuning, if the
+    program pools it."""
     if chain_store is None:
-        return _run_chain(program, compiled, key, start, settings, None, chain_ends)
+        return _run_chain(program, compiled, key, start, settings, None, chain_ends, pooled=pooled)
     stored = unit_store.load(chain_store, settings)
     if stored is not None:
         return stored
@@ -308,7 +353,9 @@ def _stored_or_run(
         stored = unit_store.load(chain_store, settings)
         if stored is None:  # not finished by another process between the two looks
             in_flight = chain_store / checkpoints.IN_FLIGHT
-            stored = _run_chain(program, compiled, key, start, settings, in_flight, chain_ends)
+            stored = _run_chain(
+                program, compiled, key, start, settings, in_flight, chain_ends, pooled=pooled
+            )
             unit_store.save(chain_store, settings, *stored)
             _log.info(
                 "%s: finished and stored (%.0f s)",
@@ -338,12 +385,17 @@ def run_chains(
     their diagnostics; ``name`` (the sampler's) and ``extra`` (what else makes the program's
     draws) enter every chain's store key. ``chain_store`` keeps the finished chains and those
     in flight, ``chain_ends`` where each chain ended, for a later run with more draws (module
-    docstring)."""
+    docstring). A program that pools its tuning (``ChainProgram.pooling``) runs every chain to
+    its pooling stage first, then pools (:func:`_pool`), then goes on with each; without a
+    ``chain_store`` its chains in flight wait in a temporary one."""
     initial = np.asarray(initial)
     if initial.ndim != 2 or initial.shape[0] != config.chains:
         raise ValueError(f"{name}: initial must be ({config.chains}, D), got {initial.shape}")
     if config.warmup < 10:
         raise ValueError(f"{name}: the tuning needs warmup >= 10 steps, got {config.warmup}")
+    if program.pooling is not None and chain_store is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            return run_chains(name, program, initial, config, scratch, chain_ends, extra)
     chain_store = None if chain_store is None else Path(chain_store)
     chain_ends = None if chain_ends is None else Path(chain_ends)
     compiled = _compile(program)
@@ -351,6 +403,11 @@ def run_chains(
     finished: dict[int, tuple[dict, dict]] = {}
     if chain_store is not None:
         chain_store.mkdir(parents=True, exist_ok=True)
+    pooled = None
+    if program.pooling is not None:
+        every = [checkpoints.chain_settings(name, index, start, config, extra)
+                 for index, start in enumerate(initial)]  # fmt: skip
+        pooled = _pool(program, compiled, keys, initial, every, chain_store, chain_ends)
     while True:
         for index, (key, start) in enumerate(zip(keys, initial, strict=True)):
             if chain_store is not None and not chain_store.is_dir():
@@ -359,7 +416,7 @@ def run_chains(
                 settings = checkpoints.chain_settings(name, index, start, config, extra)
                 try:
                     stored = _stored_or_run(
-                        program, compiled, key, start, settings, chain_store, chain_ends
+                        program, compiled, key, start, settings, chain_store, chain_ends, pooled
                     )
                 except FileNotFoundError:  # removed while this process looked into it
                     if chain_store is None or chain_store.is_dir():
@@ -370,7 +427,92 @@ def run_chains(
         if len(finished) == config.chains:
             break
         time.sleep(CLAIM_POLL_SECONDS)  # another process runs the missing chains
-    return _summarise([finished[index] for index in range(config.chains)], config)
+    result = _summarise([finished[index] for index in range(config.chains)], config)
+    if pooled is not None:
+        result.diagnostics.update({f"pooled_{name}": value for name, value in pooled.items()})
+    return result
+
+
+def _tuned_so_far(
+    program: ChainProgram, settings: dict, chain_store: Path, chain_ends: Path | None
+) -> tuple[int, int]:
+    """How far a chain's tuning is: (stages done, segments of the next done); a finished chain,
+    or one with an end in ``chain_ends``, has done every stage."""
+    done = (len(program.tuning), 0)
+    if unit_store.load_info(chain_store, settings) is not None:
+        return done
+    progress = unit_store.load_info(chain_store / checkpoints.IN_FLIGHT, settings)
+    if progress is not None:
+        return progress["stage"], progress.get("segment", 0)
+    ended = chain_ends is not None and unit_store.load_info(
+        chain_ends, checkpoints.end_settings(settings)
+    )
+    return done if ended else (0, 0)
+
+
+def _pool(
+    program: ChainProgram,
+    compiled: _Compiled,
+    keys: jax.Array,
+    initial: np.ndarray,
+    every: list[dict],
+    chain_store: Path,
+    chain_ends: Path | None,
+) -> dict | None:
+    """The chains' pooled tuning (``program.pooling``): each chain not yet there is run (under
+    its claim) to the pooling stage and checkpointed; once every chain is there, ``combine``
+    of their parameters, stored in ``<chain_store>/pooled`` (``checkpoints.POOLED``) before any
+    chain goes on, so that every process, and a rerun, goes on with the same values. Waits
+    while other processes tune the rest. None when every chain has tuned already (finished, or
+    an end in ``chain_ends``) and no pooled record is stored.
+
+    Raises:
+        ValueError: some chains are past the pooling stage and others not, with no pooled
+            record stored (a store edited by hand).
+    """
+    pooling = program.pooling
+    records = chain_store / checkpoints.POOLED
+    unit = {"pooled": [unit_store.settings_key(settings) for settings in every]}
+    while True:
+        if not chain_store.is_dir():
+            raise _removed(chain_store)
+        stored = unit_store.load_info(records, unit)
+        if stored is not None:
+            return stored
+        at = (pooling.stage, 0)
+        reached = []
+        for key, start, settings in zip(keys, initial, every, strict=True):
+            behind = _tuned_so_far(program, settings, chain_store, chain_ends) < at
+            if behind and unit_store.claim(chain_store, settings):
+                try:
+                    in_flight = chain_store / checkpoints.IN_FLIGHT
+                    _run_chain(program, compiled, key, start, settings, in_flight, chain_ends,
+                               until=pooling.stage)  # fmt: skip
+                finally:
+                    unit_store.release(chain_store, settings)
+            reached.append(_tuned_so_far(program, settings, chain_store, chain_ends))
+        if all(where == at for where in reached):
+            tuned = []
+            for key, start, settings in zip(keys, initial, every, strict=True):
+                template = compiled.init(key, jnp.asarray(start))
+                in_flight = chain_store / checkpoints.IN_FLIGHT
+                _, _, params, _ = checkpoints.load_checkpoint(in_flight, settings, template)
+                tuned.append(params)
+            values = program.pooling.combine(tuned)
+            unit_store.save(records, unit, None, values)
+            _log.info("the chains pool their tuning: %s", values)
+            return values
+        if any(where > at for where in reached):
+            stored = unit_store.load_info(records, unit)  # written since the first look
+            if stored is not None:
+                return stored
+            if all(where > at for where in reached):
+                return None
+            raise ValueError(
+                f"{chain_store}: some chains are tuned past their pooling stage and others not, "
+                f"and no pooled record is stored in {records}"
+            )
+        time.sleep(CLAIM_POLL_SECONDS)  # another process tunes the others
 
 
 def _summarise(chains: list[tuple[dict, dict]], config: ChainsConfig) -> ChainsResult:

@@ -6,11 +6,12 @@ U(theta) (D,) -> (), starts (C, D) and a ``ChainsConfig`` (``chains``, ``warmup`
 ``seed``; ``target_accept`` for MAMS, ``max_tree_depth`` caps a MAMS trajectory and an MCLMC
 draw's steps at 2^max_tree_depth - 1 integration steps as it caps a NUTS tree; ``dense_mass`` and
 ``chain_method`` are not used) and return a ``ChainsResult`` of draws (C, N, D). Every chain is
-tuned on its own (its own step size, L and diagonal preconditioner). Each sampler is a
-``chain_runner.ChainProgram`` (:func:`mclmc_program`, :func:`mams_program`); the runner
-(``vbnn.references.chain_runner``) runs the chains one after the other and, with a
-``chain_store`` directory, stores every finished chain and checkpoints the chain in flight, so a
-killed run goes on where it stopped and processes that share the store share the chains.
+tuned on its own (its own step size, L and diagonal preconditioner; a MAMS chain's L can be
+shared). Each sampler is a ``chain_runner.ChainProgram`` (:func:`mclmc_program`,
+:func:`mams_program`); the runner (``vbnn.references.chain_runner``) runs the chains one after
+the other and, with a ``chain_store`` directory, stores every finished chain and checkpoints the
+chain in flight, so a killed run goes on where it stopped and processes that share the store
+share the chains.
 
 * **MCLMC** (Robnik & Seljak 2024; tuning from Robnik, De Luca, Silverstein & Seljak 2023):
   isokinetic Langevin dynamics with the McLachlan integrator (2 gradients a step), no Metropolis
@@ -37,6 +38,9 @@ killed run goes on where it stopped and processes that share the store share the
   retuned by dual averaging at that L (``adjusted_mclmc_make_L_step_size_adaptation`` with L
   fixed). The installed BlackJAX clamps stage (2) to a factor 2 and pins L = 2 eps at the end of
   its own tuner, which would keep trajectories at 2-4 steps; stage (2) is therefore done here.
+  With ``config.shared_length`` the chains share one L, the median of their stage-2 lengths,
+  and each runs stage (3) at it (``chain_runner.Pooling``: every chain is tuned to stage (2)
+  before any goes on).
 
 Warm-up budget ``config.warmup``: MCLMC integrator steps per chain (one step, 2 gradients),
 0.3 / 0.3 (+0.1 for the preconditioner) / 0.3 of them in its three phases; MAMS transitions,
@@ -73,6 +77,7 @@ from vbnn.references.chain_runner import (
     GRADIENTS_PER_STEP,
     ChainFunction,
     ChainProgram,
+    Pooling,
     SegmentedStage,
     run_chains,
     whole_chain,
@@ -438,7 +443,24 @@ def mams_program(
     else:
         stage1 = step_size_given_preconditioner
     tuning = (stage1, trajectory_length, step_size_at_length)
-    return ChainProgram(init, tuning, sample, finish, config.samples)
+    pooling = None
+    if config.shared_length:
+        pooling = Pooling(2, shared_trajectory_length, with_trajectory_length)
+    return ChainProgram(init, tuning, sample, finish, config.samples, pooling)
+
+
+def shared_trajectory_length(tuned: list[MCLMCAdaptationState]) -> dict:
+    """The trajectory length the chains share (``ChainsConfig.shared_length``): the median of
+    the lengths their second tuning stage chose, each estimated from 0.2 ``warmup`` transitions
+    (a chain's own estimate varies by a factor 1.5-3.5 across the four chains of a depth-4 or
+    depth-5 unit at 10,000 points, reproductions/depth/README.md), with those lengths."""
+    lengths = [float(params.L) for params in tuned]
+    return {"trajectory_length": float(np.median(lengths)), "chain_tuned_lengths": lengths}
+
+
+def with_trajectory_length(params: MCLMCAdaptationState, shared: dict) -> MCLMCAdaptationState:
+    """``params`` with the shared trajectory length (:func:`shared_trajectory_length`)."""
+    return params._replace(L=jnp.asarray(shared["trajectory_length"], jnp.asarray(params.L).dtype))
 
 
 def mclmc_chain(potential: JaxPotential, config: ChainsConfig) -> ChainFunction:

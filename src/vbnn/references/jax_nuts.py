@@ -51,6 +51,10 @@ class ChainsConfig:
             length kept, so a transition takes ``step_scale`` times the integration steps; a
             smaller step than the acceptance target asks for keeps the integrator stable where
             the curvature is far above typical (fewer divergent transitions).
+        shared_length: MAMS only: the chains share one trajectory length L, the median of the
+            lengths their second tuning stage chose, and each retunes its step size at it
+            (``jax_mclmc.mams_program``), instead of each keeping its own; a chain whose short
+            tuning run chose a short L mixes slower than the others and holds R-hat up.
     """
 
     chains: int = 4
@@ -63,6 +67,7 @@ class ChainsConfig:
     chain_method: ChainMethod = ChainMethod.SEQUENTIAL
     seed: int = 0
     step_scale: float = 1.0
+    shared_length: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chain_method", ChainMethod(self.chain_method))
@@ -82,10 +87,13 @@ class ChainsConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as stored and hashed into chain and unit keys; ``step_scale`` only where
-        it is not 1 (it came later: the stored keys of unscaled chains stay as they were)."""
+        it is not 1 and ``shared_length`` only where it is True (they came later: the stored
+        keys of chains without them stay as they were)."""
         out = {**asdict(self), "chain_method": self.chain_method.value}
         if self.step_scale == 1:
             del out["step_scale"]
+        if not self.shared_length:
+            del out["shared_length"]
         return out
 
 

@@ -60,6 +60,11 @@ def run_sampler(
             f"run_sampler: step_scale={config.step_scale} applies to MAMS only, not "
             f"{sampler.value} (NUTS and MCLMC tune their own step sizes)"
         )
+    if config.shared_length and sampler is not Sampler.MAMS:
+        raise ValueError(
+            f"run_sampler: shared_length applies to MAMS only, not {sampler.value} (the others "
+            "have no trajectory length tuned per chain to share)"
+        )
     if sampler is Sampler.NUTS:
         return run_chains(potential, initial, config)
     require_sampler(sampler)

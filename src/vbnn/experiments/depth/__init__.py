@@ -43,7 +43,8 @@ def run_note(units: list, shared: dict, quick: bool) -> str:
     sampler = {
         "nuts": f"NumPyro NUTS (tree depth <= {chains.max_tree_depth}, {mass} mass matrix)",
         "mams": f"BlackJAX MAMS (target acceptance {chains.target_accept}"
-        + (f", step / {chains.step_scale:g})" if chains.step_scale != 1 else ")"),
+        + (f", step / {chains.step_scale:g}" if chains.step_scale != 1 else "")
+        + (", trajectory length shared by the chains)" if chains.shared_length else ")"),
         "mclmc": "BlackJAX unadjusted MCLMC (biased)",
     }[shared["sampler"].value]
     sizes = (
@@ -120,6 +121,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1.0,
         help="MAMS: divide the tuned step size by this, trajectory length kept (>= 1; costs "
         "that many times the gradients a transition; fewer divergent transitions)",
+    )
+    parser.add_argument(
+        "--shared-length",
+        action="store_true",
+        help="MAMS: the chains share one trajectory length, the median of those their tuning "
+        "chose, and each retunes its step size at it (a chain whose tuning chose a short one "
+        "mixes slower than the others)",
     )
     parser.add_argument(
         "--max-tree-depth",
@@ -213,9 +221,12 @@ def build_settings(args: argparse.Namespace) -> tuple[list, dict]:
         dense_mass=args.dense_mass,
         target_accept=args.target_accept or (0.9 if sampler is Sampler.MAMS else 0.8),
         step_scale=args.step_scale,
+        shared_length=args.shared_length,
     )
     if chains.step_scale != 1 and sampler is not Sampler.MAMS:
         raise ValueError(f"--step-scale {args.step_scale}: for --sampler mams only")
+    if chains.shared_length and sampler is not Sampler.MAMS:
+        raise ValueError("--shared-length: for --sampler mams only")
     # 5 repeats by default, a unit a time: see reproductions/depth/README.md for the budget
     repeats = args.repeats or (1 if quick else 5)
     if not 0 <= args.first_repeat < repeats:
