@@ -83,7 +83,10 @@ def status(runs: list[Path]) -> pd.DataFrame:
             + (f", tree depth <= {c['max_tree_depth']}" if r["sampler"] == "nuts" else "")
             for c, r in zip(chains, records, strict=True)
         ]
-        frame["step_scale"] = [f"1/{c.get('step_scale', 1.0):g}" for c in chains]
+        frame["step_scale"] = [
+            f"1/{c.get('step_scale', 1.0):g}" + (", L shared" if c.get("shared_length") else "")
+            for c in chains
+        ]
         frames.append(frame)
     table = pd.concat(frames, ignore_index=True)
     bulk_tail = zip(table["sampler_bulk_ess_min"], table["sampler_tail_ess_min"], strict=True)
