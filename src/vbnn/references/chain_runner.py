@@ -482,6 +482,8 @@ def _pool(
         at = (pooling.stage, 0)
         reached = []
         for key, start, settings in zip(keys, initial, every, strict=True):
+            if not chain_store.is_dir():  # another process stored the unit: do not claim anew
+                raise _removed(chain_store)
             behind = _tuned_so_far(program, settings, chain_store, chain_ends) < at
             if behind and unit_store.claim(chain_store, settings):
                 try:
