@@ -78,6 +78,28 @@ def gaussian_potential(mean: np.ndarray, covariance: np.ndarray):
     return potential
 
 
+class Killed(Exception):
+    """A run killed in a test, right after it wrote a checkpoint."""
+
+
+def kill_after_checkpoints(monkeypatch, counts) -> list[dict]:
+    """Make ``save_checkpoint`` raise ``Killed`` right after its n-th write, for every n in
+    ``counts``; returns the list that the progress of every write is appended to."""
+    from vbnn.references import chain_checkpoints
+
+    saved = []
+    checkpoint = chain_checkpoints.save_checkpoint
+
+    def killed_after_some(store, settings, progress, *state):
+        checkpoint(store, settings, progress, *state)
+        saved.append(progress)
+        if len(saved) in counts:
+            raise Killed
+
+    monkeypatch.setattr(chain_checkpoints, "save_checkpoint", killed_after_some)
+    return saved
+
+
 @pytest.fixture(scope="module")
 def gaussian() -> tuple:
     """A 6-D Gaussian with correlations up to ~0.9 and scales from 0.3 to 3."""
@@ -192,7 +214,7 @@ def test_a_shared_length_is_stored_once_and_survives_a_kill(gaussian, tmp_path, 
     draws of a run never killed. It is for MAMS only, enters the key only when used, is not one
     chain alone (``mams_chain``), and a store whose chains are past the pooling without its
     record is named; merging stores brings the record along."""
-    from vbnn.references import chain_checkpoints, jax_mclmc
+    from vbnn.references import jax_mclmc
     from vbnn.references.chain_checkpoints import POOLED, chain_settings, merge_chain_stores
     from vbnn.stores import unit_store
 
@@ -200,20 +222,8 @@ def test_a_shared_length_is_stored_once_and_survives_a_kill(gaussian, tmp_path, 
     config = dataclasses.replace(CONFIG, warmup=50, samples=20, shared_length=True)
     assert "shared_length" not in CONFIG.to_dict() and config.to_dict()["shared_length"]
     expected = run_sampler(Sampler.MAMS, potential, starts, config)
-    saved = []
-
-    class Killed(Exception):
-        pass
-
-    checkpoint = chain_checkpoints.save_checkpoint
-
-    def killed_after_some(store, settings, progress, *state):
-        checkpoint(store, settings, progress, *state)
-        saved.append(progress)
-        if len(saved) in (3, 10):  # chain 1 after stage 1; after pooling, chain 1 after stage 3
-            raise Killed
-
-    monkeypatch.setattr(chain_checkpoints, "save_checkpoint", killed_after_some)
+    # killed as chain 1 ends stage 1, and after pooling as chain 1 ends stage 3
+    saved = kill_after_checkpoints(monkeypatch, (3, 10))
     store = tmp_path / "chains"
     with pytest.raises(Killed):
         run_sampler(Sampler.MAMS, potential, starts, config, store)
@@ -222,7 +232,7 @@ def test_a_shared_length_is_stored_once_and_survives_a_kill(gaussian, tmp_path, 
         run_sampler(Sampler.MAMS, potential, starts, config, store)
     assert [(p["stage"], p["drawn"]) for p in saved[2:10]] == [(1, 0), (2, 0)] * 3 + [(3, 0)] * 2
     assert len(list((store / POOLED).glob("*.json"))) == 1
-    monkeypatch.setattr(chain_checkpoints, "save_checkpoint", checkpoint)
+    monkeypatch.undo()  # no more kills
     result = run_sampler(Sampler.MAMS, potential, starts, config, store)
     np.testing.assert_array_equal(result.samples, expected.samples)
     assert result.diagnostics["pooled_trajectory_length"] == pytest.approx(
@@ -396,7 +406,7 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
     stored. Each checkpoint and resumption is a progress line."""
     import logging
 
-    from vbnn.references import chain_checkpoints, chain_runner
+    from vbnn.references import chain_runner
 
     potential, starts, _, _ = gaussian
     config = dataclasses.replace(CONFIG, chains=2, warmup=50, samples=45)
@@ -411,20 +421,7 @@ def test_a_chain_killed_in_flight_goes_on_from_its_checkpoint(
     tuning = within + [(stage, 0) for stage in range(1, stages + 1)]
     # killed inside stage 1 (MAMS) or after the tuning (MCLMC), then 4 segments of draws later
     stop_after = {3 if within else 1, len(tuning) + 4}
-    saved = []
-
-    class Killed(Exception):
-        pass
-
-    checkpoint = chain_checkpoints.save_checkpoint
-
-    def killed_after_some(store, settings, progress, *state):
-        checkpoint(store, settings, progress, *state)
-        saved.append(progress)
-        if len(saved) in stop_after:
-            raise Killed
-
-    monkeypatch.setattr(chain_checkpoints, "save_checkpoint", killed_after_some)
+    saved = kill_after_checkpoints(monkeypatch, stop_after)
     caplog.set_level(logging.INFO, logger="vbnn")
     store = tmp_path / "chains"
     for _ in stop_after:
