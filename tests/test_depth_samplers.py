@@ -905,10 +905,10 @@ def tiny_network() -> tuple:
     return potential, starts, reference.samples
 
 
-# MCLMC's warm-up counts integrator steps (2 gradients each), MAMS's transitions (about 5 steps
-# each here). At 400 steps its step size has not settled: over seeds 0-7 the worst chain's
-# energy error variance per dimension while sampling was 0.0006-0.0052, past the trust limit
-# 5e-3 on one seed on one machine; at 2000 steps, 0.0009-0.0018.
+# MCLMC's warm-up counts integrator steps (2 gradients each), MAMS's transitions (about 8
+# integration steps each here). At 400 steps its step size has not settled: over seeds 0-7 the
+# worst chain's energy error variance per dimension while sampling was 0.0006-0.0052, past the
+# trust limit 5e-3 on one seed on one machine; at 2000 steps, 0.0009-0.0018.
 MCLMC_WARMUP = 2000
 
 
