@@ -99,3 +99,42 @@ def check_families(families: tuple[str, ...], task: Task) -> tuple[str, ...]:
                 f"from {list(FAMILIES)} ('point' is the maximum-likelihood baseline)"
             )
     return tuple(families)
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """How the entries of a comparison on the user's own network are trained and scored.
+
+    Attributes:
+        epochs: passes over the training examples (``vbnn.train``).
+        batch_size: examples per step (None: full batch); also the examples per test pass.
+        learning_rate: Adam step size.
+        test_samples: K, predictive samples of a family and of MC dropout.
+        ensemble_size: M, the members of ``ensemble``.
+        level: probability of the central predictive interval whose coverage is reported
+            (regression).
+        seed: seeds every initial network, minibatch order, training noise and predictive
+            sample (per replicate and member, ``core.randomness.derive_seed``).
+    """
+
+    epochs: int = 20
+    batch_size: int | None = 128
+    learning_rate: float = 1e-3
+    test_samples: int = 20
+    ensemble_size: int = 5
+    level: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = {
+            "epochs": self.epochs >= 1,
+            "batch_size": self.batch_size is None or self.batch_size >= 1,
+            "learning_rate": self.learning_rate > 0,
+            "test_samples": self.test_samples >= 1,
+            "ensemble_size": self.ensemble_size >= 1,
+            "level": 0 < self.level < 1,
+            "seed": self.seed >= 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"NetworkConfig: invalid {name}={getattr(self, name)!r}")

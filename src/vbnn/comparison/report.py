@@ -31,6 +31,18 @@ METRICS = {
         "brier": "Brier",
     },
 }
+# out-of-distribution detection (a network compared with ``ood=``): frame column -> heading
+OUT_OF_DISTRIBUTION = {
+    f"{score} {metric}": f"{metric} ({heading})"
+    for score, heading in (("entropy", "entropy"), ("mutual_information", "MI"))
+    for metric in ("AUROC", "AUPR", "FPR95")
+}
+
+
+def metric_columns(folds: pd.DataFrame, task: Task) -> dict[str, str]:
+    """The task's metrics and the out-of-distribution ones the frame holds: column -> heading."""
+    present = {k: v for k, v in OUT_OF_DISTRIBUTION.items() if k in folds.columns}
+    return {**METRICS[task], **present}
 
 
 def summary_frame(folds: pd.DataFrame, task: Task) -> pd.DataFrame:
@@ -38,7 +50,8 @@ def summary_frame(folds: pd.DataFrame, task: Task) -> pd.DataFrame:
 
     Args:
         folds: one row per (family, fold) with columns ``family``, ``fold``, ``seconds``,
-            ``tuning_seconds`` and the task's metric columns (``METRICS``).
+            ``tuning_seconds`` and the task's metric columns (``METRICS``; any of
+            ``OUT_OF_DISTRIBUTION``).
 
     Returns:
         Indexed by family, best mean test LL first; columns ``<metric>`` and ``<metric> sem``,
@@ -47,7 +60,7 @@ def summary_frame(folds: pd.DataFrame, task: Task) -> pd.DataFrame:
     rows = []
     for family, part in folds.groupby("family", sort=False):
         row: dict[str, object] = {"family": family}
-        for column in METRICS[task]:
+        for column in metric_columns(folds, task):
             values = part[column].dropna().tolist()
             mean, sem = mean_and_standard_error(values) if values else (float("nan"),) * 2
             row[column], row[f"{column} sem"] = mean, sem
@@ -109,7 +122,7 @@ def display_table(
 ) -> pd.DataFrame:
     """The printed table: every metric as "mean +- sem", the paired gap and whether it is a tie,
     the training and tuning seconds summed over folds."""
-    headings = dict(METRICS[task])
+    headings = metric_columns(summary, task)
     if "coverage" in headings:
         headings["coverage"] = f"{level:.0%} coverage"
     rows = []

@@ -1,11 +1,17 @@
-"""``vbnn.compare``: families (and the ES/MAP baselines) over K folds or given splits of a table.
+"""``vbnn.compare``: which family for my network and data? Entries over the same replicates.
 
-Every check (the table, the task, the families, the folds) runs before any training. The runs
-are stored in a results database (``stores.results_db``) under a name that hashes the data and
-the folds, so a comparison killed part way resumes: only the folds not stored train again.
-Both tasks train each family's folds as batched stacks (``compare.regression``,
-``compare.classification``). Units run on the executor of the sweeps (``local``, ``processes``,
-``ray``); the driver alone writes.
+Two ways of building the network, one driver. ``compare(network, (x, y), test=..., ...)`` trains
+the user's own ``nn.Module`` (``compare.network``: every ``vbnn.FAMILIES`` name through
+``vbnn.convert``, and the baselines ``point``, ``ensemble``, ``mc-dropout``); ``compare(table,
+target=...)`` (a CSV file, a UCI name or arrays) builds MLPs and trains each family's folds as
+batched stacks (``compare.regression``, ``compare.classification``; the regression baselines
+``es``, ``map``, ``sgld`` and the per-fold search run there). Every check runs before any
+training. Both store each (entry, replicate) in a results database (``stores.results_db``) under
+a name that hashes the data, the replicates and the settings (and the network), so a comparison
+killed part way resumes and an identical second call trains nothing; both run their units on the
+executor of the sweeps (``local``, ``processes``, ``ray``; ``compare.units``: the driver alone
+writes) and share the report: mean +- SEM, paired gaps, the verdict and the figure
+(``compare.report``).
 """
 
 from __future__ import annotations
@@ -20,12 +26,19 @@ from typing import Any
 import numpy as np
 import optuna
 import pandas as pd
+from torch import nn
 
 from vbnn.comparison import folds as folding
 from vbnn.comparison.classification import classification_stack, classifier_run
-from vbnn.comparison.config import DEFAULT_FAMILIES, CompareConfig, check_families
+from vbnn.comparison.config import (
+    DEFAULT_FAMILIES,
+    CompareConfig,
+    NetworkConfig,
+    check_families,
+)
 from vbnn.comparison.data import load_data
 from vbnn.comparison.folds import Split, Task
+from vbnn.comparison.network import prepare
 from vbnn.comparison.regression import (
     COVERAGE,
     interval_coverages,
@@ -34,12 +47,15 @@ from vbnn.comparison.regression import (
     train_config,
 )
 from vbnn.comparison.report import (
+    METRICS,
+    OUT_OF_DISTRIBUTION,
     display_table,
     paired_gaps,
     plot_comparison,
     summary_frame,
     verdict,
 )
+from vbnn.comparison.units import stored_rows
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.tuning import TuningConfig, study_name, tune
 from vbnn.stores.markdown import markdown_table
@@ -63,6 +79,7 @@ class ComparisonResult:
         table: the printed table (strings "mean +- sem").
         verdict: the plain sentence of ``report.verdict``.
         level: the probability of the interval whose coverage is reported.
+        over: what the replicates are ("folds"; "seeds" for a network with a test set).
     """
 
     task: Task
@@ -74,6 +91,7 @@ class ComparisonResult:
     table: pd.DataFrame
     verdict: str
     level: float
+    over: str = "folds"
 
     def plot(self, path: str | Path | None = None):
         """Test LL per fold and mean +- SEM per family; written to ``path`` when given."""
@@ -83,7 +101,8 @@ class ComparisonResult:
         """The table and the verdict as Markdown."""
         folds = int(self.summary["folds"].max())
         return (
-            f"{self.task.value} on {self.name}, mean +- standard error over {folds} folds\n\n"
+            f"{self.task.value} on {self.name}, mean +- standard error over {folds} "
+            f"{self.over}\n\n"
             f"{markdown_table(self.table, index=True)}\n\n{self.verdict}\n"
         )
 
@@ -97,15 +116,18 @@ def executor_settings(executor: str | ExecutorSettings) -> ExecutorSettings:
     return ExecutorSettings(kind=ExecutorKind(executor))
 
 
-# Parameters: the public entry point: the data, then keyword-only options that the CLI's flags
-# mirror; ``settings`` are ``CompareConfig``'s fields
+# Parameters: the public entry point: the network or data, then keyword-only options that the
+# CLI's flags mirror; ``settings`` are ``CompareConfig``'s (table) or ``NetworkConfig``'s fields
 def compare(
     data: Any,
     y: Any = None,
     *,
+    test: Any = None,
+    ood: Any = None,
+    seeds: int = 1,
     target: str | None = None,
     families: Sequence[str] | None = None,
-    folds: int = 5,
+    folds: int | None = None,
     splits: Sequence[Split] | None = None,
     task: str | Task | None = None,
     database: str | Path | None = None,
@@ -114,35 +136,60 @@ def compare(
     data_dir: str | None = None,
     **settings: Any,
 ) -> ComparisonResult:
-    """Compare families on K folds (or the given splits) of one data set.
+    """Compare families (and baselines) on the same replicates of one data set.
+
+    Your network: ``compare(network, (x, y), test=(x_test, y_test), ood=x_ood, families=[...],
+    seeds=S, epochs=E)``; a table: ``compare("data.csv", target="price")``, ``compare("yacht")``
+    or ``compare(X, y)``, which builds MLPs.
 
     Args:
-        data: a CSV file (with ``target``), a UCI set's name ("yacht"), or inputs X (N, I).
-        y: the targets (N,) when ``data`` is X.
+        data: an ``nn.Module`` or a function of no arguments returning one (your network); or a
+            CSV file (with ``target``), a UCI set's name ("yacht"), or inputs X (N, I).
+        y: with a network, its data: (x, y) tensors or arrays, or a Dataset of (x, y) pairs
+            (integer y: classification, floating y: regression); with X, the targets (N,).
+        test: a network's test data (x_test, y_test); each seed trains on all of ``y``.
+        ood: a network's out-of-distribution inputs (classification): AUROC, AUPR and FPR95 of
+            the predictive entropy and of the mutual information.
+        seeds: a network's seeds per test set or fold (replicates of training).
         target: the target column of a CSV file.
-        families: names of ``vbnn.FAMILIES`` and the regression baselines ``es``, ``map``,
-            ``sgld`` (default: ``config.DEFAULT_FAMILIES`` of the task).
-        folds: K, when ``splits`` is None: seeded K folds (stratified for classification).
+        families: names of ``vbnn.FAMILIES``; with a network also ``point``, ``ensemble`` and
+            ``mc-dropout`` (``compare.entries``); with a table the regression baselines ``es``,
+            ``map``, ``sgld`` (default: ``config.DEFAULT_FAMILIES`` of the task; a network
+            ``network.DEFAULT_ENTRIES``).
+        folds: K, when neither ``test`` nor ``splits`` is given: seeded K folds (stratified for
+            classification; default 5).
         splits: (training rows, test rows) pairs to use instead of K folds.
-        task: "regression" or "classification"; None infers it from the target
-            (``folds.infer_task``) and says why in ``task_reason``.
+        task: a table's "regression" or "classification"; None infers it from the target
+            (``folds.infer_task``) and says why in ``task_reason``. A network's task follows
+            the dtype of y.
         database: the results SQLite file (resumable); None keeps the runs in a temporary file.
         executor: "local", "processes", "ray" or an ``ExecutorSettings``.
         progress: progress bars on stderr.
         data_dir: the data directory for a UCI name (default ``$VBNN_DATA_DIR``).
-        **settings: ``CompareConfig`` fields (``tune``, ``trials``, ``seed``, ``iterations``,
-            ``epochs``, ``hidden``, ...).
+        **settings: a table's ``CompareConfig`` fields (``tune``, ``trials``, ``seed``,
+            ``iterations``, ``epochs``, ``hidden``, ...); a network's ``NetworkConfig`` fields
+            (``epochs``, ``batch_size``, ``learning_rate``, ``test_samples``,
+            ``ensemble_size``, ``level``, ``seed``).
 
     Raises:
-        ValueError: bad data (the table's errors name file, line and column), an unknown or
-            unsuitable family, too few rows for K folds, a one-class target, a bad setting;
-            all before any training.
+        ValueError: bad data (the table's errors name file, line and column; a network's data
+            name the argument and shape), an unknown or unsuitable family, too few rows for K
+            folds, a one-class target, a bad setting; all before any training.
     """
+    if isinstance(data, nn.Module) or callable(data):
+        for given, name in ((target, "target"), (task, "task"), (data_dir, "data_dir")):
+            if given is not None:
+                raise ValueError(f"{name}: applies to a table, not to a network")
+        return _compare_network(data, y, test, ood, families, seeds, folds, splits, database,
+                                executor, progress, settings)  # fmt: skip
+    if test is not None or ood is not None or seeds != 1:
+        raise ValueError("test, ood and seeds apply to a network: compare(network, (x, y), ...)")
     known = set(CompareConfig.__dataclass_fields__)
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ValueError(f"compare: unknown setting {unknown[0]!r}; settings are {sorted(known)}")
     config = CompareConfig(**settings)
+    folds = 5 if folds is None else folds
     table = load_data(data, y, target, data_dir)
     x, values = table.inputs, table.target
     if task is None and table.named_classes:
@@ -180,6 +227,13 @@ def compare(
             frame = _classification_folds(
                 name, x, values, chosen, names, config, path, run_settings, progress
             )
+    return _result(frame, task, reason, name, config.level, "folds")
+
+
+def _result(
+    frame: pd.DataFrame, task: Task, reason: str, name: str, level: float, over: str
+) -> ComparisonResult:
+    """The report of the rows of every (entry, replicate): summary, gaps, table, verdict."""
     summary = summary_frame(frame, task)
     gaps = paired_gaps(frame).loc[summary.index]  # both put the best family first
     return ComparisonResult(
@@ -189,10 +243,48 @@ def compare(
         folds=frame,
         summary=summary,
         gaps=gaps,
-        table=display_table(summary, gaps, task, config.level),
+        table=display_table(summary, gaps, task, level),
         verdict=verdict(gaps),
-        level=config.level,
+        level=level,
+        over=over,
     )
+
+
+# Parameters: ``compare``'s arguments for the network form (one call site)
+def _compare_network(
+    network: Any,
+    data: Any,
+    test: Any,
+    ood: Any,
+    families: Sequence[str] | None,
+    seeds: int,
+    folds: int | None,
+    splits: Sequence[Split] | None,
+    database: str | Path | None,
+    executor: str | ExecutorSettings,
+    progress: bool,
+    settings: dict[str, Any],
+) -> ComparisonResult:
+    """``compare`` on the user's network (``compare.network``), through the shared driver."""
+    known = set(NetworkConfig.__dataclass_fields__)
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(
+            f"compare: unknown setting {unknown[0]!r} for a network; settings are {sorted(known)}"
+        )
+    config = NetworkConfig(**settings)
+    run_settings = executor_settings(executor)
+    prepared = prepare(network, data, test, ood, families, seeds, folds, splits, config,
+                       run_settings.cpus_per_unit)  # fmt: skip
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(database) if database is not None else Path(scratch) / "compare.sqlite"
+        rows = stored_rows(path, prepared.name, prepared.runs, prepared.replicate_ids,
+                           prepared.build_units, run_settings, progress)  # fmt: skip
+    frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
+    columns = ["family", "fold", *METRICS[prepared.task], "seconds", "tuning_seconds"]
+    columns += [c for c in OUT_OF_DISTRIBUTION if c in frame.columns]
+    return _result(frame[columns], prepared.task, prepared.reason, prepared.name, config.level,
+                   prepared.over)  # fmt: skip
 
 
 # Parameters: the pieces ``compare`` has resolved and checked for a regression (one call site)
@@ -286,48 +378,28 @@ def _classification_folds(
     progress: bool,
 ) -> pd.DataFrame:
     """One unit per stack of folds the database lacks (folds of equal sizes; one fold a unit
-    when tuned, the folds' learning rates differing); one row per (family, fold)."""
+    when tuned, the folds' learning rates differing); one row per (family, fold)
+    (``compare.units``)."""
     _, labels = np.unique(values, return_inverse=True)
     runs = {family: classifier_run(family, config) for family in names}
-    fold_ids = list(range(len(splits)))
-    with ResultsDatabase(path) as database:
-        units = []
-        for family, run in runs.items():
-            missing = database.missing_splits(name, fold_ids, run)
-            groups: dict[tuple[int, ...], list[int]] = {}
-            for k in missing:
-                key = (k,) if run.trials else tuple(len(part) for part in splits[k])
-                groups.setdefault(key, []).append(k)
-            units.extend(
-                Unit(
-                    f"{family} folds {group}",
-                    classification_stack,
-                    (x, labels, [splits[k] for k in group], run, group),
-                    settings.cpus_per_unit,
-                )
-                for group in groups.values()
-            )
 
-        def store(unit: Unit, value: tuple) -> None:
-            results, metrics = value
-            database.write_results(name, unit.arguments[3], results, None, metrics)
-
-        run_sweep(settings, units, store, "training", progress)
-        rows = []
-        for family, run in runs.items():
-            stored = database.read_metrics(name, run, fold_ids)
-            seconds = {r.split: r.train_seconds for r in database.read_results(name, run)}
-            rows.extend(
-                {
-                    "family": family,
-                    "fold": k,
-                    "log_likelihood": m["test_log_likelihood"],
-                    "accuracy": m["accuracy"],
-                    "ece": m["ece"],
-                    "brier": m["brier"],
-                    "seconds": seconds[k],
-                    "tuning_seconds": m["tuning_seconds"],
-                }
-                for k, m in stored.items()
+    def build_units(family: str, run: Any, missing: list[int]) -> list[Unit]:
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for k in missing:
+            key = (k,) if run.trials else tuple(len(part) for part in splits[k])
+            groups.setdefault(key, []).append(k)
+        return [
+            Unit(
+                f"{family} folds {group}",
+                classification_stack,
+                (x, labels, [splits[k] for k in group], run, group),
+                settings.cpus_per_unit,
             )
-    return pd.DataFrame(rows)
+            for group in groups.values()
+        ]
+
+    rows = stored_rows(path, name, runs, list(range(len(splits))), build_units, settings,
+                       progress)  # fmt: skip
+    frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
+    return frame[["family", "fold", *METRICS[Task.CLASSIFICATION], "seconds",
+                  "tuning_seconds"]]  # fmt: skip

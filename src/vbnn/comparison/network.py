@@ -1,0 +1,297 @@
+"""``vbnn.compare(network, (x, y), ...)``: families and baselines on the user's own network.
+
+The data are tensors or arrays (or a ``torch.utils.data.Dataset`` of (x, y) pairs, stacked);
+the task follows the targets: integer classes 0 .. C-1 make a classification (the network's
+output is C logits), floating targets a regression (one output, a learned Gaussian noise). The
+replicates are the seeds when ``test=`` is given (each seed trains on all of (x, y) and tests on
+``test``), else the (fold, seed) pairs of K folds or given splits. Every (entry, replicate) is a
+unit of the results database (``comparison.units``) under a name that hashes the network (its
+architecture and initial weights), the data, the replicates and the settings.
+
+Scores per replicate (``score``): classification test log-likelihood, accuracy, ECE and Brier of
+the predictive p(y | x) = 1/K sum_k softmax(f_k(x)) (``classification.fold_metrics``); with
+out-of-distribution inputs, AUROC, AUPR and FPR at 95 % TPR of the predictive entropy and of the
+mutual information (``vbnn.metrics``; out-of-distribution inputs positive; NaN for the mutual
+information of ``point``, which has one sample); regression test log-likelihood of the mixture
+1/K sum_k N(f_k(x), sigma_k^2), the RMSE of its mean and the coverage of its central interval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from vbnn.comparison.classification import fold_metrics
+from vbnn.comparison.config import NetworkConfig
+from vbnn.comparison.entries import (
+    EntryRun,
+    NetworkSource,
+    Trained,
+    check_entries,
+    train_entry,
+)
+from vbnn.comparison.folds import Split, Task, check_splits, data_key, k_folds
+from vbnn.core.randomness import derive_seed
+from vbnn.core.runs import SplitResult
+from vbnn.metrics import (
+    gaussian_mixture_log_likelihood,
+    interval_coverage,
+    mutual_information,
+    out_of_distribution,
+    predictive_entropy,
+    rmse,
+)
+from vbnn.sweeps.executors import Unit
+
+DEFAULT_ENTRIES = {
+    Task.CLASSIFICATION: ("mf", "point", "ensemble"),
+    Task.REGRESSION: ("mf", "point", "ensemble"),
+}
+SCORES = ("entropy", "mutual_information")
+
+
+def as_tensors(data: Any, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x (N, ...), y (N,)) of a pair of tensors or arrays or of a Dataset of (x, y) pairs.
+
+    Raises:
+        ValueError: not a pair, x and y of different lengths, no example, a non-finite input or
+            target (its position named), targets that are not one per example.
+    """
+    if isinstance(data, Dataset):
+        pairs = [data[i] for i in range(len(data))]  # type: ignore[arg-type]
+        if not pairs:
+            raise ValueError(f"{name}: the dataset is empty")
+        x = torch.stack([torch.as_tensor(p[0]) for p in pairs])
+        y = torch.stack([torch.as_tensor(p[1]) for p in pairs])
+    elif isinstance(data, tuple | list) and len(data) == 2:
+        x, y = (torch.as_tensor(np.asarray(part)) for part in data)
+    else:
+        raise ValueError(f"{name}: expected (x, y) or a Dataset of (x, y) pairs, got "
+                         f"{type(data).__name__}")  # fmt: skip
+    if len(x) != len(y):
+        raise ValueError(f"{name}: x has {len(x)} examples, y has {len(y)}")
+    if len(x) == 0:
+        raise ValueError(f"{name}: no examples")
+    if y.dim() != 1:
+        raise ValueError(f"{name}: y must hold one target per example (N,), got {tuple(y.shape)}")
+    x = x.float() if not x.is_floating_point() else x
+    for part, values in (("x", x), ("y", y)):
+        if values.is_floating_point() and not torch.isfinite(values).all():
+            bad = tuple(int(i) for i in (~torch.isfinite(values)).nonzero()[0])
+            raise ValueError(f"{name}: {part}{list(bad)} is {values[bad].item()}")
+    return x, y
+
+
+def _inputs(data: Any, name: str) -> torch.Tensor:
+    x = torch.as_tensor(np.asarray(data))
+    return x.float() if not x.is_floating_point() else x
+
+
+def network_key(network: nn.Module) -> str:
+    """16 hex digits of SHA-256 over the network's architecture (its repr) and initial weights
+    (its state dict, as saved by ``torch.save``)."""
+    digest = hashlib.sha256(repr(network).encode())
+    for key, value in network.state_dict().items():
+        digest.update(key.encode())
+        buffer = io.BytesIO()
+        torch.save(value.detach().cpu(), buffer)
+        digest.update(buffer.getvalue())
+    return digest.hexdigest()[:16]
+
+
+def _check_output(network: nn.Module, x: torch.Tensor, y: torch.Tensor, task: Task) -> None:
+    """A pass of the initial network on two examples: its output must fit the task."""
+    network.eval()
+    with torch.no_grad():
+        output = network(x[:2])
+    label = type(network).__name__
+    if task is Task.REGRESSION and tuple(output.shape) != (len(x[:2]), 1):
+        raise ValueError(f"network: {label} gives {tuple(output.shape)} for {len(x[:2])} "
+                         "examples; a regression needs one output (N, 1)")  # fmt: skip
+    if task is Task.CLASSIFICATION:
+        if output.dim() != 2:
+            raise ValueError(f"network: {label} gives {tuple(output.shape)}; a classifier "
+                             "gives logits (N, C)")  # fmt: skip
+        if int(y.min()) < 0 or int(y.max()) >= output.shape[1]:
+            raise ValueError(f"y: classes {int(y.min())} .. {int(y.max())} do not fit the "
+                             f"{output.shape[1]} logits of {label}")  # fmt: skip
+
+
+def score(trained: Trained, y: torch.Tensor, task: Task, level: float) -> dict[str, float]:
+    """The metrics of one replicate (module docstring) from the entry's predictive samples."""
+    if task is Task.REGRESSION:
+        means, stds = trained.test.double().squeeze(-1), trained.noise_std
+        return {
+            "test_log_likelihood": float(
+                gaussian_mixture_log_likelihood(means, stds, y.double()).mean()
+            ),
+            "rmse": float(rmse(means.mean(0), y.double())),
+            "coverage": float(interval_coverage(means, stds, y.double(), level)),
+        }
+    probabilities = torch.softmax(trained.test.double(), -1)
+    metrics = fold_metrics(probabilities.mean(0), y)
+    if trained.ood is not None:
+        outside = torch.softmax(trained.ood.double(), -1)
+        for name, function in zip(SCORES, (predictive_entropy, mutual_information), strict=True):
+            if function is mutual_information and len(probabilities) == 1:
+                values = dict.fromkeys(("AUROC", "AUPR", "FPR95"), math.nan)
+            else:
+                values = out_of_distribution(function(probabilities), function(outside))
+            metrics |= {f"{name} {k}": v for k, v in values.items()}
+    return metrics
+
+
+@dataclass(frozen=True)
+class Replicates:
+    """Every replicate's examples: per id, (training rows of (x, y), test rows of (x, y), or None
+    for all of ``test``). Each replicate draws its own seeds from its id."""
+
+    ids: tuple[int, ...]
+    rows: tuple[tuple[np.ndarray, np.ndarray | None], ...]
+    over: str
+
+
+def replicates(
+    y: torch.Tensor,
+    test: tuple[torch.Tensor, torch.Tensor] | None,
+    seeds: int,
+    folds: int | None,
+    splits: Sequence[Split] | None,
+    task: Task,
+    seed: int,
+) -> Replicates:
+    """The seeds (with ``test``) or the (fold, seed) pairs of the folds or splits."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"seeds={seeds!r}: need an integer >= 1")
+    if test is not None:
+        if splits is not None or folds is not None:
+            raise ValueError("test: give test=(x, y) or folds=K or splits=..., not both")
+        rows = tuple((np.arange(len(y)), None) for _ in range(seeds))
+        return Replicates(tuple(range(seeds)), rows, "seeds")
+    target = y.numpy()
+    if splits is not None:
+        chosen = check_splits(splits, len(y))
+    else:
+        chosen = k_folds(target, 5 if folds is None else folds, task, seed)
+    rows = tuple((train, held) for train, held in chosen for _ in range(seeds))
+    over = "folds" if seeds == 1 else f"(fold, seed) pairs, {seeds} seeds a fold"
+    return Replicates(tuple(range(len(rows))), rows, over)
+
+
+def entry_unit(
+    source: NetworkSource,
+    run: EntryRun,
+    replicate: int,
+    train_data: tuple[torch.Tensor, torch.Tensor],
+    test_data: tuple[torch.Tensor, torch.Tensor],
+    ood: torch.Tensor | None,
+    task: Task,
+    level: float,
+) -> tuple[list[SplitResult], dict[int, dict[str, Any]]]:
+    """One (entry, replicate): train, predict, score (a sweeps unit: module level, picklable)."""
+    trained = train_entry(source, run, replicate, train_data, test_data[0], ood,
+                          task is Task.REGRESSION)  # fmt: skip
+    metrics = score(trained, test_data[1], task, level)
+    result = SplitResult(
+        split=replicate,
+        test_log_likelihood=metrics["test_log_likelihood"],
+        test_rmse=metrics.get("rmse", math.nan),
+        train_seconds=trained.seconds,
+    )
+    return [result], {replicate: {**metrics, "tuning_seconds": 0.0}}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A checked comparison on a network, ready to train: what ``compare`` needs from here."""
+
+    task: Task
+    reason: str
+    name: str
+    runs: dict[str, EntryRun]
+    replicate_ids: tuple[int, ...]
+    over: str
+    build_units: Callable[[str, Any, list[int]], list[Unit]]
+
+
+# Parameters: ``compare``'s arguments for the network form, resolved here (one call site)
+def prepare(
+    network: nn.Module | Callable[[], nn.Module],
+    data: Any,
+    test: Any,
+    ood: Any,
+    families: Sequence[str] | None,
+    seeds: int,
+    folds: int | None,
+    splits: Sequence[Split] | None,
+    config: NetworkConfig,
+    cpus: int | None,
+) -> Prepared:
+    """Every check before any training (the data, the network's output, the entries), then the
+    runs and the unit builder."""
+    if not isinstance(network, nn.Module) and not callable(network):
+        raise ValueError(f"network: expected an nn.Module or a function returning one, got "
+                         f"{type(network).__name__}")  # fmt: skip
+    source = NetworkSource(network)
+    x, y = as_tensors(data, "data")
+    task = Task.REGRESSION if y.is_floating_point() else Task.CLASSIFICATION
+    reason = f"y holds {'floating-point targets' if y.is_floating_point() else 'integer classes'}"
+    test_pair = None if test is None else as_tensors(test, "test")
+    for part, values in (("test", None if test_pair is None else test_pair[0]),
+                         ("ood", None if ood is None else _inputs(ood, "ood"))):  # fmt: skip
+        if values is not None and tuple(values.shape[1:]) != tuple(x.shape[1:]):
+            raise ValueError(f"{part}: its examples have shape {tuple(values.shape[1:])}, the "
+                             f"training examples {tuple(x.shape[1:])}")  # fmt: skip
+    if test_pair is not None and test_pair[1].is_floating_point() != y.is_floating_point():
+        raise ValueError("test: y_test and y differ in kind (classes against real values)")
+    if ood is not None and task is Task.REGRESSION:
+        raise ValueError("ood: out-of-distribution scores need a classification task")
+    ood_x = None if ood is None else _inputs(ood, "ood")
+    initial = source.draw(derive_seed(config.seed, 0, "init"))  # replicate 0's
+    _check_output(initial, x, y, task)
+    names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial)
+    chosen = replicates(y, test_pair, seeds, folds, splits, task, config.seed)
+    runs = {
+        n: EntryRun(
+            method=n,
+            epochs=config.epochs,
+            batch_size=config.batch_size,
+            learning_rate=config.learning_rate,
+            samples=config.test_samples,
+            ensemble_size=config.ensemble_size if n == "ensemble" else 1,
+            seed=config.seed,
+        )
+        for n in names
+    }
+    settings = repr({"network": network_key(initial), **asdict(config)})
+    arrays = [x.numpy(), y.numpy()]
+    if test_pair is not None:
+        arrays += [test_pair[0].numpy(), test_pair[1].numpy()]
+    if ood_x is not None:
+        arrays.append(ood_x.numpy())
+    splits_key = [(train, held if held is not None else np.empty(0, np.int64))
+                  for train, held in chosen.rows]  # fmt: skip
+    name = data_key(source.label, np.concatenate([a.ravel().astype(np.float64) for a in arrays]),
+                    np.asarray([a.size for a in arrays]), splits_key, settings)  # fmt: skip
+
+    def build_units(entry: str, run: EntryRun, missing: list[int]) -> list[Unit]:
+        units = []
+        for k in missing:
+            train_rows, test_rows = chosen.rows[k]
+            training = (x[train_rows], y[train_rows])
+            testing = test_pair if test_rows is None else (x[test_rows], y[test_rows])
+            units.append(Unit(f"{entry} replicate {k}", entry_unit,
+                              (source, run, k, training, testing, ood_x, task, config.level),
+                              cpus))  # fmt: skip
+        return units
+
+    return Prepared(task, reason, name, runs, chosen.ids, chosen.over, build_units)
