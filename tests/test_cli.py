@@ -88,7 +88,7 @@ def test_fit_reads_a_users_csv_and_names_bad_cells(tmp_path, capsys) -> None:
         "a,b,price\n" + "\n".join(f"{p},{q},{r}" for (p, q), r in zip(x, y, strict=True)) + "\n"
     )
     saved = tmp_path / "model"
-    argv = ["fit", "--csv", str(table), "--target", "price", "--iterations", "300",
+    argv = ["fit", "--data", str(table), "--target", "price", "--iterations", "300",
             "--hidden", "8", "--save", str(saved)]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -98,8 +98,10 @@ def test_fit_reads_a_users_csv_and_names_bad_cells(tmp_path, capsys) -> None:
     table.write_text("\n".join(lines) + "\n")
     assert main(argv) == 2
     assert "mine.csv, line 6, column 'b': non-numeric value 'oops'" in capsys.readouterr().err
-    assert main(["fit", "--csv", str(table), "--target", "cost"]) == 2
+    assert main(["fit", "--data", str(table), "--target", "cost"]) == 2
     assert "no column 'cost'; the columns are ['a', 'b', 'price']" in capsys.readouterr().err
+    assert main(["fit", "--csv", str(table), "--target", "price"]) == 2  # the old spelling
+    assert f"give the table as --data {table} (as vbnn compare does)" in capsys.readouterr().err
 
 
 def test_uci_defaults_come_from_the_tuned_presets_and_say_so(data_dir, capsys) -> None:

@@ -198,15 +198,15 @@ def test_cli_prints_task_table_verdict_and_figure(tmp_path: Path, capsys) -> Non
     table = tmp_path / "data.csv"
     pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "y": y}).to_csv(table, index=False)
     out = tmp_path / "out"
-    arguments = ["compare", str(table), "--target", "y", "--families", "map,es", "--folds",
-                 "2", "--no-tune", "--iterations", "30", "--hidden", "4", "--test-samples",
-                 "4", "--out", str(out), "--no-progress"]  # fmt: skip
+    arguments = ["compare", "--data", str(table), "--target", "y", "--families", "map,es",
+                 "--folds", "2", "--no-tune", "--iterations", "30", "--hidden", "4",
+                 "--test-samples", "4", "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(arguments) == 0
     printed = capsys.readouterr().out
     assert "task: regression (inferred: the target holds non-integer values)" in printed
     assert "95% coverage" in printed and "verdict (test log-likelihood" in printed
     assert (out / "compare.png").is_file() and (out / "results.sqlite").is_file()
-    assert main(["compare", str(table), "--target", "y", "--task", "classification"]) == 2
+    assert main(["compare", "--data", str(table), "--target", "y", "--task", "classification"]) == 2
     assert "appears on one row only" in capsys.readouterr().err
 
 
@@ -215,7 +215,7 @@ def test_cli_fold_column_gives_the_splits(tmp_path: Path, capsys) -> None:
     table = tmp_path / "data.csv"
     fold = np.arange(30) % 3
     pd.DataFrame({"a": x[:, 0], "fold": fold, "y": y}).to_csv(table, index=False)
-    arguments = ["compare", str(table), "--target", "y", "--fold-column", "fold",
+    arguments = ["compare", "--data", str(table), "--target", "y", "--fold-column", "fold",
                  "--families", "map", "--no-tune", "--iterations", "20", "--hidden", "4",
                  "--out", str(tmp_path), "--no-progress"]  # fmt: skip
     assert main(arguments) == 0

@@ -54,7 +54,7 @@ def test_diagnose_a_model_fitted_on_your_own_table(tmp_path, capsys) -> None:
     rows = [f"{a},{b},{c},{a - 2 * c}" for a, b, c in x]
     table.write_text("a,b,c,y\n" + "\n".join(rows) + "\n")
     model = tmp_path / "model"
-    fit = ["fit", "--csv", str(table), "--target", "y", "--iterations", "50", "--hidden", "6",
+    fit = ["fit", "--data", str(table), "--target", "y", "--iterations", "50", "--hidden", "6",
            "--save", str(model)]  # fmt: skip
     assert main(fit) == 0
     assert main(["diagnose", "pruning", "--model", str(model)]) == 2

@@ -264,14 +264,18 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
 
 def command_fit(args: argparse.Namespace) -> None:
     """Seeded train/test split of the user's table, BayesianRegressor, test metrics."""
-    x, y, columns = read_table(args.csv, args.target)
+    if args.csv is not None:
+        raise ValueError(f"give the table as --data {args.csv} (as vbnn compare does)")
+    if args.data is None:
+        raise ValueError("--data FILE: the CSV table to fit")
+    x, y, columns = read_table(args.data, args.target)
     if not 0 < args.test_fraction < 1:
         raise ValueError(f"--test-fraction {args.test_fraction}: must be in (0, 1)")
     order = np.random.default_rng(args.seed).permutation(len(y))
     test = order[: max(1, round(args.test_fraction * len(y)))]
     train = order[len(test) :]
     if len(train) < 2:
-        raise ValueError(f"{args.csv}: {len(y)} rows leave too few for training")
+        raise ValueError(f"{args.data}: {len(y)} rows leave too few for training")
     estimator = BayesianRegressor(family=args.family, hidden=tuple(args.hidden),
                                   iterations=args.iterations, seed=args.seed)  # fmt: skip
     print(f"fitting {estimator!r} on {len(train)} rows, testing on {len(test)}; inputs "
@@ -303,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     uci.set_defaults(handler=command_uci)
 
     fit = commands.add_parser("fit", help="fit a BayesianRegressor to your own CSV table")
-    fit.add_argument("--csv", required=True, metavar="FILE", help="numeric table with a header")
+    fit.add_argument("--data", default=None, metavar="FILE", help="CSV table with a header")
+    fit.add_argument("--csv", default=None, help=argparse.SUPPRESS)  # the old spelling: an error
     fit.add_argument("--target", required=True, metavar="COLUMN", help="the column to predict")
     fit.add_argument("--family", choices=list(FAMILIES), default="mf")
     fit.add_argument("--hidden", type=int, nargs="*", default=[50], help="hidden widths")

@@ -65,7 +65,7 @@ class NetworkSource:
         module (an ensemble member).
 
         Raises:
-            TypeError: the function returns something other than an ``nn.Module``.
+            ValueError: the function returns something other than an ``nn.Module``.
         """
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -78,7 +78,7 @@ class NetworkSource:
                 return network
             network = self.network()
         if not isinstance(network, nn.Module):
-            raise TypeError(
+            raise ValueError(
                 f"network: {self.label}() returned {type(network).__name__}, not an nn.Module"
             )
         return network
