@@ -10,9 +10,9 @@ is
 
 (Neklyudov et al. 2019 eq. 5; ``training.objectives.elbo`` over (M, B, C) logits), minimised by
 one Adam (``vbnn.train`` on the folds' ``StackedBatches``): the models are independent in every
-element, so a fold trains exactly as it would in a stack of one (up to float rounding). Folds of one stack must share their sizes (N training and
-T test rows); stratified K folds of N rows have at most two sizes, so a family trains as at most
-two stacks.
+element, so a fold trains exactly as it would in a stack of one (up to float rounding). Folds
+of one stack must share their sizes (N training and T test rows); stratified K folds of N rows
+have at most two sizes, so a family trains as at most two stacks.
 
 Tuning (Optuna TPE, in memory, on validation rows carved class by class from the fold's training
 rows) trains each candidate as a stack of one on the fit rows. The chosen learning rates differ
