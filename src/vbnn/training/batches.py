@@ -125,6 +125,13 @@ class TensorBatches:
     def target(self) -> torch.Tensor:
         return self.y
 
+    def state_dict(self) -> dict[str, Any]:
+        """The data-order generator's state (for a checkpoint)."""
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+
 
 class DatasetBatches(TensorBatches):
     """A ``Dataset`` of (x, y) pairs in the batches ``TensorBatches`` would cut (module
