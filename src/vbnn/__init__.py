@@ -8,7 +8,9 @@ The public surface, one name per concept:
   ``NoiseSource`` protocol it follows (where the noise comes from, the ``noise`` argument of a
   forward pass), ``sample`` (K outputs drawn from q), ``variational_layers``;
 * the objectives over any module: ``kl``, ``log_prior``, ``elbo``, ``log_joint``,
-  ``log_likelihood``; priors and likelihoods; ``train_loop`` and ``LangevinDynamics``;
+  ``log_likelihood``; priors and likelihoods; ``train`` (the epoch loop for any network and
+  data, returning a ``TrainingResult``; rarer settings in ``TrainerConfig``), ``train_loop``
+  (its steps) and ``LangevinDynamics``;
 * the estimators ``BayesianRegressor`` and ``BayesianClassifier``; ``compare`` (which family
   for my data: families over the same folds, ``vbnn.comparison``); ``diagnose``; the modules
   ``metrics`` and ``plots``.
@@ -63,6 +65,8 @@ from vbnn.training.likelihoods import (
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood, log_prior
+from vbnn.training.settings import TrainerConfig
+from vbnn.training.trainer import TrainingResult, train
 
 try:
     __version__ = version("vbnn")
@@ -100,6 +104,8 @@ __all__ = [
     "Point",
     "Prior",
     "StudentTPrior",
+    "TrainerConfig",
+    "TrainingResult",
     "UniformVariance",
     "VariationalLayer",
     "WeightDropout",
@@ -119,6 +125,7 @@ __all__ = [
     "plots",
     "sample",
     "summary",
+    "train",
     "train_loop",
     "use_noise",
     "variational_layers",

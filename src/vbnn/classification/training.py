@@ -13,55 +13,28 @@ so one network and the M = 1 stack with the same weights train identically.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
 from torch import nn
 
-from vbnn.classification.checkpoint import (
-    ResumableRun,
-    Stateful,
-    load_checkpoint,
-    save_checkpoint,
-)
 from vbnn.classification.inference import PREDICTIONS, as_input, predict
 from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runtime import keep_freed_memory
 from vbnn.layers.modes import stack_size
 from vbnn.metrics import accuracy
 from vbnn.networks.summary import mean_log_alpha
 from vbnn.plots import pyplot, save_figure
+from vbnn.training.checkpoint import Stateful
 from vbnn.training.likelihoods import CategoricalLikelihood
-from vbnn.training.loop import train_loop
-from vbnn.training.objectives import elbo, expected_log_likelihood, kl
-from vbnn.training.optimizer import learning_rate_groups
+from vbnn.training.objectives import expected_log_likelihood, kl
+from vbnn.training.settings import LearningRateSchedule, TrainerConfig
+from vbnn.training.trainer import train
 
 EpochCallback = Callable[[int, nn.Module], None]
-
-
-class LearningRateSchedule(str, Enum):
-    """How the Adam step size moves over the epochs e = 1 .. E of a run.
-
-    * CONSTANT: lr at every epoch (the papers' text, Neklyudov et al. 2019 section 6);
-    * LINEAR: lr (E - e + 1) / E during epoch e, from lr down to lr / E in the last epoch (the
-      authors' public code, ``da-molchanov/variance-networks``: ``lr_linear``, set at the start
-      of each epoch, "decayed linearly to 0").
-    """
-
-    CONSTANT = "constant"
-    LINEAR = "linear"
-
-    def factor(self, epoch: int, epochs: int) -> float:
-        """Multiplier of the base step sizes during ``epoch`` (1-based) of ``epochs``."""
-        if self is LearningRateSchedule.LINEAR:
-            return (epochs - epoch + 1) / epochs
-        return 1.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +81,25 @@ class ClassifierConfig:
         return epoch % self.eval_every == 0 or epoch == self.epochs
 
 
+class _EveryK:
+    """``train``'s epoch callback that calls an ``EpochCallback`` after the epochs where
+    ``config.evaluates_after``; its state (``Stateful``) travels in the checkpoint."""
+
+    def __init__(self, callback: EpochCallback, config: ClassifierConfig) -> None:
+        self.callback, self.config = callback, config
+
+    def __call__(self, epoch: int, model: nn.Module, metrics: dict) -> None:
+        if self.config.evaluates_after(epoch):
+            self.callback(epoch, model)
+
+    def state_dict(self) -> dict:
+        return self.callback.state_dict() if isinstance(self.callback, Stateful) else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if isinstance(self.callback, Stateful):
+            self.callback.load_state_dict(state)
+
+
 # Parameters: what trains (model, prior, data, config), then independent keyword-only options
 def train_classifier(
     model: nn.Module,
@@ -121,11 +113,12 @@ def train_classifier(
     description: str = "train",
     checkpoint: Path | None = None,
 ) -> list[float]:
-    """Train ``model`` on images (N, ...) and labels (N,); returns the seconds of each epoch
-    (training only, callbacks excluded).
+    """Train ``model`` on images (N, ...) and labels (N,) by ``vbnn.train`` (categorical
+    likelihood, the ELBO, minibatches of ``config.batch_size``); returns the seconds of each
+    epoch (training only, callbacks excluded). The model is left in ``.train()`` mode.
 
     With ``checkpoint`` (a file path) the whole state of the run is written there at the end of
-    every epoch (``classification.checkpoint``), and a run finding that file continues after the
+    every epoch (``training.checkpoint``), and a run finding that file continues after the
     epoch it holds: a killed run loses at most the epoch under way, and the resumed run gives
     the same numbers as one that was never stopped. The caller deletes the file once it has
     stored the result.
@@ -134,65 +127,29 @@ def train_classifier(
         NonFiniteLossError: the loss becomes NaN or inf (names the epoch and the step).
         ValueError: ``checkpoint`` was written by a run with other settings.
     """
-    keep_freed_memory()  # the step's MB-sized activations reuse freed heap memory
-    rates = {ParameterRole.LOG_ALPHA: config.log_alpha_learning_rate}
-    groups = learning_rate_groups(model, config.learning_rate, rates)
-    # foreach: one kernel per update for all parameters (the same numbers, fewer calls)
-    optimizer = torch.optim.Adam(groups, lr=config.learning_rate, foreach=True)
-    base_rates = [group["lr"] for group in optimizer.param_groups]
-    device = next(model.parameters()).device
-    models = stack_size(model)  # read once, not at every step
-    generators = ModelGenerators.for_keys(config.seed, range(models or 1), "train", device)
-    shuffle = torch.Generator().manual_seed(config.seed)
-    likelihood = CategoricalLikelihood()
-    count = len(labels)
-    steps = -(-count // config.batch_size)
-    settings = {"config": asdict(config), "examples": count, "models": models or 1}
-    run = ResumableRun(settings, model, optimizer, generators, shuffle, callback)
-    done, seconds = 0, []
-    if checkpoint is not None:
-        restored = load_checkpoint(checkpoint, run)
-        if restored is not None:
-            done, seconds = restored
-    order = torch.empty(0, dtype=torch.long)
-
-    def objective(step: int) -> dict[str, torch.Tensor]:
-        index = order[(step - 1) * config.batch_size : step * config.batch_size]
-        inputs = as_input(models, images[index])
-        return elbo(
-            model,
-            likelihood,
-            prior,
-            inputs,
-            labels[index],
-            generators,
-            config.kl_weight,
-            dataset_size=count,
-        )
-
-    for epoch in range(done + 1, config.epochs + 1):
-        factor = config.schedule.factor(epoch, config.epochs)
-        for group, rate in zip(optimizer.param_groups, base_rates, strict=True):
-            group["lr"] = rate * factor
-        start = time.perf_counter()
-        order = torch.randperm(count, generator=shuffle)
-        train_loop(
-            objective,
-            optimizer,
-            steps,
-            1.0 / count,
-            describe=lambda step, terms, epoch=epoch: f"(epoch {epoch}, step {step})",
-            progress=progress,
-            description=f"{description} {epoch}/{config.epochs}",
-        )
-        seconds.append(time.perf_counter() - start)
-        if callback is not None and config.evaluates_after(epoch):
-            model.eval()
-            callback(epoch, model)
-            model.train()
-        if checkpoint is not None:
-            save_checkpoint(checkpoint, run, epoch=epoch, seconds=seconds)
-    return seconds
+    settings = TrainerConfig(
+        kl_weight=config.kl_weight,
+        rates=((ParameterRole.LOG_ALPHA, config.log_alpha_learning_rate),),
+        schedule=config.schedule,
+        checkpoint_file="training.pt" if checkpoint is None else Path(checkpoint).name,
+        description=description,
+        restore_train_mode=True,
+    )
+    result = train(
+        model,
+        (images, labels),
+        likelihood=CategoricalLikelihood(),
+        prior=prior,  # type: ignore[arg-type]
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        checkpoint=None if checkpoint is None else Path(checkpoint).parent,
+        seed=config.seed,
+        progress=progress,
+        callbacks=() if callback is None else (_EveryK(callback, config),),
+        config=settings,
+    )
+    return [row["seconds"] for row in result.history]
 
 
 @torch.no_grad()
@@ -251,7 +208,7 @@ class PhaseTransitionTracker:
     et al. 2018 Fig. 4) via ``extra``.
 
     Rows accumulate in ``self.rows``; ``frame()`` gives a pandas table; ``state_dict`` lets a
-    checkpoint carry them (``classification.checkpoint``).
+    checkpoint carry them (``training.checkpoint``).
     """
 
     def __init__(

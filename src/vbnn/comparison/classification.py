@@ -9,10 +9,10 @@ is
     sum_m -ELBO_m / N,    ELBO_m = N / B sum_{n in batch_m} log p(t_n | x_n, W_m) - KL(q_m || p),
 
 (Neklyudov et al. 2019 eq. 5; ``training.objectives.elbo`` over (M, B, C) logits), minimised by
-one Adam: the models are independent in every element, so a fold trains exactly as it would in
-a stack of one (up to float rounding). Folds of one stack must share their sizes (N training and
-T test rows); stratified K folds of N rows have at most two sizes, so a family trains as at most
-two stacks.
+one Adam (``vbnn.train`` on the folds' ``StackedBatches``): the models are independent in every
+element, so a fold trains exactly as it would in a stack of one (up to float rounding). Folds
+of one stack must share their sizes (N training and T test rows); stratified K folds of N rows
+have at most two sizes, so a family trains as at most two stacks.
 
 Tuning (Optuna TPE, in memory, on validation rows carved class by class from the fold's training
 rows) trains each candidate as a stack of one on the fit rows. The chosen learning rates differ
@@ -49,10 +49,9 @@ from vbnn.metrics import (
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.batches import StackedBatches
 from vbnn.training.likelihoods import CategoricalLikelihood
-from vbnn.training.loop import train_loop
-from vbnn.training.objectives import elbo
-from vbnn.training.optimizer import learning_rate_groups
+from vbnn.training.trainer import train
 
 # Families whose prior is the Gaussian N(0, s^2) that ``prior_std`` sets; the others keep their
 # own prior (variational dropout's log-uniform, ...) and only the learning rate is searched.
@@ -132,13 +131,6 @@ def stack_folds(
     )
 
 
-def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """values (M, N, ...) at rows index (M, B) of each model -> (M, B, ...)."""
-    if values.dim() == 2:
-        return torch.gather(values, 1, index)
-    return torch.gather(values, 1, index.unsqueeze(-1).expand(-1, -1, values.shape[-1]))
-
-
 def train_stack(
     data: StackedFolds, run: ClassifierRun, prior_std: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -151,29 +143,17 @@ def train_stack(
             (None there too: each family's own prior).
     """
     keys = list(data.fold_ids)
-    count, features = data.x_train.shape[1:]
+    features = data.x_train.shape[-1]
     sizes = (features, *run.hidden, data.classes)
     model = MLP(run.method, sizes, ACTIVATION, ModelGenerators.for_keys(run.seed, keys, "init"))
     if prior_std is None and run.prior_std is not None:
         prior_std = torch.full((len(keys),), float(run.prior_std))
     prior = None if prior_std is None else GaussianPrior(prior_std)
-    optimizer = torch.optim.Adam(
-        learning_rate_groups(model, run.learning_rate, {}), lr=run.learning_rate, foreach=True
-    )
     streams = ModelGenerators.for_keys(run.seed, keys, "train")  # shuffling and noise
-    likelihood = CategoricalLikelihood()
-    batch = min(run.batch_size, count)
-    order = torch.empty(0, dtype=torch.int64)
-
-    def objective(step: int) -> dict[str, torch.Tensor]:
-        index = order[:, (step - 1) * batch : step * batch]
-        x, y = _take(data.x_train, index), _take(data.y_train, index)
-        return elbo(model, likelihood, prior, x, y, streams, dataset_size=count)
-
-    for _ in range(run.epochs):
-        order = torch.stack(streams.permutation(count))  # (M, N): each model its own order
-        train_loop(objective, optimizer, -(-count // batch), 1.0 / count)
-    model.eval()
+    batches = StackedBatches(data.x_train, data.y_train, run.batch_size, streams)
+    train(model, batches, likelihood=CategoricalLikelihood(), prior=prior, epochs=run.epochs,
+          batch_size=run.batch_size, learning_rate=run.learning_rate, seed=run.seed,
+          progress=False, noise=streams)  # fmt: skip
     noise = ModelGenerators.for_keys(run.seed, keys, "eval")
     logits = sample(model, data.x_test, run.samples, ForwardMode.WEIGHTS, noise=noise)
     return torch.softmax(logits.double(), -1).mean(0)

@@ -1,0 +1,285 @@
+"""The data of a training run as the batches of its epochs.
+
+``as_batches`` turns what a user hands to ``vbnn.train`` into a ``Batches`` source:
+
+* (x, y) tensors or NumPy arrays (``TensorBatches``): x (N, ...), y (N, ...); each epoch takes
+  one random permutation of the N rows from a seeded ``torch.Generator`` and cuts it into
+  batches of B (the last may be smaller); ``batch_size`` None is one batch of all N rows, so full
+  batch training is the minibatch training with B = N, step for step;
+* a ``torch.utils.data.Dataset`` of (x, y) pairs (``DatasetBatches``): the same permutation of
+  its indices, each batch collated by ``default_collate``; a ``TensorDataset(x, y)`` gives the
+  batches of (x, y) exactly;
+* a ``DataLoader`` (``LoaderBatches``): its own batches, in its own order (a loader that shuffles
+  draws from its ``generator``, or from torch's global RNG, which the trainer seeds and
+  checkpoints);
+* per-model rows of a stack (``StackedBatches``): x (M, N, ...), y (M, N), each model m shuffling
+  its own rows from its own stream, for a stack of M models trained on M data sets at once.
+
+Every source checks before training that it is not empty and that x and y have one row each,
+naming the shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from vbnn.core.randomness import ModelGenerators
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class Batches(Protocol):
+    """A data set cut into the batches of an epoch.
+
+    Attributes:
+        count: N, the examples of the data set (the ELBO's ``dataset_size``).
+        stacked: whether a batch holds each model's own rows (x (M, B, ...)); else one batch is
+            shared by every model of a stack.
+    """
+
+    count: int
+    stacked: bool
+
+    def epoch(self) -> int:
+        """Start an epoch (draw its order); returns its number of steps."""
+        ...
+
+    def batch(self, step: int) -> Batch:
+        """(x, y) of ``step`` (1-based) of the current epoch."""
+        ...
+
+    def in_order(self) -> Iterator[Batch]:
+        """Every example once, in batches, without drawing (for evaluation)."""
+        ...
+
+    def target(self) -> torch.Tensor:
+        """Targets to check against the likelihood: all of them, or the first example's."""
+        ...
+
+
+def _tensor(values: Any, name: str) -> torch.Tensor:
+    """A tensor of ``values``; floating NumPy arrays take torch's default dtype."""
+    if isinstance(values, torch.Tensor):
+        return values
+    array = np.asarray(values)
+    if array.dtype == object:
+        raise TypeError(f"{name}: an array of numbers is needed, got dtype object")
+    tensor = torch.as_tensor(array)
+    return tensor.to(torch.get_default_dtype()) if tensor.is_floating_point() else tensor
+
+
+def _check_rows(x: torch.Tensor, y: torch.Tensor, name: str, rows: int = 0) -> None:
+    """ValueError when x or y has no rows or their numbers of rows (dimension ``rows``) differ."""
+    if x.dim() <= rows or y.dim() <= rows:
+        raise ValueError(f"{name}: x {tuple(x.shape)} and y {tuple(y.shape)} need a dimension "
+                         "of examples")  # fmt: skip
+    if x.shape[rows] != y.shape[rows]:
+        raise ValueError(f"{name}: x {tuple(x.shape)} has {x.shape[rows]} examples but y "
+                         f"{tuple(y.shape)} has {y.shape[rows]}")  # fmt: skip
+    if x.shape[rows] == 0:
+        raise ValueError(f"{name} is empty: x {tuple(x.shape)}, y {tuple(y.shape)}")
+
+
+def _steps(count: int, batch_size: int | None) -> tuple[int, int]:
+    size = count if batch_size is None else min(batch_size, count)
+    return size, -(-count // size)
+
+
+class TensorBatches:
+    """(x, y) tensors cut into shuffled batches of ``batch_size`` (module docstring)."""
+
+    stacked = False
+
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        batch_size: int | None,
+        generator: torch.Generator,
+        device: torch.device | None = None,
+        name: str = "data",
+    ) -> None:
+        _check_rows(x, y, name)
+        self.x, self.y = x.to(device), y.to(device)
+        self.count, self.generator = len(y), generator
+        self.size, self.steps = _steps(self.count, batch_size)
+        self.order = torch.arange(self.count)
+
+    def epoch(self) -> int:
+        self.order = torch.randperm(self.count, generator=self.generator)
+        return self.steps
+
+    def batch(self, step: int) -> Batch:
+        index = self.order[(step - 1) * self.size : step * self.size]
+        return self.x[index], self.y[index]
+
+    def in_order(self) -> Iterator[Batch]:
+        for first in range(0, self.count, self.size):
+            yield self.x[first : first + self.size], self.y[first : first + self.size]
+
+    def target(self) -> torch.Tensor:
+        return self.y
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data-order generator's state (for a checkpoint)."""
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+
+
+class DatasetBatches(TensorBatches):
+    """A ``Dataset`` of (x, y) pairs in the batches ``TensorBatches`` would cut (module
+    docstring)."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int | None,
+        generator: torch.Generator,
+        device: torch.device | None = None,
+        name: str = "data",
+    ) -> None:
+        count = len(dataset)  # type: ignore[arg-type]
+        if count == 0:
+            raise ValueError(f"{name} is empty: the Dataset has no examples")
+        self.dataset, self.device, self.count, self.generator = dataset, device, count, generator
+        self.size, self.steps = _steps(count, batch_size)
+        self.order = torch.arange(count)
+
+    def _collate(self, index: torch.Tensor) -> Batch:
+        x, y = default_collate([self.dataset[i] for i in index.tolist()])
+        return x.to(self.device), y.to(self.device)
+
+    def batch(self, step: int) -> Batch:
+        return self._collate(self.order[(step - 1) * self.size : step * self.size])
+
+    def in_order(self) -> Iterator[Batch]:
+        for index in torch.arange(self.count).split(self.size):
+            yield self._collate(index)
+
+    def target(self) -> torch.Tensor:
+        return torch.as_tensor(self.dataset[0][1])
+
+
+class LoaderBatches:
+    """A ``DataLoader``'s own batches of (x, y); its shuffling generator travels in the
+    checkpoint (``state_dict``)."""
+
+    stacked = False
+
+    def __init__(self, loader: DataLoader, device: torch.device | None = None,
+                 name: str = "data") -> None:  # fmt: skip
+        self.loader, self.device = loader, device
+        self.count = len(loader.dataset)  # type: ignore[arg-type]
+        if self.count == 0 or len(loader) == 0:
+            raise ValueError(f"{name} is empty: the DataLoader has no examples")
+        self.iterator: Iterator = iter(())
+
+    def _generators(self) -> list[torch.Generator]:
+        found = [self.loader.generator, getattr(self.loader.sampler, "generator", None)]
+        return [g for g in found if isinstance(g, torch.Generator)]
+
+    def epoch(self) -> int:
+        self.iterator = iter(self.loader)
+        return len(self.loader)
+
+    def batch(self, step: int) -> Batch:
+        x, y = next(self.iterator)
+        return x.to(self.device), y.to(self.device)
+
+    def in_order(self) -> Iterator[Batch]:
+        for x, y in self.loader:
+            yield x.to(self.device), y.to(self.device)
+
+    def target(self) -> torch.Tensor:
+        return torch.as_tensor(self.loader.dataset[0][1])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generators": [g.get_state() for g in self._generators()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for generator, saved in zip(self._generators(), state["generators"], strict=True):
+            generator.set_state(saved)
+
+
+class StackedBatches:
+    """Per-model rows x (M, N, ...), y (M, N): model m takes batch b of its own permutation,
+    drawn from its own stream of ``streams`` (module docstring)."""
+
+    stacked = True
+
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        batch_size: int | None,
+        streams: ModelGenerators,
+        name: str = "data",
+    ) -> None:
+        _check_rows(x, y, name, rows=1)
+        if x.shape[0] != len(streams) or y.shape[0] != len(streams):
+            raise ValueError(f"{name}: x {tuple(x.shape)} and y {tuple(y.shape)} need one "
+                             f"data set per model ({len(streams)})")  # fmt: skip
+        self.x, self.y, self.streams, self.count = x, y, streams, y.shape[1]
+        self.size, self.steps = _steps(self.count, batch_size)
+        self.order = torch.empty(0, dtype=torch.int64)
+
+    def epoch(self) -> int:
+        self.order = torch.stack(self.streams.permutation(self.count))  # (M, N)
+        return self.steps
+
+    def batch(self, step: int) -> Batch:
+        index = self.order[:, (step - 1) * self.size : step * self.size]
+        return _take(self.x, index), _take(self.y, index)
+
+    def in_order(self) -> Iterator[Batch]:
+        for first in range(0, self.count, self.size):
+            rows = slice(first, first + self.size)
+            yield self.x[:, rows], self.y[:, rows]
+
+    def target(self) -> torch.Tensor:
+        return self.y
+
+
+def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """values (M, N, ...) at rows index (M, B) of each model -> (M, B, ...)."""
+    if values.dim() == 2:
+        return torch.gather(values, 1, index)
+    return torch.gather(values, 1, index.unsqueeze(-1).expand(-1, -1, values.shape[-1]))
+
+
+def as_batches(
+    data: Any,
+    batch_size: int | None,
+    generator: torch.Generator,
+    device: torch.device | None = None,
+    name: str = "data",
+) -> Batches:
+    """The ``Batches`` of ``data`` (module docstring); a ``Batches`` source passes through.
+
+    Raises:
+        ValueError: empty data, or x and y of different numbers of rows (the shapes named);
+            ``batch_size`` < 1.
+        TypeError: ``data`` of another form.
+    """
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1 or None (full batch), got {batch_size}")
+    if isinstance(data, TensorBatches | LoaderBatches | StackedBatches):
+        return data
+    if isinstance(data, DataLoader):
+        return LoaderBatches(data, device, name)
+    if isinstance(data, Dataset):
+        return DatasetBatches(data, batch_size, generator, device, name)
+    if isinstance(data, tuple | list) and len(data) == 2:
+        x, y = _tensor(data[0], f"{name} x"), _tensor(data[1], f"{name} y")
+        return TensorBatches(x, y, batch_size, generator, device, name)
+    raise TypeError(
+        f"{name}: expected (x, y) tensors or arrays, a torch Dataset or a DataLoader, got "
+        f"{type(data).__name__}"
+    )

@@ -1,0 +1,336 @@
+"""``vbnn.train``: the one epoch loop, for any network and any form of data.
+
+Each epoch draws the order of the data (``training.batches``), then runs ``vbnn.train_loop``
+over its batches: step s maximises the objective of batch B_s (``Objective``; for the ELBO,
+Blundell et al. 2015 eq. 8 with Neklyudov et al. 2019 eq. 5's scaling),
+
+    L_s = N / |B_s| sum_{n in B_s} E_q[log p(y_n | x_n, W)] - kl_weight * KL(q || p),
+
+by one Adam step on -L_s / N (SGLD: one Langevin step on -L_s, the log posterior, with
+``LangevinDynamics``). After the epoch the network is evaluated in ``.eval()`` mode on the
+validation data (``training.validation``), the callbacks run, and with ``checkpoint`` the whole
+state of the run is written atomically (``training.checkpoint``).
+
+Randomness is explicit: the data order comes from a ``torch.Generator`` seeded by ``seed``, the
+variational layers' noise from one ``ModelGenerators`` stream per model (keyed by ``seed``,
+passed to every forward pass through ``vbnn.use_noise``), and torch's global RNG, which modules
+such as ``nn.Dropout`` draw from, is forked and seeded from ``seed`` for the run (and restored
+after it). The same call therefore gives the same numbers whatever the global RNG's state, and a
+run killed after epoch e and started again with the same call resumes from its checkpoint and
+ends with exactly the numbers of a run that was never stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from vbnn.classification.inference import as_input
+from vbnn.core.contracts import Prior
+from vbnn.core.randomness import ModelGenerators, derive_seed
+from vbnn.core.runtime import keep_freed_memory
+from vbnn.layers.modes import stack_size, variational_layers
+from vbnn.training.batches import Batches, as_batches
+from vbnn.training.checkpoint import ResumableRun, load_checkpoint, save_checkpoint
+from vbnn.training.likelihoods import CategoricalLikelihood, GaussianLikelihood, Likelihood
+from vbnn.training.loop import LangevinDynamics, train_loop
+from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood
+from vbnn.training.optimizer import learning_rate_groups
+from vbnn.training.settings import Objective, TrainerConfig
+from vbnn.training.validation import evaluate, shaped_targets
+
+EpochCallback = Callable[[int, nn.Module, dict], None]
+DEFAULT_CONFIG = TrainerConfig()
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    """What ``train`` returns.
+
+    Attributes:
+        network: the trained module (the object passed in), on the run's device, in ``.eval()``.
+        likelihood: the trained likelihood (e.g. a Gaussian's noise std).
+        history: one dict per epoch: "epoch", "train_nll" (mean per example over the epoch's
+            steps), "kl" (at the end of the epoch), "seconds" (of its steps) and, with
+            validation data, "validation_nll" and "validation_accuracy" or "validation_rmse".
+            A stack's values are averaged over its models.
+        seconds: wall time of the training steps of all epochs.
+        epochs: the epochs run (fewer than asked when early stopping ended the run).
+        best_epoch: the epoch whose weights the network holds (early stopping), else the last.
+    """
+
+    network: nn.Module
+    likelihood: nn.Module
+    history: list[dict[str, float]]
+    seconds: float
+    epochs: int
+    best_epoch: int
+
+
+def _default_likelihood(target: torch.Tensor, models: int | None) -> nn.Module:
+    if target.is_floating_point():
+        return GaussianLikelihood(num_models=models)
+    return CategoricalLikelihood()
+
+
+def _check_targets(likelihood: Likelihood, target: torch.Tensor, name: str) -> None:
+    """ValueError when the targets are of the wrong kind for ``likelihood``."""
+    kind = type(likelihood).__name__
+    if isinstance(likelihood, GaussianLikelihood) and not target.is_floating_point():
+        raise ValueError(f"{name}: y is {target.dtype} but {kind} needs real targets; for class "
+                         "labels use CategoricalLikelihood")  # fmt: skip
+    if isinstance(likelihood, CategoricalLikelihood) and target.is_floating_point():
+        fractional = target != target.floor()
+        if bool(fractional.any()):
+            raise ValueError(f"{name}: y holds {target[fractional][0].item()}, not a class index; "
+                             f"{kind} needs integer labels (for real targets use "
+                             "GaussianLikelihood)")  # fmt: skip
+
+
+def _check_network(network: nn.Module, objective: Objective, likelihood: nn.Module) -> None:
+    if objective is not Objective.LIKELIHOOD and not variational_layers(network):
+        raise ValueError(
+            f"objective {objective.value!r}: {type(network).__name__} holds no vbnn family layer "
+            "(convert it with vbnn.convert, or train it by objective='likelihood')"
+        )
+    trained = any(p.requires_grad for p in likelihood.parameters())
+    if objective is Objective.SGLD and stack_size(network) is None and trained:
+        raise ValueError("objective 'sgld': the likelihood's parameters have no model "
+                         "dimension; fix them (GaussianLikelihood(fixed_std=...))")  # fmt: skip
+
+
+# Parameters: the contract agreed for ``vbnn.train``; rarer settings sit in ``config``
+def train(
+    network: nn.Module,
+    data: Any,
+    *,
+    likelihood: nn.Module | None = None,
+    objective: Objective | str = "elbo",
+    prior: Prior | None = None,
+    epochs: int = 20,
+    batch_size: int | None = 128,
+    learning_rate: float = 1e-3,
+    validation: Any = None,
+    patience: int | None = None,
+    device: str | torch.device | None = None,
+    checkpoint: str | Path | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    callbacks: Iterable[EpochCallback] = (),
+    config: TrainerConfig = DEFAULT_CONFIG,
+    noise: ModelGenerators | None = None,
+) -> TrainingResult:
+    """Train ``network`` on ``data`` (module docstring).
+
+    Args:
+        network: any module: converted (``vbnn.convert``), a package network, a stack of M models
+            (its family layers carry a model dimension; one batch is shared by every model unless
+            ``data`` is a ``StackedBatches``), or a plain module (objective "likelihood").
+        data: (x, y) tensors or arrays, a ``Dataset`` of (x, y) pairs, a ``DataLoader``, or a
+            ``training.batches`` source.
+        likelihood: None: ``CategoricalLikelihood`` for integer targets, else
+            ``GaussianLikelihood`` (its noise std learned).
+        objective: "elbo", "map", "likelihood" or "sgld" (``Objective``).
+        prior: None: each layer's default prior (as ``vbnn.kl``).
+        batch_size: examples per step; None: full batch (one step of all N examples).
+        learning_rate: Adam's step size (SGLD: the Langevin step size).
+        validation: held-out data in any form of ``data``; metrics after each epoch.
+        patience: stop after this many epochs without a lower validation NLL and restore the
+            best epoch's weights (needs ``validation``).
+        device: where to train (None: where the network's parameters are).
+        checkpoint: a folder; the run's state is written there after every epoch, and a run
+            finding it resumes after the epoch it holds.
+        seed: seeds the data order, the training noise and the global RNG of the run.
+        callbacks: called after every epoch as ``callback(epoch, network, metrics)`` with the
+            network in ``.eval()`` mode.
+        config: rarer settings (``TrainerConfig``: kl_weight, learning-rate schedule and per-role
+            rates, Monte-Carlo samples, ...).
+        noise: the training-noise streams, one per model (None: keyed by ``seed``).
+
+    Raises:
+        ValueError: before any training: empty data, x and y of different lengths, targets of
+            the wrong kind for the likelihood, an unknown objective, ``epochs`` < 1, a network
+            without family layers for an objective that needs them, ``patience`` without
+            validation data, or a checkpoint of other settings.
+        NonFiniteLossError: the objective became NaN or inf (names the epoch and the step).
+    """
+    objective = Objective.parse(objective)
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    if patience is not None and (patience < 1 or validation is None):
+        raise ValueError(f"patience={patience} needs validation data and must be >= 1")
+    parameter = next(network.parameters(), None)
+    device = torch.device(device) if device is not None else (
+        parameter.device if parameter is not None else torch.device("cpu"))  # fmt: skip
+    network.to(device)
+    models = stack_size(network)
+    batches = as_batches(data, batch_size, torch.Generator().manual_seed(seed), device)
+    checked = (
+        None if validation is None
+        else as_batches(validation, batch_size, torch.Generator(), device, "validation")
+    )  # fmt: skip
+    if likelihood is None:
+        likelihood = _default_likelihood(batches.target(), models)
+    likelihood.to(device)
+    _check_targets(likelihood, batches.target(), "data")
+    if checked is not None:
+        _check_targets(likelihood, checked.target(), "validation")
+    _check_network(network, objective, likelihood)
+    noise = noise or ModelGenerators.for_keys(seed, range(models or 1), "train", device)
+    keep_freed_memory()  # a step's MB-sized activations reuse freed heap memory
+    count = batches.count
+    modules = nn.ModuleDict({"network": network, "likelihood": likelihood})
+    factor = [1.0]
+    if objective is Objective.SGLD:
+        optimizer: torch.optim.Optimizer = LangevinDynamics(
+            [p for p in network.parameters() if p.requires_grad]
+            + [p for p in likelihood.parameters() if p.requires_grad],
+            lambda iteration: learning_rate * factor[0],
+            noise,
+        )
+    else:
+        groups = learning_rate_groups(network, learning_rate, dict(config.rates))
+        groups[0]["params"] += [p for p in likelihood.parameters() if p.requires_grad]
+        # foreach: one kernel per update for all parameters (the same numbers, fewer calls)
+        optimizer = torch.optim.Adam(groups, lr=learning_rate, foreach=True)
+    base_rates = [group.get("lr", learning_rate) for group in optimizer.param_groups]
+    step = _step_objective(network, likelihood, prior, objective, batches, noise, config, models)
+    callbacks = list(callbacks)
+    settings = {
+        "objective": objective.value, "epochs": epochs, "batch_size": batch_size,
+        "learning_rate": learning_rate, "seed": seed, "patience": patience,
+        "prior": type(prior).__name__, "likelihood": type(likelihood).__name__,
+        "config": asdict(config), "examples": count, "models": models or 1,
+    }  # fmt: skip
+    run = ResumableRun(settings, dict(modules.items()), optimizer, noise, [batches, *callbacks])
+    file = None if checkpoint is None else Path(checkpoint) / config.checkpoint_file
+    sampled = objective in (Objective.ELBO, Objective.SGLD) and variational_layers(network)
+    samples = config.validation_samples if sampled else 1
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(derive_seed(seed, 0, "global"))
+        restored = None if file is None else load_checkpoint(file, run)
+        done, records = restored if restored is not None else (0, _fresh_records())
+        bar = tqdm(total=epochs, initial=done, desc=config.description, disable=not progress,
+                   leave=False)  # fmt: skip
+        try:
+            for epoch in range(done + 1, epochs + 1):
+                if records["stopped"]:
+                    break
+                factor[0] = config.schedule.factor(epoch, epochs)
+                for group, rate in zip(optimizer.param_groups, base_rates, strict=True):
+                    group["lr"] = rate * factor[0]
+                row = _epoch(epoch, step, optimizer, batches, objective, modules, prior, count)
+                if checked is not None:
+                    row.update(evaluate(network, likelihood, checked, samples, seed, device))
+                    _early_stopping(records, row, modules, patience)
+                records["history"].append(row)
+                for callback in callbacks:
+                    callback(epoch, network, row)
+                if file is not None:
+                    save_checkpoint(file, run, epoch=epoch, records=records)
+                bar.update(1)
+                bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k != "epoch"})
+        finally:
+            bar.close()
+    if records["best_state"] is not None:
+        modules.load_state_dict(records["best_state"])
+    history = records["history"]
+    network.train(config.restore_train_mode)
+    likelihood.eval()
+    best = records["best_epoch"] or history[-1]["epoch"]
+    return TrainingResult(network, likelihood, history, sum(r["seconds"] for r in history),
+                          len(history), best)  # fmt: skip
+
+
+def _fresh_records() -> dict[str, Any]:
+    return {"history": [], "best_epoch": 0, "best_nll": float("inf"), "best_state": None,
+            "stopped": False}  # fmt: skip
+
+
+def _early_stopping(records: dict, row: dict, modules: nn.Module, patience: int | None) -> None:
+    """Keep the weights of the epoch with the lowest validation NLL; stop after ``patience``
+    epochs without a lower one."""
+    if patience is None:
+        return
+    if row["validation_nll"] < records["best_nll"]:
+        records["best_nll"], records["best_epoch"] = row["validation_nll"], row["epoch"]
+        records["best_state"] = copy.deepcopy(
+            {k: v.detach().cpu() for k, v in modules.state_dict().items()}
+        )
+    records["stopped"] = row["epoch"] - records["best_epoch"] >= patience
+
+
+# Parameters: what one step draws and computes (module docstring)
+def _step_objective(
+    network: nn.Module,
+    likelihood: nn.Module,
+    prior: Prior | None,
+    objective: Objective,
+    batches: Batches,
+    noise: ModelGenerators,
+    config: TrainerConfig,
+    models: int | None,
+) -> Callable[[int], dict[str, torch.Tensor]]:
+    """The ``train_loop`` objective of one epoch's step s: the terms of batch s (module
+    docstring), every data term scaled to the N examples of the data set."""
+    count = batches.count
+
+    def terms(step: int) -> dict[str, torch.Tensor]:
+        x, y = batches.batch(step)
+        inputs = x if batches.stacked else as_input(models, x)
+        target = shaped_targets(likelihood, y, models, batches.stacked)
+        if objective is Objective.ELBO:
+            out = elbo(network, likelihood, prior, inputs, target, noise, config.kl_weight,
+                       config.samples, dataset_size=count)  # fmt: skip
+        elif objective is Objective.LIKELIHOOD:
+            data = log_likelihood(network, likelihood, inputs, target)["objective"]
+            data = data * (count / target.shape[-1])
+            out = {"objective": data, "log-likelihood": data}
+        else:
+            out = log_joint(network, likelihood, prior, inputs, target, dataset_size=count)
+        out["examples"] = torch.tensor(float(target.shape[-1]))
+        return out
+
+    return terms
+
+
+# Parameters: the epoch's number and step, then what the epoch's summary reads
+def _epoch(
+    epoch: int,
+    step: Callable[[int], dict[str, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    batches: Batches,
+    objective: Objective,
+    modules: nn.ModuleDict,
+    prior: Prior | None,
+    count: int,
+) -> dict[str, float]:
+    """One epoch of steps in ``.train()`` mode; its row of the history."""
+    network = modules["network"]
+    modules.train()
+    data_sum: list[torch.Tensor] = []
+
+    def keep(iteration: int, terms: dict[str, torch.Tensor]) -> None:
+        # the data term is N / B_s sum_{n in B_s} log p(y_n | ...): times B_s / N, the batch's sum
+        data_sum.append(terms["log-likelihood"].mean() * terms["examples"] / count)
+
+    start = time.perf_counter()
+    steps = batches.epoch()
+    scale = 1.0 if objective is Objective.SGLD else 1.0 / count
+    train_loop(step, optimizer, steps, scale, [keep],
+               describe=lambda s, terms: f"(epoch {epoch}, step {s})")  # fmt: skip
+    seconds = time.perf_counter() - start
+    modules.eval()
+    total = float(torch.stack(data_sum).sum())
+    with torch.no_grad():
+        divergence = float(kl(network, prior).mean()) if variational_layers(network) else 0.0
+    return {"epoch": epoch, "train_nll": -total / count, "kl": divergence, "seconds": seconds}
