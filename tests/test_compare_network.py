@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import TensorDataset
 
 import vbnn
 from vbnn.cli import main
@@ -119,6 +120,10 @@ def test_regression_log_likelihood_by_hand() -> None:
     assert metrics["test_log_likelihood"] == pytest.approx(density.mean(0).log().mean().item())
     assert metrics["rmse"] == pytest.approx(((means.mean(0) - y[80:]) ** 2).mean().sqrt().item())
     assert 0 <= metrics["coverage"] <= 1
+    result = vbnn.compare(network, (x.double().numpy(), y.double().numpy()), folds=2,
+                          families=["point", "gd"], epochs=2)  # fmt: skip
+    assert result.task is Task.REGRESSION and result.over == "folds"
+    assert set(result.folds["fold"]) == {0, 1} and result.folds["coverage"].between(0, 1).all()
 
 
 def test_the_ensemble_averages_its_members_and_member_zero_is_point() -> None:
@@ -159,6 +164,8 @@ def test_an_identical_second_call_trains_nothing(tmp_path: Path, trainings) -> N
     second = vbnn.compare(small_cnn, data, **arguments)
     assert len(trainings) == 6
     assert first.folds.equals(second.folds) and first.verdict == second.verdict
+    as_dataset = vbnn.compare(small_cnn, TensorDataset(*data), **arguments)  # the same data
+    assert len(trainings) == 6 and as_dataset.folds.equals(first.folds)
     vbnn.compare(small_cnn, data, **(arguments | {"epochs": 3}))  # other settings: trained
     assert len(trainings) == 12
 

@@ -257,6 +257,13 @@ def prepare(
         raise ValueError("ood: out-of-distribution scores need a classification task")
     ood_x = None if ood is None else _inputs(ood, "ood")
     initial = source.draw(derive_seed(config.seed, 0, "init"))  # replicate 0's
+    # inputs (and real targets) in the network's floating dtype: float64 arrays meet float32
+    # weights otherwise
+    dtype = next((p.dtype for p in initial.parameters() if p.is_floating_point()), x.dtype)
+    x, y = x.to(dtype), (y.to(dtype) if task is Task.REGRESSION else y)
+    if test_pair is not None:
+        test_pair = (test_pair[0].to(dtype), test_pair[1].to(y.dtype))
+    ood_x = None if ood_x is None else ood_x.to(dtype)
     _check_output(initial, x, y, task)
     names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial)
     chosen = replicates(y, test_pair, seeds, folds, splits, task, config.seed)
