@@ -92,8 +92,13 @@ def as_tensors(data: Any, name: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _inputs(data: Any, name: str) -> torch.Tensor:
+    """Inputs without targets (the out-of-distribution ones), checked finite."""
     x = torch.as_tensor(np.asarray(data))
-    return x.float() if not x.is_floating_point() else x
+    x = x.float() if not x.is_floating_point() else x
+    if not torch.isfinite(x).all():
+        bad = tuple(int(i) for i in (~torch.isfinite(x)).nonzero()[0])
+        raise ValueError(f"{name}{list(bad)} is {x[bad].item()}")
+    return x
 
 
 def network_key(network: nn.Module) -> str:
@@ -246,8 +251,8 @@ def prepare(
     task = Task.REGRESSION if y.is_floating_point() else Task.CLASSIFICATION
     reason = f"y holds {'floating-point targets' if y.is_floating_point() else 'integer classes'}"
     test_pair = None if test is None else as_tensors(test, "test")
-    for part, values in (("test", None if test_pair is None else test_pair[0]),
-                         ("ood", None if ood is None else _inputs(ood, "ood"))):  # fmt: skip
+    ood_x = None if ood is None else _inputs(ood, "ood")
+    for part, values in (("test", None if test_pair is None else test_pair[0]), ("ood", ood_x)):
         if values is not None and tuple(values.shape[1:]) != tuple(x.shape[1:]):
             raise ValueError(f"{part}: its examples have shape {tuple(values.shape[1:])}, the "
                              f"training examples {tuple(x.shape[1:])}")  # fmt: skip
@@ -255,7 +260,6 @@ def prepare(
         raise ValueError("test: y_test and y differ in kind (classes against real values)")
     if ood is not None and task is Task.REGRESSION:
         raise ValueError("ood: out-of-distribution scores need a classification task")
-    ood_x = None if ood is None else _inputs(ood, "ood")
     initial = source.draw(derive_seed(config.seed, 0, "init"))  # replicate 0's
     # inputs (and real targets) in the network's floating dtype: float64 arrays meet float32
     # weights otherwise
