@@ -64,6 +64,7 @@ def masks():
 @pytest.mark.parametrize("config", CONFIGS)
 def test_mean_mode_equals_torch_with_masks_and_weights(config: str) -> None:
     module = attention(**CONFIGS[config])
+    assert not vbnn.convert(module, "mf").training  # the original's train/eval state
     variational = vbnn.convert(module, "mf").eval()
     assert isinstance(variational, VariationalMultiheadAttention)
     for options in masks():

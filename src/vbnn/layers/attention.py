@@ -129,7 +129,7 @@ class VariationalMultiheadAttention(nn.Module):
             strict=True,
         ):
             layer.load_means(weight, bias)
-        return new.to(weights[0].device)
+        return new.to(weights[0].device).train(module.training)
 
     def forward(
         self,

@@ -144,7 +144,7 @@ class VariationalRecurrent(nn.Module):
                     getattr(module, f"weight_{part}{suffix}").detach(),
                     None if bias is None else bias.detach(),
                 )
-        return new.to(weight.device)
+        return new.to(weight.device).train(module.training)
 
     def flatten_parameters(self) -> None:
         """Nothing to do (torch's cuDNN weight layout does not apply); kept for code that calls
