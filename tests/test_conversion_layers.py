@@ -4,8 +4,6 @@ summary's counts and per-layer mean log alpha, and inputs of another dtype named
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 from test_family_contract import CONV
@@ -13,6 +11,8 @@ from torch import nn
 
 import vbnn
 from vbnn.core.randomness import ModelGenerators
+from vbnn.layers.attention import VariationalMultiheadAttention
+from vbnn.layers.recurrent import VariationalRecurrent
 from vbnn.networks.lenet import LAYER_NAMES, LeNet5, LeNetConfig
 from vbnn.networks.summary import mean_log_alpha
 
@@ -87,30 +87,22 @@ class Block(nn.Module):
         return x + self.feed_forward(x)
 
 
-def test_attention_is_refused_by_path_and_kept_on_request() -> None:
+def test_attention_converts_and_is_kept_on_request() -> None:
     torch.manual_seed(0)
     original = nn.Sequential(Block(), Block()).double().eval()
-    with pytest.raises(ValueError, match=re.escape(
-        "0.attention (MultiheadAttention), 1.attention (MultiheadAttention) read their layers'"
-    )) as error:  # fmt: skip
-        vbnn.convert(original, "mf")
-    assert "keep=['0.attention', '1.attention']" in str(error.value)
-    encoder = nn.TransformerEncoder(
-        nn.TransformerEncoderLayer(8, 2, 16), 2, enable_nested_tensor=False
-    )
-    with pytest.raises(ValueError, match=r"layers\.0 \(TransformerEncoderLayer\), layers\.1 "):
-        vbnn.convert(encoder, "mf")  # its fast path reads linear1.weight: the whole layer
-    with pytest.raises(ValueError, match=r"self_attn \(MultiheadAttention\), multihead_attn"):
-        vbnn.convert(nn.TransformerDecoderLayer(8, 2, 16), "mf")
-    with pytest.raises(ValueError, match=r"MultiheadAttention reads .* cannot be converted"):
-        vbnn.convert(nn.MultiheadAttention(8, 2), "mf")
+    converted = vbnn.convert(original, "mf")  # warnings are errors in the tests
+    assert isinstance(converted[0].attention, VariationalMultiheadAttention)
+    x = torch.randn(3, 4, 8, dtype=torch.float64)  # (batch, sequence, features): (*, I) rows
+    with vbnn.mode(converted, "mean"):
+        torch.testing.assert_close(converted(x), original(x))
     kept = vbnn.convert(original, "mf", keep=["0.attention", "1.attention"])
     assert isinstance(kept[0].feed_forward[0], vbnn.MeanField)
     assert type(kept[0].attention.out_proj) is type(original[0].attention.out_proj)
-    x = torch.randn(3, 4, 8, dtype=torch.float64)  # (batch, sequence, features): (*, I) rows
     with vbnn.mode(kept, "mean"):
         torch.testing.assert_close(kept(x), original(x))
     assert kept.train()(x).shape == x.shape
+    with pytest.raises(ValueError, match=r"convert: 0: .*add_bias_kv.*keep=\['0'\]"):
+        vbnn.convert(nn.Sequential(nn.MultiheadAttention(8, 2, add_bias_kv=True)), "mf")
 
 
 class Tagger(nn.Module):
@@ -130,16 +122,18 @@ class Tagger(nn.Module):
 
 
 def test_weights_left_deterministic_are_named_in_a_warning_or_refused_with_strict() -> None:
-    expected = r"\(root\) \(Tagger\), embed \(Embedding\), rnn \(LSTM\); pass keep="
+    expected = r"\(root\) \(Tagger\), embed \(Embedding\); pass keep="
     with pytest.warns(UserWarning, match=expected) as record:
         converted = vbnn.convert(Tagger(), "mf")
     assert len(record) == 1 and "norm" not in str(record[0].message)
     assert isinstance(converted.head, vbnn.MeanField)
+    assert isinstance(converted.rnn, VariationalRecurrent)
     assert converted(torch.tensor([[1, 2, 3]])).shape == (1, 3, 3)  # (*, I) through the head
     with pytest.raises(ValueError, match=expected):
         vbnn.convert(Tagger(), "mf", strict=True)
     quiet = vbnn.convert(Tagger(), "mf", keep=["", "embed", "rnn"], strict=True)  # on purpose
     assert isinstance(quiet.head, vbnn.MeanField) and type(quiet.embed) is nn.Embedding
+    assert type(quiet.rnn) is nn.LSTM
 
 
 def test_normalisation_layers_stay_deterministic_without_a_warning() -> None:

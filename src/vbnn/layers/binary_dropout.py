@@ -64,6 +64,23 @@ class BinaryDropout(VariationalLayer):
         keep = noise.randn(*shape, dtype=like.dtype, device=like.device) > threshold
         return keep.to(like.dtype) / (1.0 - self.rate)
 
+    def sample(self, noise: NoiseSource) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One dense weight draw per model: W with row i scaled by z_i / (1 - p), the weight
+        that one input mask per model (WEIGHTS mode) gives, from the same noise; the same mask
+        for every step of a sequence is the recurrent dropout of Gal & Ghahramani (2016).
+
+        Raises:
+            NotImplementedError: for a convolution (its mask is per input element, not a
+                weight).
+        """
+        if self.operator.is_conv:
+            raise NotImplementedError(
+                f"BinaryDropout({self.extra_repr()}): a convolution's mask is per input element "
+                f"and has no weight form"
+            )
+        mask = self._mask(noise, (self.in_features, 1), self.weight)
+        return self.weight * mask, self.bias
+
     def propagate(self, x: torch.Tensor, mode: ForwardMode, noise: NoiseSource) -> torch.Tensor:
         if mode is not ForwardMode.MEAN:
             # LOCAL: per example; WEIGHTS, ZERO_MEAN: one mask per model, shared by the examples

@@ -189,7 +189,8 @@ class FullCovariance(JointGaussianLayer):
 
     def sample(self, noise: NoiseSource) -> Moments:
         eps = noise.randn(self.dim, dtype=self.mean.dtype, device=self.mean.device)
-        weight = self.mean + self.scale_noise(eps).view_as(self.mean)
+        # (M, D) noise, or (B, D) for one model's B draws (``layers.sequence_weights``)
+        weight = self.mean + self.scale_noise(eps).view(-1, *self.mean.shape[1:])
         return weight[:, :-1], weight[:, -1]
 
     def kl(self, prior: Prior) -> torch.Tensor:

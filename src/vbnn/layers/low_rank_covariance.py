@@ -98,7 +98,8 @@ class LowRankCovariance(JointGaussianLayer):
         draws = noise.randn(self.dim + self.rank, dtype=self.mean.dtype, device=self.mean.device)
         eps, delta = draws[:, : self.dim], draws[:, self.dim :]
         correlated = (self.scale_factor @ delta.unsqueeze(-1)).squeeze(-1)
-        weight = self.mean + (self.scale_log_diagonal.exp() * (eps + correlated)).view_as(self.mean)
+        scaled = self.scale_log_diagonal.exp() * (eps + correlated)  # (M, D), or (B, D): B draws
+        weight = self.mean + scaled.view(-1, *self.mean.shape[1:])
         return weight[:, :-1], weight[:, -1]
 
     def kl(self, prior: Prior) -> torch.Tensor:

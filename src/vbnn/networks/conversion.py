@@ -12,13 +12,12 @@ No layer is left deterministic in silence:
 
 * normalisation layers (BatchNorm, InstanceNorm, LayerNorm, GroupNorm, RMSNorm) stay
   deterministic by design, their scale and shift point estimates; ``vbnn.summary`` lists them;
-* ``nn.MultiheadAttention`` (inside every ``nn.Transformer*Layer``) reads its projections'
-  weights directly, and ``nn.TransformerEncoderLayer``'s fast path its feed-forward layers', so
-  their layers cannot be swapped: convert refuses them, naming their paths, unless they are kept
-  (``keep``); a block of your own around ``nn.MultiheadAttention`` converts once the attention
-  is kept;
-* any other module holding parameters that convert does not replace (``nn.Embedding``, recurrent
-  layers, transposed convolutions, a parameter of a custom module, ...) is named in one
+* ``nn.LSTM``, ``nn.GRU``, ``nn.RNN`` and ``nn.MultiheadAttention`` (inside every
+  ``nn.Transformer*Layer``) become variational modules of the same family with one weight draw
+  per sequence, and the transformer layers lose their weight-reading fast path
+  (``networks.sequence_conversion``);
+* any other module holding parameters that convert does not replace (``nn.Embedding``,
+  transposed convolutions, a parameter of a custom module, ...) is named in one
   ``UserWarning``, or a ValueError with ``strict=True``, unless it is kept.
 """
 
@@ -34,12 +33,16 @@ from torch import nn
 from vbnn.layers.registry import FamilySpec
 from vbnn.layers.registry import family as family_spec
 from vbnn.layers.shell import VariationalLayer
+from vbnn.networks.sequence_conversion import (
+    SEQUENCE_MODULES,
+    convert_sequence_modules,
+    sequence_module,
+    sequence_paths,
+)
 from vbnn.networks.summary import NORMALISATION
 from vbnn.networks.summary import summary as summary_table
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-# modules whose forward reads their sublayers' ``weight`` tensors directly
-WEIGHT_READERS = (nn.MultiheadAttention, nn.TransformerEncoderLayer)
 CONVERTIBLE = (nn.Linear, *CONVOLUTIONS)
 
 
@@ -101,17 +104,6 @@ def _replaceable(module: nn.Module, keep: set[str]) -> set[str]:
     return replaceable
 
 
-def _weight_readers(module: nn.Module, keep: set[str]) -> list[tuple[str, nn.Module]]:
-    """The outermost ``WEIGHT_READERS`` inside ``module`` (not ``module`` itself) outside
-    ``keep``."""
-    found: list[tuple[str, nn.Module]] = []
-    for path, child in list(module.named_modules())[1:]:
-        inside = _under(path, [outer for outer, _ in found])
-        if isinstance(child, WEIGHT_READERS) and not inside and not _under(path, keep):
-            found.append((path, child))
-    return found
-
-
 def _left_deterministic(module: nn.Module, keep: set[str]) -> list[tuple[str, nn.Module]]:
     """Modules outside ``keep`` holding parameters of their own that convert does not replace,
     that are not normalisation layers and not inside a variational layer."""
@@ -159,11 +151,11 @@ def convert(
     Raises:
         ValueError: an unknown family (the choices are listed), an option the family does not
             take (named, with the options it takes), a ``keep`` path that is not a module of
-            ``module``, an ``nn.MultiheadAttention`` or ``nn.TransformerEncoderLayer`` not kept
-            (its path named), a convolution the
-            family or the shell cannot express (grouped, a padding mode other than zeros; its
-            path named), nothing to convert, or, with ``strict=True``, a module left
-            deterministic (every path named).
+            ``module``, a convolution the family or the shell cannot express (grouped, a
+            padding mode other than zeros; its path named), a recurrent or attention option
+            that is not supported (``proj_size``, ``add_bias_kv``, ``add_zero_attn``; its path
+            named), nothing to convert, or, with ``strict=True``, a module left deterministic
+            (every path named).
 
     Warns:
         UserWarning: naming the path and type of every module holding parameters that stays
@@ -176,11 +168,11 @@ def convert(
         if summary:
             print(summary_table(converted))
         return converted
-    if isinstance(module, WEIGHT_READERS):
-        raise ValueError(
-            f"convert: {type(module).__name__} reads its layers' weights directly, which "
-            f"variational layers do not have; it cannot be converted"
-        )
+    if isinstance(module, SEQUENCE_MODULES) and "" not in keep:  # a bare recurrent or attention
+        converted = sequence_module(spec, "", module, dict(options))
+        if summary:
+            print(summary_table(converted))
+        return converted
     paths = {name for name, _ in module.named_modules()}
     unknown = sorted(keep - paths)
     if unknown:
@@ -189,21 +181,14 @@ def convert(
             f"convert: keep={unknown} are not modules of {type(module).__name__}; its "
             f"convertible layers are {layers}"
         )
-    readers = _weight_readers(module, keep)
-    if readers:
-        named = ", ".join(f"{path or '(root)'} ({type(child).__name__})" for path, child in readers)
-        raise ValueError(
-            f"convert: {named} {'reads its' if len(readers) == 1 else 'read their'} layers' "
-            f"weights directly (attention its projections, "
-            f"the encoder layer's fast path its feed-forward layers), which variational layers "
-            f"do not have; keep them deterministic with keep={[path for path, _ in readers]}"
-        )
+    sequences = sequence_paths(module, keep)
     replaceable = _replaceable(module, keep)
-    if not replaceable:
+    if not replaceable and not sequences:
         raise ValueError(
-            f"convert: {type(module).__name__} has no nn.Linear/nn.Conv1d/2d/3d to convert"
+            f"convert: {type(module).__name__} has no nn.Linear/nn.Conv1d/2d/3d, recurrent or "
+            f"attention layer to convert"
         )
-    left = _left_deterministic(module, keep)
+    left = _left_deterministic(module, keep | set(sequences))
     if left:
         named = ", ".join(f"{path or '(root)'} ({type(child).__name__})" for path, child in left)
         message = (
@@ -214,6 +199,7 @@ def convert(
             raise ValueError(message)
         warnings.warn(message, UserWarning, stacklevel=2)
     converted = copy.deepcopy(module)  # keeps a layer shared by several paths shared
+    converted = convert_sequence_modules(converted, sequences, spec, keep, dict(options))
     made: dict[int, nn.Module] = {}  # one variational layer per original layer: ties stay tied
     for parent_name, parent in list(converted.named_modules(remove_duplicate=False)):
         for child_name, child in list(parent._modules.items()):  # shared children too
