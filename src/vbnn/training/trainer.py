@@ -33,11 +33,10 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vbnn.classification.inference import as_input
 from vbnn.core.contracts import Prior
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.core.runtime import keep_freed_memory
-from vbnn.layers.modes import stack_size, variational_layers
+from vbnn.layers.modes import as_input, stack_size, variational_layers
 from vbnn.training.batches import Batches, as_batches
 from vbnn.training.checkpoint import ResumableRun, load_checkpoint, save_checkpoint
 from vbnn.training.likelihoods import CategoricalLikelihood, GaussianLikelihood, Likelihood
