@@ -3,9 +3,10 @@
 ``as_batches`` turns what a user hands to ``vbnn.train`` into a ``Batches`` source:
 
 * (x, y) tensors or NumPy arrays (``TensorBatches``): x (N, ...), y (N, ...); each epoch takes
-  one random permutation of the N rows from a seeded ``torch.Generator`` and cuts it into
-  batches of B (the last may be smaller); ``batch_size`` None is one batch of all N rows, so full
-  batch training is the minibatch training with B = N, step for step;
+  one random permutation of the N rows from a seeded ``torch.Generator`` (``shuffle`` False: the
+  rows in their order) and cuts it into batches of B (the last may be smaller); ``batch_size``
+  None is one batch of all N rows, so full batch training is the minibatch training with B = N,
+  step for step;
 * a ``torch.utils.data.Dataset`` of (x, y) pairs (``DatasetBatches``): the same permutation of
   its indices, each batch collated by ``default_collate``; a ``TensorDataset(x, y)`` gives the
   batches of (x, y) exactly;
@@ -103,15 +104,17 @@ class TensorBatches:
         generator: torch.Generator,
         device: torch.device | None = None,
         name: str = "data",
+        shuffle: bool = True,
     ) -> None:
         _check_rows(x, y, name)
         self.x, self.y = x.to(device), y.to(device)
-        self.count, self.generator = len(y), generator
+        self.count, self.generator, self.shuffle = len(y), generator, shuffle
         self.size, self.steps = _steps(self.count, batch_size)
         self.order = torch.arange(self.count)
 
     def epoch(self) -> int:
-        self.order = torch.randperm(self.count, generator=self.generator)
+        if self.shuffle:
+            self.order = torch.randperm(self.count, generator=self.generator)
         return self.steps
 
     def batch(self, step: int) -> Batch:
@@ -144,11 +147,13 @@ class DatasetBatches(TensorBatches):
         generator: torch.Generator,
         device: torch.device | None = None,
         name: str = "data",
+        shuffle: bool = True,
     ) -> None:
         count = len(dataset)  # type: ignore[arg-type]
         if count == 0:
             raise ValueError(f"{name} is empty: the Dataset has no examples")
         self.dataset, self.device, self.count, self.generator = dataset, device, count, generator
+        self.shuffle = shuffle
         self.size, self.steps = _steps(count, batch_size)
         self.order = torch.arange(count)
 
@@ -260,8 +265,10 @@ def as_batches(
     generator: torch.Generator,
     device: torch.device | None = None,
     name: str = "data",
+    shuffle: bool = True,
 ) -> Batches:
-    """The ``Batches`` of ``data`` (module docstring); a ``Batches`` source passes through.
+    """The ``Batches`` of ``data`` (module docstring); a ``Batches`` source passes through
+    (``shuffle`` False: tensors and a ``Dataset`` keep their order).
 
     Raises:
         ValueError: empty data, or x and y of different numbers of rows (the shapes named);
@@ -275,10 +282,10 @@ def as_batches(
     if isinstance(data, DataLoader):
         return LoaderBatches(data, device, name)
     if isinstance(data, Dataset):
-        return DatasetBatches(data, batch_size, generator, device, name)
+        return DatasetBatches(data, batch_size, generator, device, name, shuffle)
     if isinstance(data, tuple | list) and len(data) == 2:
         x, y = _tensor(data[0], f"{name} x"), _tensor(data[1], f"{name} y")
-        return TensorBatches(x, y, batch_size, generator, device, name)
+        return TensorBatches(x, y, batch_size, generator, device, name, shuffle)
     raise TypeError(
         f"{name}: expected (x, y) tensors or arrays, a torch Dataset or a DataLoader, got "
         f"{type(data).__name__}"

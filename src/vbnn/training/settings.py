@@ -67,6 +67,12 @@ class TrainerConfig:
         description: the progress bar's label.
         restore_train_mode: leave the network in ``.train()`` mode at the end (for a caller that
             keeps training it or evaluates it in that mode), instead of ``.eval()``.
+        shuffle: draw a new order of the data every epoch; False: the data's own order (with
+            ``batch_size`` None, plain full-batch gradient steps).
+        batch_mean: objective "likelihood" only: each step minimises the batch's mean negative
+            log-likelihood -1/|B_s| sum_{n in B_s} log p(y_n | x_n, W) (the per-batch
+            cross-entropy of most PyTorch code) instead of -L_s / N; the same direction, the
+            step rescaled by N / |B_s| before Adam's normalisation.
     """
 
     kl_weight: float = 1.0
@@ -77,6 +83,8 @@ class TrainerConfig:
     checkpoint_file: str = "training.pt"
     description: str = "train"
     restore_train_mode: bool = False
+    shuffle: bool = True
+    batch_mean: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", LearningRateSchedule(self.schedule))

@@ -171,7 +171,8 @@ def train(
         parameter.device if parameter is not None else torch.device("cpu"))  # fmt: skip
     network.to(device)
     models = stack_size(network)
-    batches = as_batches(data, batch_size, torch.Generator().manual_seed(seed), device)
+    batches = as_batches(data, batch_size, torch.Generator().manual_seed(seed), device,
+                         shuffle=config.shuffle)  # fmt: skip
     checked = (
         None if validation is None
         else as_batches(validation, batch_size, torch.Generator(), device, "validation")
@@ -183,6 +184,9 @@ def train(
     if checked is not None:
         _check_targets(likelihood, checked.target(), "validation")
     _check_network(network, objective, likelihood)
+    if config.batch_mean and objective is not Objective.LIKELIHOOD:
+        raise ValueError(f"TrainerConfig.batch_mean needs objective 'likelihood', not "
+                         f"{objective.value!r}")  # fmt: skip
     noise = noise or ModelGenerators.for_keys(seed, range(models or 1), "train", device)
     keep_freed_memory()  # a step's MB-sized activations reuse freed heap memory
     count = batches.count
@@ -202,6 +206,9 @@ def train(
         optimizer = torch.optim.Adam(groups, lr=learning_rate, foreach=True)
     base_rates = [group.get("lr", learning_rate) for group in optimizer.param_groups]
     step = _step_objective(network, likelihood, prior, objective, batches, noise, config, models)
+    # the loss of a step is -scale * objective: -L_s / N (SGLD: -L_s; batch_mean: the batch's)
+    per_example = objective is not Objective.SGLD and not config.batch_mean
+    scale = 1.0 / count if per_example else 1.0
     callbacks = list(callbacks)
     settings = {
         "objective": objective.value, "epochs": epochs, "batch_size": batch_size,
@@ -227,7 +234,7 @@ def train(
                 factor[0] = config.schedule.factor(epoch, epochs)
                 for group, rate in zip(optimizer.param_groups, base_rates, strict=True):
                     group["lr"] = rate * factor[0]
-                row = _epoch(epoch, step, optimizer, batches, objective, modules, prior, count)
+                row = _epoch(epoch, step, optimizer, batches, scale, modules, prior, count)
                 if checked is not None:
                     row.update(evaluate(network, likelihood, checked, samples, seed, device))
                     _early_stopping(records, row, modules, patience)
@@ -292,8 +299,9 @@ def _step_objective(
                        config.samples, dataset_size=count)  # fmt: skip
         elif objective is Objective.LIKELIHOOD:
             data = log_likelihood(network, likelihood, inputs, target)["objective"]
-            data = data * (count / target.shape[-1])
-            out = {"objective": data, "log-likelihood": data}
+            scaled = data * (count / target.shape[-1])
+            mean = data / target.shape[-1] if config.batch_mean else scaled
+            out = {"objective": mean, "log-likelihood": scaled}
         else:
             out = log_joint(network, likelihood, prior, inputs, target, dataset_size=count)
         out["examples"] = torch.tensor(float(target.shape[-1]))
@@ -308,7 +316,7 @@ def _epoch(
     step: Callable[[int], dict[str, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     batches: Batches,
-    objective: Objective,
+    scale: float,
     modules: nn.ModuleDict,
     prior: Prior | None,
     count: int,
@@ -324,7 +332,6 @@ def _epoch(
 
     start = time.perf_counter()
     steps = batches.epoch()
-    scale = 1.0 if objective is Objective.SGLD else 1.0 / count
     train_loop(step, optimizer, steps, scale, [keep],
                describe=lambda s, terms: f"(epoch {epoch}, step {s})")  # fmt: skip
     seconds = time.perf_counter() - start
