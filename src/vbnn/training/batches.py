@@ -14,7 +14,10 @@
   draws from its ``generator``, or from torch's global RNG, which the trainer seeds and
   checkpoints);
 * per-model rows of a stack (``StackedBatches``): x (M, N, ...), y (M, N), each model m shuffling
-  its own rows from its own stream, for a stack of M models trained on M data sets at once.
+  its own rows from its own stream, for a stack of M models trained on M data sets at once; with
+  ``replacement`` each step instead draws model m's B rows uniformly with replacement from its
+  stream (the minibatches of SGLD, Welling & Teh 2011; B >= N: all rows, nothing drawn), and an
+  epoch is ``steps`` such draws.
 
 Every source checks before training that it is not empty and that x and y have one row each,
 naming the shapes.
@@ -215,7 +218,8 @@ class LoaderBatches:
 
 class StackedBatches:
     """Per-model rows x (M, N, ...), y (M, N): model m takes batch b of its own permutation,
-    drawn from its own stream of ``streams`` (module docstring)."""
+    drawn from its own stream of ``streams``, or with ``replacement`` B rows drawn anew at each
+    of an epoch's ``steps`` (None: ceil(N / B)) (module docstring)."""
 
     stacked = True
 
@@ -226,21 +230,38 @@ class StackedBatches:
         batch_size: int | None,
         streams: ModelGenerators,
         name: str = "data",
+        replacement: bool = False,
+        steps: int | None = None,
     ) -> None:
         _check_rows(x, y, name, rows=1)
         if x.shape[0] != len(streams) or y.shape[0] != len(streams):
             raise ValueError(f"{name}: x {tuple(x.shape)} and y {tuple(y.shape)} need one "
                              f"data set per model ({len(streams)})")  # fmt: skip
+        if steps is not None and (not replacement or steps < 1):
+            raise ValueError(f"{name}: steps={steps} needs replacement=True and must be >= 1")
         self.x, self.y, self.streams, self.count = x, y, streams, y.shape[1]
         self.size, self.steps = _steps(self.count, batch_size)
+        self.replacement = replacement
+        self.steps = self.steps if steps is None else steps
         self.order = torch.empty(0, dtype=torch.int64)
 
     def epoch(self) -> int:
-        self.order = torch.stack(self.streams.permutation(self.count))  # (M, N)
+        if not self.replacement:
+            self.order = torch.stack(self.streams.permutation(self.count))  # (M, N)
         return self.steps
 
     def batch(self, step: int) -> Batch:
-        index = self.order[:, (step - 1) * self.size : step * self.size]
+        if self.replacement:
+            if self.size >= self.count:
+                return self.x, self.y
+            index = torch.stack(
+                [
+                    torch.randint(self.count, (self.size,), generator=g)
+                    for g in self.streams.generators
+                ]
+            ).to(self.x.device)
+        else:
+            index = self.order[:, (step - 1) * self.size : step * self.size]
         return _take(self.x, index), _take(self.y, index)
 
     def in_order(self) -> Iterator[Batch]:

@@ -34,6 +34,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vbnn.core.contracts import Prior
+from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.layers.modes import as_input, stack_size, variational_layers
@@ -184,6 +185,13 @@ def train(
     if checked is not None:
         _check_targets(likelihood, checked.target(), "validation")
     _check_network(network, objective, likelihood)
+    if config.noise_prior_std is not None and (
+        objective not in (Objective.MAP, Objective.SGLD)
+        or not isinstance(likelihood, GaussianLikelihood)
+    ):
+        raise ValueError("TrainerConfig.noise_prior_std needs objective 'map' or 'sgld' and a "
+                         f"GaussianLikelihood, not {objective.value!r} and "
+                         f"{type(likelihood).__name__}")  # fmt: skip
     if config.batch_mean and objective is not Objective.LIKELIHOOD:
         raise ValueError(f"TrainerConfig.batch_mean needs objective 'likelihood', not "
                          f"{objective.value!r}")  # fmt: skip
@@ -196,7 +204,7 @@ def train(
         optimizer: torch.optim.Optimizer = LangevinDynamics(
             [p for p in network.parameters() if p.requires_grad]
             + [p for p in likelihood.parameters() if p.requires_grad],
-            lambda iteration: learning_rate * factor[0],
+            _langevin_step_size(config, learning_rate, factor, models, parameter, device),
             noise,
         )
     else:
@@ -257,6 +265,33 @@ def train(
                           len(history), best)  # fmt: skip
 
 
+def _langevin_step_size(
+    config: TrainerConfig,
+    learning_rate: float,
+    factor: list[float],
+    models: int | None,
+    parameter: torch.Tensor | None,
+    device: torch.device,
+) -> Callable[[int], float | torch.Tensor]:
+    """SGLD's eps_t at step t of the run: the learning rate (per model with
+    ``model_learning_rates``) times the epoch's schedule factor and the polynomial decay
+    (``TrainerConfig.step_decay``)."""
+    rates: float | torch.Tensor = learning_rate
+    if config.model_learning_rates is not None:
+        given = len(config.model_learning_rates)
+        if given != (models or 1):
+            raise ValueError(f"TrainerConfig.model_learning_rates: {given} values for a stack "
+                             f"of {models or 1} models")  # fmt: skip
+        dtype = parameter.dtype if parameter is not None else torch.get_default_dtype()
+        rates = torch.tensor(config.model_learning_rates, dtype=dtype, device=device)
+
+    def step_size(iteration: int) -> float | torch.Tensor:
+        decay = (1.0 + (iteration - 1) / config.decay_steps) ** (-config.step_decay)
+        return rates * factor[0] * decay
+
+    return step_size
+
+
 def _fresh_records() -> dict[str, Any]:
     return {"history": [], "best_epoch": 0, "best_nll": float("inf"), "best_state": None,
             "stopped": False}  # fmt: skip
@@ -304,6 +339,9 @@ def _step_objective(
             out = {"objective": mean, "log-likelihood": scaled}
         else:
             out = log_joint(network, likelihood, prior, inputs, target, dataset_size=count)
+            if config.noise_prior_std is not None:
+                noise_prior = gaussian_log_prob(likelihood.log_std, 0.0, config.noise_prior_std)
+                out["objective"] = out["objective"] + noise_prior
         out["examples"] = torch.tensor(float(target.shape[-1]))
         return out
 
