@@ -212,3 +212,38 @@ def test_bad_input_is_named_before_training(data, options, message) -> None:
         vbnn.train(model, data, progress=False, **options)
     for name, value in before.items():
         assert torch.equal(value, model.state_dict()[name]), name
+
+
+def test_sgld_objective_samples_the_exact_conjugate_posterior() -> None:
+    """Objective "sgld" on Bayesian linear regression with known noise: 200 independent chains
+    (a stack) with a small constant step size; the pooled draws' mean and variance match the
+    exact Gaussian posterior. Each chain gives at least one effective draw, so the standard
+    error of the mean is at most std / sqrt(200) and that of the variance ratio
+    sqrt(2 / 199)."""
+    from test_training import conjugate_problem
+
+    from vbnn.core.contracts import Activation
+    from vbnn.regression.methods import method_config
+    from vbnn.regression.stack import build_stack
+
+    x, y, mean, covariance = conjugate_problem()
+    chains, burn_in, thinning = 200, 400, 50
+    config = method_config(
+        "sgld", hidden=(), activation=Activation.IDENTITY, noise_std=0.5, dtype="float64"
+    )
+    model, likelihood = build_stack(config, 2, list(range(chains)))
+    draws = []
+
+    def keep(epoch: int, network: nn.Module, metrics: dict) -> None:
+        if epoch > burn_in and (epoch - burn_in) % thinning == 0:
+            layer = network.layers[0]
+            draws.append(torch.cat([layer.weight[:, :, 0], layer.bias], 1).detach().clone())
+
+    vbnn.train(model, (x[0], y[0]), likelihood=likelihood, objective="sgld",
+               prior=vbnn.GaussianPrior(1.0), epochs=burn_in + 12 * thinning, batch_size=None,
+               learning_rate=2e-4, progress=False, callbacks=[keep])  # fmt: skip
+    pooled = torch.cat(draws)  # (12 x chains, 3)
+    std = covariance.diagonal().sqrt()
+    assert torch.all((pooled.mean(0) - mean).abs() < 4 * std / chains**0.5)
+    ratio = pooled.var(0) / covariance.diagonal()
+    assert torch.all((ratio - 1).abs() < 4 * (2 / (chains - 1)) ** 0.5), ratio

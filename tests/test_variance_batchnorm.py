@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vbnn.classification.inference import as_input
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.experiments.variance_networks.batchnorm import (
@@ -14,6 +13,7 @@ from vbnn.experiments.variance_networks.batchnorm import (
     batchnorm_diagnostic,
     mean_accuracy,
 )
+from vbnn.layers.modes import as_input
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 
 

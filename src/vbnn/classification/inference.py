@@ -1,9 +1,9 @@
 """How any stochastic classifier predicts (Neklyudov et al. 2019 eqs. 2-3).
 
 ``predict_probabilities(model, x, mode, noise, samples)`` works for any module holding family
-layers whose output is logits: (N, C) for one network, (M, N, C) for a stack (``as_input`` adds
-nothing for one network and the model dimension for a stack). It averages the softmax over
-``samples`` passes in ``mode`` (``vbnn.sample``):
+layers whose output is logits: (N, C) for one network, (M, N, C) for a stack
+(``layers.modes.as_input`` adds nothing for one network and the model dimension for a stack). It
+averages the softmax over ``samples`` passes in ``mode`` (``vbnn.sample``):
 
     p(t | x) = 1/K sum_k softmax(f_k(x)),    f_k drawn in ``mode``;
 
@@ -30,15 +30,6 @@ PREDICTIONS: dict[str, tuple[ForwardMode, bool]] = {
     "ensemble": (ForwardMode.WEIGHTS, True),
     "zero-mean": (ForwardMode.ZERO_MEAN, True),
 }
-
-
-def as_input(model: nn.Module | int | None, x: torch.Tensor) -> torch.Tensor:
-    """``x`` (N, ...) as ``model`` takes it: unchanged for one network, (M, N, ...) for a stack.
-
-    ``model`` may also be its ``stack_size`` already read (an int, or None for one network), so
-    that a training step does not walk the module tree."""
-    models = stack_size(model) if isinstance(model, nn.Module) else model
-    return x if models is None else x.expand(models, *x.shape)
 
 
 @torch.no_grad()

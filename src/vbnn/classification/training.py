@@ -21,10 +21,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from vbnn.classification.inference import PREDICTIONS, as_input, predict
+from vbnn.classification.inference import PREDICTIONS, predict
 from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.modes import stack_size
+from vbnn.layers.modes import as_input, stack_size
 from vbnn.metrics import accuracy
 from vbnn.networks.summary import mean_log_alpha
 from vbnn.plots import pyplot, save_figure

@@ -3,7 +3,8 @@
 ``mode(module, m)`` and ``use_noise(module, noise)`` set, for the duration of a block, the forward
 mode and the noise source of every ``VariationalLayer`` inside ``module`` (itself included);
 ``network_output`` runs any module in a given mode with a given noise; ``variational_layers``,
-``stack_size`` and ``takes_mode`` read a module's layers.
+``stack_size`` and ``takes_mode`` read a module's layers; ``as_input`` shapes an input for a
+network or a stack.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ def stack_size(module: nn.Module) -> int | None:
     if len(sizes) > 1:
         raise ValueError(f"{type(module).__name__} mixes stacks and single layers: {sizes}")
     return sizes.pop() if sizes else None
+
+
+def as_input(model: nn.Module | int | None, x: torch.Tensor) -> torch.Tensor:
+    """``x`` (N, ...) as ``model`` takes it: unchanged for one network, (M, N, ...) for a stack.
+
+    ``model`` may also be its ``stack_size`` already read (an int, or None for one network), so
+    that a training step does not walk the module tree."""
+    models = stack_size(model) if isinstance(model, nn.Module) else model
+    return x if models is None else x.expand(models, *x.shape)
 
 
 @contextmanager

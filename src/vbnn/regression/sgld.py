@@ -12,8 +12,8 @@ Priors: the weights' N(0, s^2) (``SGLDConfig.prior_std``) and N(0, 1) on the log
 standardised target units (a weak prior: the noise std lies within a factor e of 1 with 68 %
 probability). Samples after ``burn_in`` steps, one every ``thinning`` steps, form the predictive.
 Every model of the stack draws its mini-batches and its Langevin noise from its own stream, so a
-model samples the same chain alone or in a batch. The chain is ``vbnn.train_loop`` with the
-Langevin update ``LangevinDynamics`` as its optimizer and a callback that keeps the samples.
+model samples the same chain alone or in a batch. The chain is ``vbnn.train`` with objective
+"sgld" (the Langevin update ``LangevinDynamics``) and a callback that keeps the samples.
 """
 
 from __future__ import annotations
@@ -27,10 +27,13 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import ModelValues, SGLDConfig
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.batches import StackedBatches
 from vbnn.training.full_batch import Problem
 from vbnn.training.likelihoods import GaussianLikelihood
-from vbnn.training.loop import LangevinDynamics, train_loop
+from vbnn.training.loop import NonFiniteLossError
 from vbnn.training.objectives import log_joint
+from vbnn.training.settings import TrainerConfig
+from vbnn.training.trainer import train
 
 State = dict[str, torch.Tensor]
 
@@ -66,19 +69,6 @@ def log_posterior(
     return joint + gaussian_log_prob(likelihood.log_std, 0.0, NOISE_LOG_STD_PRIOR_STD)
 
 
-def _batch(
-    x: torch.Tensor, y: torch.Tensor, size: int | None, noise: ModelGenerators
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows drawn with replacement, per model from its own stream (None: the full set)."""
-    if size is None or size >= y.shape[1]:
-        return x, y
-    index = torch.stack(
-        [torch.randint(y.shape[1], (size,), generator=g) for g in noise.generators]
-    ).to(x.device)
-    rows = torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
-    return rows, torch.gather(y, 1, index)
-
-
 def sample(
     config: SGLDConfig,
     problem: Problem,
@@ -89,6 +79,10 @@ def sample(
     description: str = "sgld",
 ) -> list[State]:
     """Run the chains for ``config.iterations`` steps; return the kept samples.
+
+    The chains train through ``vbnn.train`` (objective "sgld"): one epoch is one step on a batch
+    drawn with replacement per model (``StackedBatches``), the step size decays as
+    ``step_size`` (``TrainerConfig.step_decay``), and an epoch callback keeps the samples.
 
     Args:
         problem: a stack of point networks (``Point`` layers), the chains' start, its
@@ -106,42 +100,36 @@ def sample(
     model, likelihood, x, y = problem.model, problem.likelihood, problem.x, problem.y
     values = values or ModelValues()
     prior = GaussianPrior(values.get(config, "prior_std"))
-    eta = values.step_size
     modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
     num_examples = y.shape[1]
-    iterations = config.iterations
-    optimizer = LangevinDynamics(
-        [p for p in modules.parameters() if p.requires_grad],
-        lambda iteration: step_size(config, iteration, num_examples, eta),
-        noise,
+    per_model = None if values.step_size is None else values.step_size / num_examples
+    settings = TrainerConfig(
+        step_decay=config.step_decay,
+        decay_steps=config.decay_steps,
+        model_learning_rates=None if per_model is None else tuple(per_model.tolist()),
+        noise_prior_std=NOISE_LOG_STD_PRIOR_STD,
+        description=description,
+        restore_train_mode=True,
     )
     kept: list[State] = []
 
-    def log_density(iteration: int) -> dict[str, torch.Tensor]:
-        batch_x, batch_y = _batch(x, y, config.batch_size, noise)
-        return {
-            "objective": log_posterior(model, likelihood, prior, batch_x, batch_y, num_examples)
-        }
-
-    def keep(iteration: int, terms: dict[str, torch.Tensor]) -> None:
+    def keep(iteration: int, network: nn.Module, metrics: dict) -> None:
         past_burn_in = iteration - config.resolved_burn_in
         if past_burn_in > 0 and past_burn_in % config.resolved_thinning == 0:
             kept.append({k: v.detach().clone() for k, v in modules.state_dict().items()})
 
-    def describe(iteration: int, terms: dict[str, torch.Tensor]) -> str:
-        bad = int((~torch.isfinite(terms["objective"])).nonzero()[0, 0])
-        eps = step_size(config, iteration, num_examples, eta)
-        eps = float(eps[bad]) if isinstance(eps, torch.Tensor) else eps
-        return (
-            f"in model {bad} (SGLD log posterior); step size eps = {eps:.3g} is too large "
-            "(lower SGLDConfig.step_size)"
-        )
-
-    train_loop(log_density, optimizer, iterations, 1.0, [keep], describe, progress, description)
+    batches = StackedBatches(x, y, config.batch_size, noise, replacement=True, steps=1)
+    try:
+        train(model, batches, likelihood=likelihood, objective="sgld", prior=prior,
+              epochs=config.iterations, learning_rate=config.step_size / num_examples,
+              progress=progress, callbacks=[keep], config=settings, noise=noise)  # fmt: skip
+    except NonFiniteLossError as error:
+        raise NonFiniteLossError(f"{error} (SGLD log posterior): the step size is too large "
+                                 "(lower SGLDConfig.step_size)") from error  # fmt: skip
     if not kept:
         raise ValueError(
-            f"SGLD kept no samples: iterations={iterations}, burn_in={config.resolved_burn_in}, "
-            f"thinning={config.resolved_thinning}"
+            f"SGLD kept no samples: iterations={config.iterations}, "
+            f"burn_in={config.resolved_burn_in}, thinning={config.resolved_thinning}"
         )
     return kept
 

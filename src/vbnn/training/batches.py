@@ -3,9 +3,10 @@
 ``as_batches`` turns what a user hands to ``vbnn.train`` into a ``Batches`` source:
 
 * (x, y) tensors or NumPy arrays (``TensorBatches``): x (N, ...), y (N, ...); each epoch takes
-  one random permutation of the N rows from a seeded ``torch.Generator`` and cuts it into
-  batches of B (the last may be smaller); ``batch_size`` None is one batch of all N rows, so full
-  batch training is the minibatch training with B = N, step for step;
+  one random permutation of the N rows from a seeded ``torch.Generator`` (``shuffle`` False: the
+  rows in their order) and cuts it into batches of B (the last may be smaller); ``batch_size``
+  None is one batch of all N rows, so full batch training is the minibatch training with B = N,
+  step for step;
 * a ``torch.utils.data.Dataset`` of (x, y) pairs (``DatasetBatches``): the same permutation of
   its indices, each batch collated by ``default_collate``; a ``TensorDataset(x, y)`` gives the
   batches of (x, y) exactly;
@@ -13,7 +14,10 @@
   draws from its ``generator``, or from torch's global RNG, which the trainer seeds and
   checkpoints);
 * per-model rows of a stack (``StackedBatches``): x (M, N, ...), y (M, N), each model m shuffling
-  its own rows from its own stream, for a stack of M models trained on M data sets at once.
+  its own rows from its own stream, for a stack of M models trained on M data sets at once; with
+  ``replacement`` each step instead draws model m's B rows uniformly with replacement from its
+  stream (the minibatches of SGLD, Welling & Teh 2011; B >= N: all rows, nothing drawn), and an
+  epoch is ``steps`` such draws.
 
 Every source checks before training that it is not empty and that x and y have one row each,
 naming the shapes.
@@ -103,15 +107,17 @@ class TensorBatches:
         generator: torch.Generator,
         device: torch.device | None = None,
         name: str = "data",
+        shuffle: bool = True,
     ) -> None:
         _check_rows(x, y, name)
         self.x, self.y = x.to(device), y.to(device)
-        self.count, self.generator = len(y), generator
+        self.count, self.generator, self.shuffle = len(y), generator, shuffle
         self.size, self.steps = _steps(self.count, batch_size)
         self.order = torch.arange(self.count)
 
     def epoch(self) -> int:
-        self.order = torch.randperm(self.count, generator=self.generator)
+        if self.shuffle:
+            self.order = torch.randperm(self.count, generator=self.generator)
         return self.steps
 
     def batch(self, step: int) -> Batch:
@@ -144,11 +150,13 @@ class DatasetBatches(TensorBatches):
         generator: torch.Generator,
         device: torch.device | None = None,
         name: str = "data",
+        shuffle: bool = True,
     ) -> None:
         count = len(dataset)  # type: ignore[arg-type]
         if count == 0:
             raise ValueError(f"{name} is empty: the Dataset has no examples")
         self.dataset, self.device, self.count, self.generator = dataset, device, count, generator
+        self.shuffle = shuffle
         self.size, self.steps = _steps(count, batch_size)
         self.order = torch.arange(count)
 
@@ -210,7 +218,8 @@ class LoaderBatches:
 
 class StackedBatches:
     """Per-model rows x (M, N, ...), y (M, N): model m takes batch b of its own permutation,
-    drawn from its own stream of ``streams`` (module docstring)."""
+    drawn from its own stream of ``streams``, or with ``replacement`` B rows drawn anew at each
+    of an epoch's ``steps`` (None: ceil(N / B)) (module docstring)."""
 
     stacked = True
 
@@ -221,21 +230,38 @@ class StackedBatches:
         batch_size: int | None,
         streams: ModelGenerators,
         name: str = "data",
+        replacement: bool = False,
+        steps: int | None = None,
     ) -> None:
         _check_rows(x, y, name, rows=1)
         if x.shape[0] != len(streams) or y.shape[0] != len(streams):
             raise ValueError(f"{name}: x {tuple(x.shape)} and y {tuple(y.shape)} need one "
                              f"data set per model ({len(streams)})")  # fmt: skip
+        if steps is not None and (not replacement or steps < 1):
+            raise ValueError(f"{name}: steps={steps} needs replacement=True and must be >= 1")
         self.x, self.y, self.streams, self.count = x, y, streams, y.shape[1]
         self.size, self.steps = _steps(self.count, batch_size)
+        self.replacement = replacement
+        self.steps = self.steps if steps is None else steps
         self.order = torch.empty(0, dtype=torch.int64)
 
     def epoch(self) -> int:
-        self.order = torch.stack(self.streams.permutation(self.count))  # (M, N)
+        if not self.replacement:
+            self.order = torch.stack(self.streams.permutation(self.count))  # (M, N)
         return self.steps
 
     def batch(self, step: int) -> Batch:
-        index = self.order[:, (step - 1) * self.size : step * self.size]
+        if self.replacement:
+            if self.size >= self.count:
+                return self.x, self.y
+            index = torch.stack(
+                [
+                    torch.randint(self.count, (self.size,), generator=g)
+                    for g in self.streams.generators
+                ]
+            ).to(self.x.device)
+        else:
+            index = self.order[:, (step - 1) * self.size : step * self.size]
         return _take(self.x, index), _take(self.y, index)
 
     def in_order(self) -> Iterator[Batch]:
@@ -260,8 +286,10 @@ def as_batches(
     generator: torch.Generator,
     device: torch.device | None = None,
     name: str = "data",
+    shuffle: bool = True,
 ) -> Batches:
-    """The ``Batches`` of ``data`` (module docstring); a ``Batches`` source passes through.
+    """The ``Batches`` of ``data`` (module docstring); a ``Batches`` source passes through
+    (``shuffle`` False: tensors and a ``Dataset`` keep their order).
 
     Raises:
         ValueError: empty data, or x and y of different numbers of rows (the shapes named);
@@ -275,10 +303,10 @@ def as_batches(
     if isinstance(data, DataLoader):
         return LoaderBatches(data, device, name)
     if isinstance(data, Dataset):
-        return DatasetBatches(data, batch_size, generator, device, name)
+        return DatasetBatches(data, batch_size, generator, device, name, shuffle)
     if isinstance(data, tuple | list) and len(data) == 2:
         x, y = _tensor(data[0], f"{name} x"), _tensor(data[1], f"{name} y")
-        return TensorBatches(x, y, batch_size, generator, device, name)
+        return TensorBatches(x, y, batch_size, generator, device, name, shuffle)
     raise TypeError(
         f"{name}: expected (x, y) tensors or arrays, a torch Dataset or a DataLoader, got "
         f"{type(data).__name__}"

@@ -10,10 +10,10 @@ noise, so the loop owns no data. ``train_loop`` then, for iteration = 1 .. itera
    independent, so the sum lets one elementwise optimizer drive each model exactly as alone),
 3. calls ``callback(iteration, terms)`` with the detached terms.
 
-Every trainer of the package is this loop with its own objective and optimizer: full-batch UCI
-training (``full_batch.fit``, Adam), minibatch classification (``classification.training``),
-the depth experiment's pre-training, and SGLD (``regression.sgld``, whose optimizer is the
-Langevin update ``LangevinDynamics``).
+Every trainer of the package is this loop with its own objective and optimizer: the epoch loop
+``vbnn.train`` (``training.trainer``: any network and data; the classifier, compare's folds,
+SGLD (``regression.sgld``, whose optimizer is the Langevin update ``LangevinDynamics``) and the
+experiments train through it) and full-batch UCI training of a stack (``full_batch.fit``, Adam).
 """
 
 from __future__ import annotations

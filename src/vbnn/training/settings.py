@@ -67,6 +67,22 @@ class TrainerConfig:
         description: the progress bar's label.
         restore_train_mode: leave the network in ``.train()`` mode at the end (for a caller that
             keeps training it or evaluates it in that mode), instead of ``.eval()``.
+        shuffle: draw a new order of the data every epoch; False: the data's own order (with
+            ``batch_size`` None, plain full-batch gradient steps).
+        batch_mean: objective "likelihood" only: each step minimises the batch's mean negative
+            log-likelihood -1/|B_s| sum_{n in B_s} log p(y_n | x_n, W) (the per-batch
+            cross-entropy of most PyTorch code) instead of -L_s / N; the same direction, the
+            step rescaled by N / |B_s| before Adam's normalisation.
+        step_decay: SGLD: gamma of the polynomially decaying step size of step t = 1, 2, ...
+            (counted over the whole run), eps_t = learning_rate (1 + (t - 1) / decay_steps)^-gamma
+            (Welling & Teh 2011: gamma in (0.5, 1] gives sum eps_t = inf, sum eps_t^2 < inf);
+            0: a constant step size.
+        decay_steps: SGLD: the steps over which the step size starts to fall.
+        model_learning_rates: SGLD on a stack of M models: one step size per model (M values,
+            e.g. tuning candidates) in place of ``learning_rate``.
+        noise_prior_std: objectives "map" and "sgld" with a ``GaussianLikelihood``: adds the
+            log density of a N(0, s^2) prior on its log noise std to the log joint (None: the
+            noise std has no prior).
     """
 
     kl_weight: float = 1.0
@@ -77,6 +93,12 @@ class TrainerConfig:
     checkpoint_file: str = "training.pt"
     description: str = "train"
     restore_train_mode: bool = False
+    shuffle: bool = True
+    batch_mean: bool = False
+    step_decay: float = 0.0
+    decay_steps: int = 1
+    model_learning_rates: tuple[float, ...] | None = None
+    noise_prior_std: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", LearningRateSchedule(self.schedule))
@@ -84,6 +106,14 @@ class TrainerConfig:
         object.__setattr__(self, "rates", rates)
         if self.kl_weight < 0:
             raise ValueError(f"TrainerConfig: kl_weight must be >= 0, got {self.kl_weight}")
+        if self.model_learning_rates is not None:
+            object.__setattr__(self, "model_learning_rates", tuple(self.model_learning_rates))
+        if self.step_decay < 0 or self.decay_steps < 1:
+            raise ValueError(f"TrainerConfig: step_decay must be >= 0 and decay_steps >= 1, got "
+                             f"{self.step_decay} and {self.decay_steps}")  # fmt: skip
+        if self.noise_prior_std is not None and self.noise_prior_std <= 0:
+            raise ValueError(f"TrainerConfig: noise_prior_std must be > 0, got "
+                             f"{self.noise_prior_std}")  # fmt: skip
         for name in ("samples", "validation_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainerConfig: {name} must be >= 1, got {getattr(self, name)}")

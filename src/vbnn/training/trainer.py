@@ -33,11 +33,11 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vbnn.classification.inference import as_input
 from vbnn.core.contracts import Prior
+from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.core.runtime import keep_freed_memory
-from vbnn.layers.modes import stack_size, variational_layers
+from vbnn.layers.modes import as_input, stack_size, variational_layers
 from vbnn.training.batches import Batches, as_batches
 from vbnn.training.checkpoint import ResumableRun, load_checkpoint, save_checkpoint
 from vbnn.training.likelihoods import CategoricalLikelihood, GaussianLikelihood, Likelihood
@@ -172,7 +172,8 @@ def train(
         parameter.device if parameter is not None else torch.device("cpu"))  # fmt: skip
     network.to(device)
     models = stack_size(network)
-    batches = as_batches(data, batch_size, torch.Generator().manual_seed(seed), device)
+    batches = as_batches(data, batch_size, torch.Generator().manual_seed(seed), device,
+                         shuffle=config.shuffle)  # fmt: skip
     checked = (
         None if validation is None
         else as_batches(validation, batch_size, torch.Generator(), device, "validation")
@@ -184,6 +185,16 @@ def train(
     if checked is not None:
         _check_targets(likelihood, checked.target(), "validation")
     _check_network(network, objective, likelihood)
+    if config.noise_prior_std is not None and (
+        objective not in (Objective.MAP, Objective.SGLD)
+        or not isinstance(likelihood, GaussianLikelihood)
+    ):
+        raise ValueError("TrainerConfig.noise_prior_std needs objective 'map' or 'sgld' and a "
+                         f"GaussianLikelihood, not {objective.value!r} and "
+                         f"{type(likelihood).__name__}")  # fmt: skip
+    if config.batch_mean and objective is not Objective.LIKELIHOOD:
+        raise ValueError(f"TrainerConfig.batch_mean needs objective 'likelihood', not "
+                         f"{objective.value!r}")  # fmt: skip
     noise = noise or ModelGenerators.for_keys(seed, range(models or 1), "train", device)
     keep_freed_memory()  # a step's MB-sized activations reuse freed heap memory
     count = batches.count
@@ -193,7 +204,7 @@ def train(
         optimizer: torch.optim.Optimizer = LangevinDynamics(
             [p for p in network.parameters() if p.requires_grad]
             + [p for p in likelihood.parameters() if p.requires_grad],
-            lambda iteration: learning_rate * factor[0],
+            _langevin_step_size(config, learning_rate, factor, models, parameter, device),
             noise,
         )
     else:
@@ -203,6 +214,9 @@ def train(
         optimizer = torch.optim.Adam(groups, lr=learning_rate, foreach=True)
     base_rates = [group.get("lr", learning_rate) for group in optimizer.param_groups]
     step = _step_objective(network, likelihood, prior, objective, batches, noise, config, models)
+    # the loss of a step is -scale * objective: -L_s / N (SGLD: -L_s; batch_mean: the batch's)
+    per_example = objective is not Objective.SGLD and not config.batch_mean
+    scale = 1.0 / count if per_example else 1.0
     callbacks = list(callbacks)
     settings = {
         "objective": objective.value, "epochs": epochs, "batch_size": batch_size,
@@ -228,7 +242,7 @@ def train(
                 factor[0] = config.schedule.factor(epoch, epochs)
                 for group, rate in zip(optimizer.param_groups, base_rates, strict=True):
                     group["lr"] = rate * factor[0]
-                row = _epoch(epoch, step, optimizer, batches, objective, modules, prior, count)
+                row = _epoch(epoch, step, optimizer, batches, scale, modules, prior, count)
                 if checked is not None:
                     row.update(evaluate(network, likelihood, checked, samples, seed, device))
                     _early_stopping(records, row, modules, patience)
@@ -249,6 +263,33 @@ def train(
     best = records["best_epoch"] or history[-1]["epoch"]
     return TrainingResult(network, likelihood, history, sum(r["seconds"] for r in history),
                           len(history), best)  # fmt: skip
+
+
+def _langevin_step_size(
+    config: TrainerConfig,
+    learning_rate: float,
+    factor: list[float],
+    models: int | None,
+    parameter: torch.Tensor | None,
+    device: torch.device,
+) -> Callable[[int], float | torch.Tensor]:
+    """SGLD's eps_t at step t of the run: the learning rate (per model with
+    ``model_learning_rates``) times the epoch's schedule factor and the polynomial decay
+    (``TrainerConfig.step_decay``)."""
+    rates: float | torch.Tensor = learning_rate
+    if config.model_learning_rates is not None:
+        given = len(config.model_learning_rates)
+        if given != (models or 1):
+            raise ValueError(f"TrainerConfig.model_learning_rates: {given} values for a stack "
+                             f"of {models or 1} models")  # fmt: skip
+        dtype = parameter.dtype if parameter is not None else torch.get_default_dtype()
+        rates = torch.tensor(config.model_learning_rates, dtype=dtype, device=device)
+
+    def step_size(iteration: int) -> float | torch.Tensor:
+        decay = (1.0 + (iteration - 1) / config.decay_steps) ** (-config.step_decay)
+        return rates * factor[0] * decay
+
+    return step_size
 
 
 def _fresh_records() -> dict[str, Any]:
@@ -293,10 +334,14 @@ def _step_objective(
                        config.samples, dataset_size=count)  # fmt: skip
         elif objective is Objective.LIKELIHOOD:
             data = log_likelihood(network, likelihood, inputs, target)["objective"]
-            data = data * (count / target.shape[-1])
-            out = {"objective": data, "log-likelihood": data}
+            scaled = data * (count / target.shape[-1])
+            mean = data / target.shape[-1] if config.batch_mean else scaled
+            out = {"objective": mean, "log-likelihood": scaled}
         else:
             out = log_joint(network, likelihood, prior, inputs, target, dataset_size=count)
+            if config.noise_prior_std is not None:
+                noise_prior = gaussian_log_prob(likelihood.log_std, 0.0, config.noise_prior_std)
+                out["objective"] = out["objective"] + noise_prior
         out["examples"] = torch.tensor(float(target.shape[-1]))
         return out
 
@@ -309,7 +354,7 @@ def _epoch(
     step: Callable[[int], dict[str, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     batches: Batches,
-    objective: Objective,
+    scale: float,
     modules: nn.ModuleDict,
     prior: Prior | None,
     count: int,
@@ -325,7 +370,6 @@ def _epoch(
 
     start = time.perf_counter()
     steps = batches.epoch()
-    scale = 1.0 if objective is Objective.SGLD else 1.0 / count
     train_loop(step, optimizer, steps, scale, [keep],
                describe=lambda s, terms: f"(epoch {epoch}, step {s})")  # fmt: skip
     seconds = time.perf_counter() - start

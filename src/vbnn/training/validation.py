@@ -18,10 +18,9 @@ import math
 import torch
 from torch import nn
 
-from vbnn.classification.inference import as_input
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.layers.modes import network_output, stack_size
+from vbnn.layers.modes import as_input, network_output, stack_size
 from vbnn.training.batches import Batches
 from vbnn.training.likelihoods import CategoricalLikelihood, GaussianLikelihood, Likelihood
 

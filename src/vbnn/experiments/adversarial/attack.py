@@ -26,10 +26,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from vbnn.classification.inference import as_input
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators, NoiseSource
-from vbnn.layers.modes import network_output, stack_size
+from vbnn.layers.modes import as_input, network_output, stack_size
 from vbnn.metrics import entropy
 
 

@@ -8,8 +8,9 @@ pixels of largest training-set variance) times the 10 classes. Rows of M depend 
 rows of W_1, so each sample of this block is exact without forming the whole product.
 
 Network: vbnn's ``MeanField`` (log-std parameterisation, LRT), identity activations, N(0, 1)
-prior, full-data ELBO (KL not re-weighted), Adam, softmax cross-entropy. The blog does not give
-the width or the training schedule; both are settings here.
+prior, full-data ELBO (KL not re-weighted), Adam, softmax cross-entropy, trained by
+``vbnn.train``. The blog does not give the width or the training schedule; both are settings
+here.
 
 With a LeakyReLU or ReLU ``activation`` the same network gives the blog's *local* product matrix
 (``vbnn.diagnostics.local_product``): M(x) = W_1 D_1(x) ... W_L at a test image x, the pattern
@@ -30,8 +31,8 @@ from vbnn.diagnostics.local_product import MeanFieldNetwork, sample_local_produc
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import CategoricalLikelihood
-from vbnn.training.loop import train_loop
-from vbnn.training.objectives import elbo
+from vbnn.training.settings import TrainerConfig
+from vbnn.training.trainer import train
 
 
 @dataclass(frozen=True)
@@ -71,18 +72,10 @@ def train_deep_linear(config: FashionProductConfig, data_dir: str | None) -> tup
         "mf", sizes, config.activation, generators, negative_slope=slope,
         init_std=config.init_std,
     )  # fmt: skip
-    optimiser = torch.optim.Adam(model.parameters(), config.learning_rate)
-    prior, likelihood, n = GaussianPrior(1.0), CategoricalLikelihood(), len(x)
-    shuffler = torch.Generator().manual_seed(config.seed)
-    for _ in range(config.epochs):
-        batches = torch.randperm(n, generator=shuffler).split(config.batch_size)
-
-        def objective(step: int, batches=batches) -> dict[str, torch.Tensor]:
-            index = batches[step - 1]
-            inputs, labels = x[index].unsqueeze(0), y[index]
-            return elbo(model, likelihood, prior, inputs, labels, generators, dataset_size=n)
-
-        train_loop(objective, optimiser, len(batches), 1.0 / n, description="fashion product")
+    train(model, (x, y), likelihood=CategoricalLikelihood(), prior=GaussianPrior(1.0),
+          epochs=config.epochs, batch_size=config.batch_size,
+          learning_rate=config.learning_rate, seed=config.seed, progress=False,
+          config=TrainerConfig(description="fashion product"), noise=generators)  # fmt: skip
     with torch.no_grad():
         logits = model(torch.from_numpy(test_images).unsqueeze(0), ForwardMode.MEAN)[0]
     accuracy = float((logits.argmax(-1) == torch.from_numpy(test_labels)).float().mean())

@@ -5,7 +5,7 @@
   ``parameterization="softplus"`` and ``init="he"``: sigma = softplus(rho), He-initialised means,
   sigma initialised to 1e-6 ("initial variance parameters, rho, which are transformed into
   standard deviations using the softplus ... with 1e-6").
-* :func:`train_mean_field` - minibatch Adam through ``vbnn.train_loop``: first the means with
+* :func:`train_mean_field` - minibatch Adam through ``vbnn.train``: first the means with
   cross-entropy (Farquhar et al. 2020: "We pretrain the means using a cross-entropy loss to
   initialize the mean-field training": ``training.objectives.log_likelihood`` of the mean network
   with a Bernoulli likelihood, per example of the batch), then the full ELBO
@@ -30,10 +30,11 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.references.architecture import MLPArchitecture
+from vbnn.training.batches import TensorBatches
 from vbnn.training.likelihoods import BernoulliLikelihood
-from vbnn.training.loop import train_loop
-from vbnn.training.objectives import elbo, log_likelihood
 from vbnn.training.optimizer import parameters_with_role
+from vbnn.training.settings import TrainerConfig
+from vbnn.training.trainer import train
 
 
 def parameter_count(sizes: list[int]) -> int:
@@ -72,10 +73,6 @@ class PretrainConfig:
     prior_std: float = 1.0
 
 
-def _minibatches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
-    return list(torch.randperm(n, generator=generator).split(batch_size))
-
-
 def train_mean_field(
     architecture: MLPArchitecture,
     x: torch.Tensor,
@@ -84,6 +81,10 @@ def train_mean_field(
     seed: int,
 ) -> MLP:
     """Means pre-trained with cross-entropy, then MFVI on the full ELBO; returns the MF network.
+
+    Both phases train through ``vbnn.train`` on one ``TensorBatches`` source, so the second
+    phase's data order continues the first's stream. The first trains only the means (the other
+    parameters held fixed) on the batch mean of the cross-entropy (``TrainerConfig.batch_mean``).
 
     Args:
         x: (N, 2) inputs; y: (N,) labels in {0, 1}.
@@ -101,37 +102,28 @@ def train_mean_field(
         init="he",
         init_std=config.init_std,
     )
-    shuffler = torch.Generator().manual_seed(seed + 1)
-    prior = GaussianPrior(config.prior_std)
-    likelihood = BernoulliLikelihood()
-    means = parameters_with_role(model, ParameterRole.MEAN)
-    n = len(x)
-    steps = -(-n // config.batch_size)
-    batches: list[torch.Tensor] = []
-
-    def batch(iteration: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if (iteration - 1) % steps == 0:
-            batches[:] = _minibatches(n, config.batch_size, shuffler)
-        index = batches[(iteration - 1) % steps]
-        return x[index].unsqueeze(0), y[index].unsqueeze(0)
-
-    def cross_entropy(iteration: int) -> dict[str, torch.Tensor]:
-        """Minus the batch mean of the binary cross-entropy of the mean network."""
-        inputs, labels = batch(iteration)
-        terms = log_likelihood(model, likelihood, inputs, labels)
-        return {name: value / labels.shape[-1] for name, value in terms.items()}
-
-    def negative_free_energy(iteration: int) -> dict[str, torch.Tensor]:
-        inputs, labels = batch(iteration)
-        return elbo(model, likelihood, prior, inputs, labels, generators, dataset_size=n)
-
-    for objective, parameters, epochs, scale in (
-        (cross_entropy, means, config.mean_epochs, 1.0),
-        (negative_free_energy, list(model.parameters()), config.epochs, 1.0 / n),
-    ):
-        if epochs:
-            optimiser = torch.optim.Adam(parameters, config.learning_rate)
-            train_loop(objective, optimiser, epochs * steps, scale)
+    batches = TensorBatches(x, y, config.batch_size, torch.Generator().manual_seed(seed + 1))
+    common = {
+        "likelihood": BernoulliLikelihood(), "batch_size": config.batch_size,
+        "learning_rate": config.learning_rate, "seed": seed, "progress": False,
+        "noise": generators,
+    }  # fmt: skip
+    if config.mean_epochs:
+        means = {id(p) for p in parameters_with_role(model, ParameterRole.MEAN)}
+        fixed = [p for p in model.parameters() if id(p) not in means and p.requires_grad]
+        try:
+            for parameter in fixed:
+                parameter.requires_grad_(False)
+            train(model, batches, objective="likelihood", epochs=config.mean_epochs,
+                  config=TrainerConfig(batch_mean=True, description="means"),
+                  **common)  # fmt: skip
+        finally:
+            for parameter in fixed:
+                parameter.requires_grad_(True)
+    if config.epochs:
+        train(model, batches, objective="elbo", prior=GaussianPrior(config.prior_std),
+              epochs=config.epochs, config=TrainerConfig(description="mean field"),
+              **common)  # fmt: skip
     return model
 
 

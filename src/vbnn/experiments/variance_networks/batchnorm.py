@@ -25,10 +25,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from vbnn.classification.inference import as_input
 from vbnn.core.contracts import ForwardMode
 from vbnn.experiments.variance_networks.runs import NetworkRun, load_stored
-from vbnn.layers.modes import stack_size
+from vbnn.layers.modes import as_input, stack_size
 from vbnn.metrics import accuracy
 from vbnn.networks.lenet import LeNet5
 

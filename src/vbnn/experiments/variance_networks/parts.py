@@ -27,8 +27,8 @@ from vbnn.metrics import accuracy
 from vbnn.plots import pyplot, save_figure
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.training.likelihoods import CategoricalLikelihood
-from vbnn.training.loop import train_loop
-from vbnn.training.objectives import elbo
+from vbnn.training.settings import TrainerConfig
+from vbnn.training.trainer import train
 
 TOY_CENTRES = (
     (3.0, 3.0),
@@ -82,12 +82,11 @@ def train_toy(
     network: ToyNetwork, x: torch.Tensor, y: torch.Tensor, noise: ModelGenerators, steps: int
 ) -> None:
     """``steps`` full-batch Adam steps (rate 3e-3) on the ELBO per example of (x, y) under the
-    log-uniform prior, every model of the stack on the same data."""
-    optimizer = torch.optim.Adam(network.parameters(), lr=3e-3)
-    batch = x.unsqueeze(0).expand(len(noise), -1, -1)
-    likelihood, prior = CategoricalLikelihood(), LogUniformPrior()
-    train_loop(lambda step: elbo(network, likelihood, prior, batch, y, noise), optimizer,
-               steps, 1.0 / len(y))  # fmt: skip
+    log-uniform prior (``vbnn.train``: one epoch a step, the rows in their order), every model
+    of the stack on the same data; the network is left in ``.train()`` mode."""
+    train(network, (x, y), likelihood=CategoricalLikelihood(), prior=LogUniformPrior(),
+          epochs=steps, batch_size=None, learning_rate=3e-3, progress=False,
+          config=TrainerConfig(shuffle=False, restore_train_mode=True), noise=noise)  # fmt: skip
 
 
 def run_toy(out: Path, seeds: tuple[int, ...], steps: int, per_class: int) -> pd.DataFrame:
