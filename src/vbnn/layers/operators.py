@@ -282,6 +282,11 @@ class Operator:
         models, rows, channels = x.shape[:3]
         folded = x.transpose(0, 1).reshape(rows, models * channels, *x.shape[3:])
         flat_bias = None if bias is None else bias.reshape(-1)
+        if self.rank == 2:
+            # channels-last: oneDNN's convolution and, above all, its backward run faster in this
+            # layout on CPU for LeNet-5's shapes and the transposed convolutions of a small
+            # decoder (measured: benchmarks/README.md, variance networks; converted model step)
+            folded = folded.contiguous(memory_format=torch.channels_last)
         if self.transposed:
             # (M, C, O, *k) -> (M C, O, *k): torch's grouped layout (in, out / groups, *k)
             kernel = weight.reshape(models * channels, self.out_features, *self.kernel_size)
@@ -296,11 +301,6 @@ class Operator:
                 self.dilation,
             )
         else:
-            if self.rank == 2:
-                # channels-last: oneDNN's convolution and, above all, its backward run faster in
-                # this layout on CPU for LeNet-5's shapes (measured: benchmarks/README.md,
-                # variance networks)
-                folded = folded.contiguous(memory_format=torch.channels_last)
             kernel = weight.reshape(models * self.out_features, channels, *self.kernel_size)
             out = CONVOLUTIONS[self.rank](
                 folded, kernel, flat_bias, self.stride, self.padding, self.dilation, groups=models
