@@ -16,6 +16,7 @@ from torch.nn import functional
 import vbnn
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
+from vbnn.diagnostics.layers import diagnose_layers
 from vbnn.layers import FAMILIES
 from vbnn.layers.operators import Operator
 from vbnn.networks.summary import summary_rows
@@ -285,3 +286,20 @@ def test_refusals_name_the_layer_and_its_path() -> None:
 def test_bad_transposed_arguments_are_named(arguments: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Operator(2, 3, **arguments)
+
+
+def test_diagnosis_reads_the_units_of_the_transposed_layout() -> None:
+    """Output channel 0 at the N(0, 1) prior (KL 0 in every incoming weight and its bias), the
+    others far from it: one unit at the prior, found along the transposed layout's output axis."""
+    layer = vbnn.MeanField(3, 4, kernel_size=3, transposed=True, init_std=1.0)
+    with torch.no_grad():
+        layer.weight_mean.fill_(0.5)
+        layer.weight_mean[:, :, 0].zero_()
+        layer.weight_log_std.fill_(math.log(0.01))
+        layer.weight_log_std[:, :, 0].zero_()
+        layer.bias_log_std.fill_(math.log(0.01))
+        layer.bias_log_std[:, 0] = 0.0
+        layer.bias_mean.fill_(0.5)
+        layer.bias_mean[:, 0] = 0.0
+    (diagnosis,) = diagnose_layers(nn.Sequential(layer))
+    assert (diagnosis.units, diagnosis.units_at_prior) == (4, 1)
