@@ -260,6 +260,11 @@ def test_refusals_name_the_layer_and_its_path() -> None:
     grouped = nn.Sequential(nn.ConvTranspose2d(4, 4, 3, groups=2))
     with pytest.raises(ValueError, match=r"0 \(ConvTranspose2d\) has groups=2, .*keep=\['0'\]"):
         vbnn.convert(grouped, "mf")
+    reflected = nn.Sequential(nn.ConvTranspose2d(4, 4, 3))
+    reflected[0].padding_mode = "reflect"  # torch refuses it at construction, not afterwards
+    message = r"0 \(ConvTranspose2d\) has groups=1, padding_mode='reflect'; only groups=1 with"
+    with pytest.raises(ValueError, match=message):
+        vbnn.convert(reflected, "gd")
     with pytest.raises(ValueError, match=r"0 is an nn.ConvTranspose1d; family 'fc' is dense only"):
         vbnn.convert(nn.Sequential(nn.ConvTranspose1d(2, 2, 3)), "fc")
     layer = transposed("mf", 2, generators=None)
