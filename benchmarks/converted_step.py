@@ -1,5 +1,5 @@
 """Milliseconds per minibatch training step of one converted model, every family against plain
-PyTorch and bayesian-torch, on an MLP and two small CNNs.
+PyTorch and bayesian-torch, on an MLP, two small CNNs and a transposed-convolution decoder.
 
     pip install --no-deps bayesian-torch==0.5.0      # benchmark only; torch stays at 2.13.0
     python benchmarks/converted_step.py --rounds 5 --steps 20 \
@@ -11,7 +11,10 @@ cross-entropy + KL / 60000, backward, ``Adam.step``. Networks:
 * ``mlp``: 784-400-400-10, ReLU;
 * ``lenet``: LeNet-5 (conv 20@5x5, max-pool, conv 50@5x5, max-pool, dense 800-500-10), ReLU;
 * ``resblock``: a stem conv 16@3x3 with BatchNorm, one residual block (two conv 16@3x3, each with
-  BatchNorm), average pooling to 7x7 and a dense 784-10 layer.
+  BatchNorm), average pooling to 7x7 and a dense 784-10 layer;
+* ``decoder``: average pooling to 1x7x7, then only transposed convolutions, 32@4x4 stride 2
+  (14x14), 16@4x4 stride 2 (28x28), 10@3x3, ReLU between them, and an average over the image
+  (the logits): the upsampling path of a convolutional decoder.
 
 Variants: ``plain`` (the ``nn.Module`` itself), ``floor: two products + noise`` (every weight
 layer computed twice and joined with one normal draw per output: what the local reparameterization
@@ -98,7 +101,7 @@ def two_products(base: nn.Module) -> nn.Module:
     model = copy.deepcopy(base)
     for parent in list(model.modules()):
         for child_name, child in parent.named_children():
-            if isinstance(child, nn.Linear | nn.Conv2d):
+            if isinstance(child, nn.Linear | nn.Conv2d | nn.ConvTranspose2d):
                 setattr(parent, child_name, TwoProducts(child))
     return model
 
@@ -119,7 +122,13 @@ def network(name: str) -> nn.Module:
             nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), ResidualBlock(16),
             nn.AvgPool2d(4), nn.Flatten(), nn.Linear(16 * 7 * 7, CLASSES),
         )  # fmt: skip
-    raise ValueError(f"unknown network {name!r}; choose mlp, lenet or resblock")
+    if name == "decoder":
+        return nn.Sequential(
+            nn.AvgPool2d(4), nn.ConvTranspose2d(1, 32, 4, stride=2, padding=1), nn.ReLU(),
+            nn.ConvTranspose2d(32, 16, 4, stride=2, padding=1), nn.ReLU(),
+            nn.ConvTranspose2d(16, CLASSES, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        )  # fmt: skip
+    raise ValueError(f"unknown network {name!r}; choose mlp, lenet, resblock or decoder")
 
 
 def bayesian_torch_model(base: nn.Module, kind: str) -> tuple[nn.Module, Callable] | None:

@@ -4,6 +4,9 @@ summary's counts and per-layer mean log alpha, and inputs of another dtype named
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 from test_family_contract import CONV
@@ -14,7 +17,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.attention import VariationalMultiheadAttention
 from vbnn.layers.recurrent import VariationalRecurrent
 from vbnn.networks.lenet import LAYER_NAMES, LeNet5, LeNetConfig
-from vbnn.networks.summary import mean_log_alpha
+from vbnn.networks.summary import KEPT_ATTRIBUTE, human_bytes, mean_log_alpha, summary_rows
 
 WITHOUT_MEANS = ("zero-mean", "bernoulli-variance", "uniform-variance")  # weights not loaded
 WITH_MEANS = [name for name in CONV if name not in WITHOUT_MEANS]
@@ -153,18 +156,51 @@ def test_summary_lists_every_layer_and_counts_each_parameter_once(capsys) -> Non
     printed = capsys.readouterr().out
     assert printed == vbnn.summary(converted) + "\n"
     lines = printed.splitlines()
-    assert lines[0].split() == ["layer", "type", "family", "parameters"]
+    assert lines[0].split() == ["layer", "type", "family", "parameters", "memory", "reason"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
-    assert rows["0"] == [
-        "NeuronDropout",
-        "vd-neuron",
-        str(sum(p.numel() for p in converted[0].parameters())),
-    ]
-    assert rows["1"] == ["BatchNorm3d", "deterministic", "8"]
-    assert rows["total"] == [str(sum(p.numel() for p in converted.parameters()))]
+    first = sum(p.numel() for p in converted[0].parameters())
+    memory = human_bytes(8 * first).split()  # float64
+    assert rows["0"] == ["NeuronDropout", "vd-neuron", str(first), *memory]
+    assert rows["1"] == ["BatchNorm3d", "deterministic", "8", "64", "B", "by", "design"]
+    variational = sum(p.numel() for m in converted if isinstance(m, vbnn.VariationalLayer)
+                      for p in m.parameters())  # fmt: skip
+    assert rows["variational"][0] == str(variational)
+    assert rows["total"][0] == str(sum(p.numel() for p in converted.parameters()))
     shared = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
     shared[1].weight = shared[0].weight  # tied: counted once, as parameters() does
-    assert vbnn.summary(shared).splitlines()[-1].split() == ["total", "15"]
+    assert vbnn.summary(shared).splitlines()[-1].split() == ["total", "15", "60", "B"]
+
+
+def test_summary_gives_each_deterministic_module_its_reason_and_survives_copies() -> None:
+    """by design (normalisation), kept (under keep=), not convertible (left with a warning),
+    not converted (a model that convert did not make); the record survives deepcopy, pickle and
+    a wrapper module, and the variational total is the family layers' memory."""
+    net = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 4), nn.LayerNorm(4),
+                        nn.Sequential(nn.Linear(4, 4), nn.ReLU()), nn.Linear(4, 2))  # fmt: skip
+    with pytest.warns(UserWarning, match=r"0 \(Embedding\)"):
+        converted = vbnn.convert(net, "mf", keep=["3"])
+    expected = {"0": "not convertible", "1": "", "2": "by design", "3.0": "kept", "4": ""}
+    for copied in (converted, copy.deepcopy(converted), pickle.loads(pickle.dumps(converted))):
+        rows = summary_rows(copied)
+        assert {row.path: row.reason for row in rows[:-2]} == expected
+        variational = [p for m in (copied[1], copied[4]) for p in m.parameters()]
+        assert rows[-2][3:5] == (sum(p.numel() for p in variational),
+                                 sum(4 * p.numel() for p in variational))  # fmt: skip
+    wrapped = {row.path: row.reason for row in summary_rows(nn.Sequential(converted))[:-2]}
+    assert wrapped == {f"0.{path}": reason for path, reason in expected.items()}
+    plain = {row.path: row.reason for row in summary_rows(net)[:-2]}
+    assert plain == {"0": "not converted", "1": "not converted", "2": "by design",
+                     "3.0": "not converted", "4": "not converted"}  # fmt: skip
+    assert not any(KEPT_ATTRIBUTE in key for key in converted.state_dict())  # not a tensor
+
+
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (3 * 2**20, "3.0 MiB"),
+     (5 * 2**30, "5.0 GiB"), (2**50, "1024.0 TiB")],
+)  # fmt: skip
+def test_memory_is_written_in_binary_units(count: int, text: str) -> None:
+    assert human_bytes(count) == text
 
 
 # --- dtypes -----------------------------------------------------------------------------------

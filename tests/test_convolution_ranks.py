@@ -94,7 +94,7 @@ def test_same_padding_is_torch_same_padding() -> None:
         ({"kernel_size": (3,), "padding": "same", "stride": 2}, "padding='same' needs stride 1"),
         ({"kernel_size": (3, 0)}, r"kernel_size must be >= 1, got \(3, 0\)"),
         ({"kernel_size": (3,), "padding": -1}, r"padding must be >= 0, got \(-1,\)"),
-        ({"stride": 2}, "stride, padding and dilation apply to convolutions only"),
+        ({"stride": 2}, "stride, padding, dilation, transposed and output_padding apply to conv"),
     ],
 )
 def test_bad_convolution_arguments_are_named(arguments: dict, message: str) -> None:

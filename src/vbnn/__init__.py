@@ -3,7 +3,8 @@
 The public surface, one name per concept:
 
 * the families as layers: ``FAMILIES``, ``family``, the layer classes, ``convert`` (any
-  ``nn.Module`` made Bayesian), ``summary`` (its layers, families and sizes) and ``MLP``;
+  ``nn.Module`` made Bayesian), ``summary`` (its layers, families, sizes and memory, and why a
+  deterministic module is so) and ``MLP``;
 * how a network runs: ``mode`` (``ForwardMode``), ``use_noise``, ``ModelGenerators`` and the
   ``NoiseSource`` protocol it follows (where the noise comes from, the ``noise`` argument of a
   forward pass), ``sample`` (K outputs drawn from q), ``variational_layers``;

@@ -70,10 +70,9 @@ class LayerDiagnosis:
 
 
 def _unit_first(layer: VariationalLayer, values: torch.Tensor) -> torch.Tensor:
-    """A weight-shaped tensor of one model as (units, incoming): dense (I, O) -> (O, I)."""
-    if layer.kernel_size is None:
-        return values.transpose(0, 1)
-    return values.flatten(1)
+    """A weight-shaped tensor of one model as (units, incoming): dense (I, O) -> (O, I),
+    transposed convolution (C, O, *k) -> (O, C prod(k))."""
+    return values.movedim(layer.operator.output_axis - 1, 0).flatten(1)
 
 
 def _outgoing(layer: VariationalLayer, following: VariationalLayer | None, values: torch.Tensor):
@@ -83,9 +82,8 @@ def _outgoing(layer: VariationalLayer, following: VariationalLayer | None, value
         return None
     units = layer.out_features
     if following.in_features == units:
-        if following.kernel_size is None:  # dense (I, O): row j
-            return values
-        return values.transpose(0, 1).flatten(1)  # conv (O, C, kh, kw): input channel j
+        # dense (I, O) and transposed (C, O, *k): row j; conv (O, C, *k): input channel j
+        return values.movedim(following.operator.input_axis - 1, 0).flatten(1)
     if layer.kernel_size is not None and following.kernel_size is None:
         positions, remainder = divmod(following.in_features, units)
         if remainder == 0:  # channel-major flatten: rows j * HW .. (j + 1) * HW

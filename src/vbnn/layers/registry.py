@@ -36,7 +36,8 @@ class FamilySpec:
         layer: the ``VariationalLayer`` subclass.
         description: one line for listings.
         options: keyword arguments every layer of this family gets.
-        convolution: whether the family has convolution operators (1-, 2- and 3-D).
+        convolution: whether the family has convolution operators (1-, 2- and 3-D, and their
+            transposes).
         variational: whether it has a KL term (False: point weights or the dropout baseline).
         closed_form_kl: whether its KL to a Gaussian prior is finite and in closed form (the
             contract tests compare it with a Monte-Carlo estimate).

@@ -11,15 +11,17 @@ family module states only
 and the shell below owns everything else: the forward modes, the operators, the local
 reparameterization trick (LRT), masks for sparse ensembles, single models and stacks.
 
-Operators (``layers.operators.Operator``): dense or a 1-, 2- or 3-D convolution (the rank of
-``kernel_size``; stride, padding, dilation as ``nn.Conv1d`` / ``nn.Conv2d`` / ``nn.Conv3d``), with a
-leading model dimension M inside the shell.
+Operators (``layers.operators.Operator``): dense, or a 1-, 2- or 3-D convolution (the rank of
+``kernel_size``; stride, padding, dilation as ``nn.Conv1d`` / ``nn.Conv2d`` / ``nn.Conv3d``), or,
+with ``transposed=True``, a transposed convolution (``output_padding`` too, and ``output_size`` in
+``forward``, as ``nn.ConvTranspose1d`` / ``2d`` / ``3d``), with a leading model dimension M inside
+the shell.
 
 Single models and stacks. A layer built without ``generators`` or ``num_models`` is one network
-and behaves like ``nn.Linear`` / ``nn.ConvNd``: (*, I) or (N, C, *S) in, no model dimension in
-or out (its parameters keep a leading dimension of size 1, so that it equals the M = 1 stack
-exactly). A stack (``generators`` a ``ModelGenerators`` of M streams, or ``num_models=M``) takes
-and returns the leading M.
+and behaves like ``nn.Linear`` / ``nn.ConvNd`` / ``nn.ConvTransposeNd``: (*, I) or (N, C, *S) in,
+no model dimension in or out (its parameters keep a leading dimension of size 1, so that it
+equals the M = 1 stack exactly). A stack (``generators`` a ``ModelGenerators`` of M streams, or
+``num_models=M``) takes and returns the leading M.
 
 Forward modes (``ForwardMode``): an explicit ``mode`` argument wins; else the mode set on the
 layer by ``vbnn.mode``; else LOCAL in training mode and MEAN in eval mode, like dropout.
@@ -35,7 +37,8 @@ is Gaussian with
 
     mean = A * mu_W + mu_b,        variance = A^2 * var(W) + var(b),
 
-where * is the matrix product or the convolution and the square is elementwise, so LOCAL draws
+where * is the matrix product, the convolution or the transposed convolution (each output a sum
+of products of independent weights with the inputs) and the square is elementwise, so LOCAL draws
 ``mean + sqrt(variance) * eps`` with eps ~ N(0, 1) independent per example and position. Families
 whose noise is not Gaussian or not factorised set ``exact_lrt = False``: LOCAL then draws one
 weight sample per model, shared by the examples.
@@ -89,6 +92,9 @@ class VariationalLayer(nn.Module):
         stride: of the convolution, an int or d ints, as torch's convolutions.
         padding: of the convolution, an int, d ints, "valid" or "same" (stride 1).
         dilation: of the convolution, an int or d ints.
+        transposed: a transposed convolution (``nn.ConvTranspose1d`` / ``2d`` / ``3d``), weight
+            (M, I, O, *k); needs ``kernel_size``.
+        output_padding: of a transposed convolution, an int or d ints.
         bias: whether the layer has a bias.
         num_models: stack size when no ``generators`` are given (None: a single model).
     """
@@ -113,11 +119,16 @@ class VariationalLayer(nn.Module):
         stride: int | tuple[int, ...] = 1,
         padding: int | tuple[int, ...] | str = 0,
         dilation: int | tuple[int, ...] = 1,
+        transposed: bool = False,
+        output_padding: int | tuple[int, ...] = 0,
         bias: bool = True,
         num_models: int | None = None,
     ) -> None:
         super().__init__()
-        self.operator = Operator(in_features, out_features, kernel_size, stride, padding, dilation)
+        self.operator = Operator(
+            in_features, out_features, kernel_size, stride, padding, dilation, transposed,
+            output_padding,
+        )  # fmt: skip
         self.in_features, self.out_features = in_features, out_features
         self.kernel_size = self.operator.kernel_size
         self.has_bias = bias
@@ -140,7 +151,8 @@ class VariationalLayer(nn.Module):
 
     # --- construction helpers ---------------------------------------------------------------
     def initial_mean(self, dtype: torch.dtype | None, gain: float = 1.0) -> torch.Tensor:
-        """Weight means N(0, gain / fan_in) (LeCun normal; He normal with gain 2), per model."""
+        """Weight means N(0, gain / fan_in) (LeCun normal; He normal with gain 2), per model;
+        ``Operator.fan_in`` says what fan_in is for each operator."""
         dtype = dtype or torch.get_default_dtype()
         shape = self.operator.weight_shape(self.num_models)
         draw = self.init_noise.randn(*shape[1:], dtype=dtype)
@@ -197,16 +209,20 @@ class VariationalLayer(nn.Module):
         """Set the posterior means from a deterministic layer's weights, for every model.
 
         Args:
-            weight: ``nn.Linear`` layout (O, I) or ``nn.ConvNd`` layout (O, C, *k).
+            weight: ``nn.Linear`` layout (O, I), ``nn.ConvNd`` layout (O, C, *k) or
+                ``nn.ConvTransposeNd`` layout (C, O, *k).
             bias: (O,) or None (the layer's bias is then left as it is).
 
         Families without a weight mean (zero-mean variance layers) keep their own weights and
         take the bias only.
         """
-        expected = (self.out_features, self.in_features, *(self.kernel_size or ()))
+        expected = self.operator.torch_weight_shape()
         if tuple(weight.shape) != expected:
-            raise ValueError(f"load_means: weight {tuple(weight.shape)}, expected {expected}")
-        dense = weight.t() if self.kernel_size is None else weight
+            raise ValueError(
+                f"load_means: weight {tuple(weight.shape)}, expected {expected} for this "
+                f"{self.operator.kind} layer"
+            )
+        dense = self.operator.from_torch(weight)
         target = getattr(self, "weight_mean", None)
         target = getattr(self, "weight", None) if target is None else target
         if target is not None:
@@ -273,6 +289,7 @@ class VariationalLayer(nn.Module):
         x: torch.Tensor,
         mode: ForwardMode | str | None = None,
         noise: NoiseSource | None = None,
+        output_size: list[int] | tuple[int, ...] | None = None,
     ) -> torch.Tensor:
         """Output (M, N, O) / (M, N, O, *S') for a stack; (*, O) / (N, O, *S') for one model.
 
@@ -280,15 +297,40 @@ class VariationalLayer(nn.Module):
             x: input; see ``Operator`` for the shapes.
             mode: ``ForwardMode`` or its value; None: see the module docstring.
             noise: the noise source; None: see the module docstring.
+            output_size: transposed convolutions only, as ``nn.ConvTransposeNd``: the spatial
+                size S' of the output (d ints, or the whole output shape), which picks the
+                output padding of this call.
 
         Raises:
-            ValueError: ``x`` of the wrong shape (both shapes named).
+            ValueError: ``x`` of the wrong shape (both shapes named); an ``output_size`` given
+                to a layer that is no transposed convolution or out of its reach (named).
             TypeError: ``x`` not floating, or of a dtype other than the parameters' (the layer
                 and both dtypes named).
         """
         mode = self.resolve_mode(mode)
         self.operator.check(x, self.num_models if self.stacked else None)
         self.check_dtype(x)
+        if output_size is None:
+            return self._forward(x, mode, noise)
+        if not self.operator.transposed:
+            raise ValueError(
+                f"{type(self).__name__}({self.extra_repr()}): output_size applies to transposed "
+                f"convolutions only"
+            )
+        spatial = tuple(x.shape[-self.operator.rank :])
+        padding = self.operator.output_padding_for(spatial, output_size)
+        # this call's operator: the same transposed convolution with the padding that reaches
+        # output_size; every family reads ``self.operator``, so it is swapped for the call
+        operator, self.operator = self.operator, self.operator.with_output_padding(padding)
+        try:
+            return self._forward(x, mode, noise)
+        finally:
+            self.operator = operator
+
+    def _forward(
+        self, x: torch.Tensor, mode: ForwardMode, noise: NoiseSource | None
+    ) -> torch.Tensor:
+        """``forward`` once its arguments are checked."""
         if self.stacked:
             return self.propagate(x, mode, self.resolve_noise(noise))
         lead = x.shape[:-1]  # a single dense layer takes (*, I), as nn.Linear: rows are examples

@@ -13,6 +13,9 @@ eps independent per example (and per output position). Parameters: mu and log al
     layer    (M, 1, 1)                (M, 1, 1, *[1] * d)
     neuron   (M, 1, O)                (M, O, 1, *[1] * d)
     weight   (M, I, O)                (M, O, C, *k)
+
+and for a transposed convolution (weight M, C, O, *k) as for the dense layer, the output
+channels on the third axis: (M, 1, 1, *[1] * d), (M, 1, O, *[1] * d), (M, C, O, *k).
 """
 
 from __future__ import annotations
@@ -41,16 +44,15 @@ class AlphaSharing(str, Enum):
     WEIGHT = "weight"
 
 
-def log_alpha_shape(weight_shape: tuple[int, ...], sharing: AlphaSharing, conv: bool):
-    """Shape of log alpha for a weight of ``weight_shape`` (see the module docstring)."""
-    models = weight_shape[0]
+def log_alpha_shape(weight_shape: tuple[int, ...], sharing: AlphaSharing, output_axis: int):
+    """Shape of log alpha for a weight of ``weight_shape`` whose output units lie along
+    ``output_axis`` (``Operator.output_axis``; see the module docstring)."""
     if sharing is AlphaSharing.WEIGHT:
         return weight_shape
-    if sharing is AlphaSharing.LAYER:
-        return (models,) + (1,) * (len(weight_shape) - 1)
-    if conv:
-        return (models, weight_shape[1]) + (1,) * (len(weight_shape) - 2)
-    return (models, 1, weight_shape[2])
+    shape = [weight_shape[0]] + [1] * (len(weight_shape) - 1)
+    if sharing is AlphaSharing.NEURON:
+        shape[output_axis] = weight_shape[output_axis]
+    return tuple(shape)
 
 
 class _DropoutVariance(torch.autograd.Function):
@@ -131,7 +133,8 @@ class VariationalDropout(VariationalLayer):
             raise ValueError(f"{type(self).__name__}: log_alpha must be finite, got {log_alpha}")
         self.point_bias(dtype)
         self.weight_mean = nn.Parameter(self.initial_mean(dtype))
-        shape = log_alpha_shape(tuple(self.weight_mean.shape), self.sharing, self.operator.is_conv)
+        weight_shape = tuple(self.weight_mean.shape)
+        shape = log_alpha_shape(weight_shape, self.sharing, self.operator.output_axis)
         self.log_alpha = nn.Parameter(torch.full(shape, log_alpha, dtype=self.weight_mean.dtype))
 
     def clipped_log_alpha(self) -> torch.Tensor:

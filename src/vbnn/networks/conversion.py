@@ -1,9 +1,11 @@
 """Any ``nn.Module`` made Bayesian: its dense and convolutional layers replaced by a family's.
 
 ``convert(module, "mf")`` returns a deep copy of ``module`` in which every ``nn.Linear``,
-``nn.Conv1d``, ``nn.Conv2d`` and ``nn.Conv3d`` is the family's layer of the same shape (one
-network, no model dimension), its posterior means set from the original weights and biases
-(``VariationalLayer.load_means``), on the original device and dtype. The rest of the module
+``nn.Conv1d``, ``nn.Conv2d``, ``nn.Conv3d``, ``nn.ConvTranspose1d``, ``nn.ConvTranspose2d`` and
+``nn.ConvTranspose3d`` is the family's layer of the same shape (one network, no model dimension),
+its posterior means set from the original weights and biases (``VariationalLayer.load_means``),
+on the original device and dtype. A converted transposed convolution takes ``output_size`` in
+its call as ``nn.ConvTransposeNd`` does. The rest of the module
 (activations, pooling, normalisation, the ``forward``) is untouched, so the converted model is
 called as the original module: it samples in training mode and uses the posterior means in eval
 mode or under ``vbnn.mode``.
@@ -16,9 +18,12 @@ No layer is left deterministic in silence:
   ``nn.Transformer*Layer``) become variational modules of the same family with one weight draw
   per sequence, and the transformer layers lose their weight-reading fast path
   (``networks.sequence_conversion``);
-* any other module holding parameters that convert does not replace (``nn.Embedding``,
-  transposed convolutions, a parameter of a custom module, ...) is named in one
-  ``UserWarning``, or a ValueError with ``strict=True``, unless it is kept.
+* any other module holding parameters that convert does not replace (``nn.Embedding``, a
+  parameter of a custom module, ...) is named in one ``UserWarning``, or a ValueError with
+  ``strict=True``, unless it is kept;
+* the converted copy records the ``keep`` paths in its attribute ``vbnn_kept`` (a tuple, kept by
+  ``deepcopy`` and pickling), so that ``vbnn.summary`` gives every deterministic module its
+  reason: a normalisation layer "by design", a kept one "kept", any other "not convertible".
 """
 
 from __future__ import annotations
@@ -39,23 +44,25 @@ from vbnn.networks.sequence_conversion import (
     sequence_module,
     sequence_paths,
 )
-from vbnn.networks.summary import NORMALISATION
+from vbnn.networks.summary import KEPT_ATTRIBUTE, NORMALISATION
 from vbnn.networks.summary import summary as summary_table
+from vbnn.networks.summary import under as _under
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-CONVERTIBLE = (nn.Linear, *CONVOLUTIONS)
+TRANSPOSED_CONVOLUTIONS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+CONVERTIBLE = (nn.Linear, *CONVOLUTIONS, *TRANSPOSED_CONVOLUTIONS)
 
 
 def _convertible(module: nn.Module) -> bool:
-    """Whether convert replaces ``module``: a dense or 1-3-D convolutional torch layer (the
-    transposed convolutions are ``_ConvTransposeNd``, not ``ConvNd``, subclasses)."""
+    """Whether convert replaces ``module``: a dense or a 1-3-D (transposed) convolutional torch
+    layer."""
     return isinstance(module, CONVERTIBLE) and not isinstance(module, VariationalLayer)
 
 
 def _family_layer(spec: FamilySpec, name: str, layer: nn.Module, options: dict[str, Any]):
     weight, bias = layer.weight, layer.bias
     shape: dict[str, Any] = {}
-    if isinstance(layer, CONVOLUTIONS):
+    if isinstance(layer, CONVOLUTIONS + TRANSPOSED_CONVOLUTIONS):
         kind = type(layer).__name__
         label = name or "the layer"  # "": a bare layer, no path to keep
         if not spec.convolution:
@@ -70,18 +77,14 @@ def _family_layer(spec: FamilySpec, name: str, layer: nn.Module, options: dict[s
             )
         shape = {"kernel_size": layer.kernel_size, "stride": layer.stride,
                  "padding": layer.padding, "dilation": layer.dilation}  # fmt: skip
+        if isinstance(layer, TRANSPOSED_CONVOLUTIONS):
+            shape |= {"transposed": True, "output_padding": layer.output_padding}
         sizes = (layer.in_channels, layer.out_channels)
     else:
         sizes = (layer.in_features, layer.out_features)
     new = spec.build(*sizes, None, dtype=weight.dtype, bias=bias is not None, **shape, **options)
     new.load_means(weight.detach(), None if bias is None else bias.detach())
     return new.to(weight.device)
-
-
-def _under(path: str, roots: Iterable[str]) -> bool:
-    """Whether ``path`` is one of ``roots`` or inside one of them; the root path "" covers the
-    root module alone (its own parameters), not the whole model."""
-    return any(path == root or (root and path.startswith(f"{root}.")) for root in roots)
 
 
 def _replaceable(module: nn.Module, keep: set[str]) -> set[str]:
@@ -127,8 +130,9 @@ def convert(
     summary: bool = False,
     **options: Any,
 ) -> nn.Module:
-    """A copy of ``module`` whose ``nn.Linear`` / ``nn.Conv1d`` / ``nn.Conv2d`` / ``nn.Conv3d``
-    layers are ``family`` layers (the module docstring says what else happens to each layer).
+    """A copy of ``module`` whose ``nn.Linear``, ``nn.Conv1d`` / ``2d`` / ``3d`` and
+    ``nn.ConvTranspose1d`` / ``2d`` / ``3d`` layers are ``family`` layers (the module docstring
+    says what else happens to each layer).
 
     Args:
         module: any ``nn.Module`` (left unchanged).
@@ -151,11 +155,11 @@ def convert(
     Raises:
         ValueError: an unknown family (the choices are listed), an option the family does not
             take (named, with the options it takes), a ``keep`` path that is not a module of
-            ``module``, a convolution the family or the shell cannot express (grouped, a
-            padding mode other than zeros; its path named), a recurrent or attention option
-            that is not supported (``proj_size``, ``add_bias_kv``, ``add_zero_attn``; its path
-            named), nothing to convert, or, with ``strict=True``, a module left deterministic
-            (every path named).
+            ``module``, a (transposed) convolution the family or the shell cannot express (a
+            dense-only family, grouped, a padding mode other than zeros; its path named), a
+            recurrent or attention option that is not supported (``proj_size``, ``add_bias_kv``,
+            ``add_zero_attn``; its path named), nothing to convert, or, with ``strict=True``, a
+            module left deterministic (every path named).
 
     Warns:
         UserWarning: naming the path and type of every module holding parameters that stays
@@ -185,8 +189,8 @@ def convert(
     replaceable = _replaceable(module, keep)
     if not replaceable and not sequences:
         raise ValueError(
-            f"convert: {type(module).__name__} has no nn.Linear/nn.Conv1d/2d/3d, recurrent or "
-            f"attention layer to convert"
+            f"convert: {type(module).__name__} has no nn.Linear/nn.Conv1d/2d/3d/"
+            f"nn.ConvTranspose1d/2d/3d, recurrent or attention layer to convert"
         )
     left = _left_deterministic(module, keep | set(sequences))
     if left:
@@ -208,6 +212,7 @@ def convert(
                 if id(child) not in made:
                     made[id(child)] = _family_layer(spec, name, child, dict(options))
                 setattr(parent, child_name, made[id(child)])
+    setattr(converted, KEPT_ATTRIBUTE, tuple(sorted(keep)))  # ``vbnn.summary``'s reasons
     if summary:
         print(summary_table(converted))
     return converted
