@@ -247,3 +247,32 @@ def test_sgld_objective_samples_the_exact_conjugate_posterior() -> None:
     assert torch.all((pooled.mean(0) - mean).abs() < 4 * std / chains**0.5)
     ratio = pooled.var(0) / covariance.diagonal()
     assert torch.all((ratio - 1).abs() < 4 * (2 / (chains - 1)) ** 0.5), ratio
+
+
+def test_step_callbacks_count_the_run_s_steps_through_a_resume(tmp_path: Path) -> None:
+    """4 steps an epoch (50 rows, batches of 16): the step callbacks see steps 1..12 of a
+    3-epoch run, and a run killed after epoch 2 resumes at step 9 with the same terms; the
+    callbacks, other objects in the resumed run, are not part of the checkpoint's settings."""
+    x, y = blobs(50)
+    options = {"epochs": 3, "batch_size": 16, "learning_rate": 0.02, "progress": False}
+    whole: list[tuple[int, float]] = []
+
+    def settings(seen: list[tuple[int, float]]) -> vbnn.TrainerConfig:
+        def record(step: int, terms: dict) -> None:
+            seen.append((step, float(terms["objective"].sum())))
+
+        return vbnn.TrainerConfig(step_callbacks=(record,))
+
+    vbnn.train(network(), (x, y), config=settings(whole), **options)
+    assert [step for step, _ in whole] == list(range(1, 13))
+
+    def kill(epoch: int, net: nn.Module, metrics: dict) -> None:
+        if epoch == 3:  # epoch 3's checkpoint is written after its callbacks
+            raise Killed
+
+    with pytest.raises(Killed):
+        vbnn.train(network(), (x, y), checkpoint=tmp_path, callbacks=[kill],
+                   config=settings([]), **options)  # fmt: skip
+    resumed: list[tuple[int, float]] = []
+    vbnn.train(network(), (x, y), checkpoint=tmp_path, config=settings(resumed), **options)
+    assert resumed == whole[8:]

@@ -12,8 +12,10 @@ Priors: the weights' N(0, s^2) (``SGLDConfig.prior_std``) and N(0, 1) on the log
 standardised target units (a weak prior: the noise std lies within a factor e of 1 with 68 %
 probability). Samples after ``burn_in`` steps, one every ``thinning`` steps, form the predictive.
 Every model of the stack draws its mini-batches and its Langevin noise from its own stream, so a
-model samples the same chain alone or in a batch. The chain is ``vbnn.train`` with objective
-"sgld" (the Langevin update ``LangevinDynamics``) and a callback that keeps the samples.
+model samples the same chain alone or in a batch. The chain is one epoch of ``iterations`` steps
+of ``vbnn.train`` with objective "sgld" (the Langevin update ``LangevinDynamics``, its step-size
+decay ``TrainerConfig.step_decay`` and the noise-std prior ``TrainerConfig.noise_prior_std``) and
+a step callback that keeps the samples.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ForwardMode
-from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import ModelValues, SGLDConfig
 from vbnn.networks.mlp import MLP
@@ -31,42 +32,12 @@ from vbnn.training.batches import StackedBatches
 from vbnn.training.full_batch import Problem
 from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.loop import NonFiniteLossError
-from vbnn.training.objectives import log_joint
 from vbnn.training.settings import TrainerConfig
 from vbnn.training.trainer import train
 
 State = dict[str, torch.Tensor]
 
 NOISE_LOG_STD_PRIOR_STD = 1.0
-
-
-def step_size(
-    config: SGLDConfig, iteration: int, num_examples: int, eta: torch.Tensor | None = None
-) -> float | torch.Tensor:
-    """eps_t = (eta / N) (1 + t / decay_steps)^-gamma for t = iteration - 1.
-
-    eta is ``config.step_size``, or ``eta`` (M,): one per model of the stack.
-    """
-    decay = (1.0 + (iteration - 1) / config.decay_steps) ** (-config.step_decay)
-    return (config.step_size if eta is None else eta) / num_examples * decay
-
-
-def log_posterior(
-    model: MLP,
-    likelihood: GaussianLikelihood,
-    prior: GaussianPrior,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    num_examples: int,
-) -> torch.Tensor:
-    """Unbiased estimate of log p(theta | data) + const from a batch: (M,).
-
-    (N / n) sum_batch log p(y | x, theta) + log p(weights) + log p(log noise std): the log joint
-    of the weights (``vbnn.log_joint`` with ``dataset_size`` N) plus the N(0, 1) prior of the log
-    noise std.
-    """
-    joint = log_joint(model, likelihood, prior, x, y, dataset_size=num_examples)["objective"]
-    return joint + gaussian_log_prob(likelihood.log_std, 0.0, NOISE_LOG_STD_PRIOR_STD)
 
 
 def sample(
@@ -80,9 +51,10 @@ def sample(
 ) -> list[State]:
     """Run the chains for ``config.iterations`` steps; return the kept samples.
 
-    The chains train through ``vbnn.train`` (objective "sgld"): one epoch is one step on a batch
-    drawn with replacement per model (``StackedBatches``), the step size decays as
-    ``step_size`` (``TrainerConfig.step_decay``), and an epoch callback keeps the samples.
+    The chains train through ``vbnn.train`` (objective "sgld") as one epoch of
+    ``config.iterations`` steps, each on a batch drawn with replacement per model
+    (``StackedBatches``); the step size decays as ``TrainerConfig.step_decay``, and a step
+    callback (``TrainerConfig.step_callbacks``) keeps the samples.
 
     Args:
         problem: a stack of point networks (``Point`` layers), the chains' start, its
@@ -103,6 +75,13 @@ def sample(
     modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
     num_examples = y.shape[1]
     per_model = None if values.step_size is None else values.step_size / num_examples
+    kept: list[State] = []
+
+    def keep(iteration: int, terms: dict[str, torch.Tensor]) -> None:
+        past_burn_in = iteration - config.resolved_burn_in
+        if past_burn_in > 0 and past_burn_in % config.resolved_thinning == 0:
+            kept.append({k: v.detach().clone() for k, v in modules.state_dict().items()})
+
     settings = TrainerConfig(
         step_decay=config.step_decay,
         decay_steps=config.decay_steps,
@@ -110,19 +89,14 @@ def sample(
         noise_prior_std=NOISE_LOG_STD_PRIOR_STD,
         description=description,
         restore_train_mode=True,
+        step_callbacks=(keep,),
     )
-    kept: list[State] = []
-
-    def keep(iteration: int, network: nn.Module, metrics: dict) -> None:
-        past_burn_in = iteration - config.resolved_burn_in
-        if past_burn_in > 0 and past_burn_in % config.resolved_thinning == 0:
-            kept.append({k: v.detach().clone() for k, v in modules.state_dict().items()})
-
-    batches = StackedBatches(x, y, config.batch_size, noise, replacement=True, steps=1)
+    batches = StackedBatches(x, y, config.batch_size, noise, replacement=True,
+                             steps=config.iterations)  # fmt: skip
     try:
-        train(model, batches, likelihood=likelihood, objective="sgld", prior=prior,
-              epochs=config.iterations, learning_rate=config.step_size / num_examples,
-              progress=progress, callbacks=[keep], config=settings, noise=noise)  # fmt: skip
+        train(model, batches, likelihood=likelihood, objective="sgld", prior=prior, epochs=1,
+              learning_rate=config.step_size / num_examples, progress=progress, config=settings,
+              noise=noise)  # fmt: skip
     except NonFiniteLossError as error:
         raise NonFiniteLossError(f"{error} (SGLD log posterior): the step size is too large "
                                  "(lower SGLDConfig.step_size)") from error  # fmt: skip

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from vbnn.core.contracts import ParameterRole
+from vbnn.training.loop import StepCallback
 
 
 class Objective(str, Enum):
@@ -83,6 +84,10 @@ class TrainerConfig:
         noise_prior_std: objectives "map" and "sgld" with a ``GaussianLikelihood``: adds the
             log density of a N(0, s^2) prior on its log noise std to the log joint (None: the
             noise std has no prior).
+        step_callbacks: called after every step as ``callback(step, terms)``, with the step's
+            number counted over the whole run (1, 2, ...) and its detached terms
+            (``training.loop``), the network still in ``.train()`` mode; e.g. SGLD keeping every
+            k-th state of its chain within one long epoch. Not part of a checkpoint's settings.
     """
 
     kl_weight: float = 1.0
@@ -99,6 +104,7 @@ class TrainerConfig:
     decay_steps: int = 1
     model_learning_rates: tuple[float, ...] | None = None
     noise_prior_std: float | None = None
+    step_callbacks: tuple[StepCallback, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", LearningRateSchedule(self.schedule))
@@ -106,6 +112,7 @@ class TrainerConfig:
         object.__setattr__(self, "rates", rates)
         if self.kl_weight < 0:
             raise ValueError(f"TrainerConfig: kl_weight must be >= 0, got {self.kl_weight}")
+        object.__setattr__(self, "step_callbacks", tuple(self.step_callbacks))
         if self.model_learning_rates is not None:
             object.__setattr__(self, "model_learning_rates", tuple(self.model_learning_rates))
         if self.step_decay < 0 or self.decay_steps < 1:

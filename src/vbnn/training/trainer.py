@@ -9,7 +9,9 @@ Blundell et al. 2015 eq. 8 with Neklyudov et al. 2019 eq. 5's scaling),
 by one Adam step on -L_s / N (SGLD: one Langevin step on -L_s, the log posterior, with
 ``LangevinDynamics``). After the epoch the network is evaluated in ``.eval()`` mode on the
 validation data (``training.validation``), the callbacks run, and with ``checkpoint`` the whole
-state of the run is written atomically (``training.checkpoint``).
+state of the run is written atomically (``training.checkpoint``). This bookkeeping runs once an
+epoch; what must see every step (SGLD's kept samples) is a step callback
+(``TrainerConfig.step_callbacks``), so a sampler runs as one epoch of many steps.
 
 Randomness is explicit: the data order comes from a ``torch.Generator`` seeded by ``seed``, the
 variational layers' noise from one ``ModelGenerators`` stream per model (keyed by ``seed``,
@@ -25,7 +27,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ from vbnn.layers.modes import as_input, stack_size, variational_layers
 from vbnn.training.batches import Batches, as_batches
 from vbnn.training.checkpoint import ResumableRun, load_checkpoint, save_checkpoint
 from vbnn.training.likelihoods import CategoricalLikelihood, GaussianLikelihood, Likelihood
-from vbnn.training.loop import LangevinDynamics, train_loop
+from vbnn.training.loop import LangevinDynamics, StepCallback, Terms, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood
 from vbnn.training.optimizer import learning_rate_groups
 from vbnn.training.settings import Objective, TrainerConfig
@@ -222,7 +224,7 @@ def train(
         "objective": objective.value, "epochs": epochs, "batch_size": batch_size,
         "learning_rate": learning_rate, "seed": seed, "patience": patience,
         "prior": type(prior).__name__, "likelihood": type(likelihood).__name__,
-        "config": asdict(config), "examples": count, "models": models or 1,
+        "config": _recorded(config), "examples": count, "models": models or 1,
     }  # fmt: skip
     run = ResumableRun(settings, dict(modules.items()), optimizer, noise, [batches, *callbacks])
     file = None if checkpoint is None else Path(checkpoint) / config.checkpoint_file
@@ -242,7 +244,8 @@ def train(
                 factor[0] = config.schedule.factor(epoch, epochs)
                 for group, rate in zip(optimizer.param_groups, base_rates, strict=True):
                     group["lr"] = rate * factor[0]
-                row = _epoch(epoch, step, optimizer, batches, scale, modules, prior, count)
+                row = _epoch(epoch, step, optimizer, batches, scale, modules, prior, count,
+                             [_run_steps(records, config.step_callbacks)], progress)  # fmt: skip
                 if checked is not None:
                     row.update(evaluate(network, likelihood, checked, samples, seed, device))
                     _early_stopping(records, row, modules, patience)
@@ -294,7 +297,26 @@ def _langevin_step_size(
 
 def _fresh_records() -> dict[str, Any]:
     return {"history": [], "best_epoch": 0, "best_nll": float("inf"), "best_state": None,
-            "stopped": False}  # fmt: skip
+            "stopped": False, "steps": 0}  # fmt: skip
+
+
+def _recorded(config: TrainerConfig) -> dict[str, Any]:
+    """The settings of ``config`` a checkpoint records: all but the step callbacks."""
+    settings = asdict(replace(config, step_callbacks=()))
+    del settings["step_callbacks"]
+    return settings
+
+
+def _run_steps(records: dict[str, Any], callbacks: tuple[StepCallback, ...]) -> StepCallback:
+    """Counts the run's steps in ``records`` (checkpointed with it) and calls ``callbacks``
+    with that count."""
+
+    def after_step(step: int, terms: Terms) -> None:
+        records["steps"] += 1
+        for callback in callbacks:
+            callback(records["steps"], terms)
+
+    return after_step
 
 
 def _early_stopping(records: dict, row: dict, modules: nn.Module, patience: int | None) -> None:
@@ -358,8 +380,11 @@ def _epoch(
     modules: nn.ModuleDict,
     prior: Prior | None,
     count: int,
+    step_callbacks: list[StepCallback],
+    progress: bool,
 ) -> dict[str, float]:
-    """One epoch of steps in ``.train()`` mode; its row of the history."""
+    """One epoch of steps in ``.train()`` mode (``step_callbacks`` after each step, a progress
+    bar of its steps with ``progress``); its row of the history."""
     network = modules["network"]
     modules.train()
     data_sum: list[torch.Tensor] = []
@@ -370,8 +395,9 @@ def _epoch(
 
     start = time.perf_counter()
     steps = batches.epoch()
-    train_loop(step, optimizer, steps, scale, [keep],
-               describe=lambda s, terms: f"(epoch {epoch}, step {s})")  # fmt: skip
+    train_loop(step, optimizer, steps, scale, [keep, *step_callbacks],
+               describe=lambda s, terms: f"(epoch {epoch}, step {s})", progress=progress,
+               description=f"epoch {epoch}")  # fmt: skip
     seconds = time.perf_counter() - start
     modules.eval()
     total = float(torch.stack(data_sum).sum())
