@@ -93,11 +93,24 @@ def test_save_and_load_give_the_same_predictions(tmp_path) -> None:
         (np.zeros((4, 2)), np.array([0, 1, 0]), r"y must be 1-D with 4 labels"),
         (np.array([[0.0, 1.0], [np.nan, 1.0]]), np.array([0, 1]), "X has NaN or inf in row 1"),
         (np.zeros(4), np.array([0, 1, 0, 1]), "X must be 2-D"),
+        (np.zeros((4, 2)), [0.3, 1.7, 2.0, 1.0], r"y\[0\] = 0.3 is not a whole number"),
+        (np.zeros((4, 2)), np.array([0.0, 1.0, 2.5, 1.0]), r"y\[2\] = 2.5 .* regression target"),
+        (np.zeros((4, 2)), np.array([0.0, np.nan, 1.0, 1.0]), r"y\[1\] = nan .*BayesianRegressor"),
     ],
 )
 def test_bad_input_is_named(x, y, message) -> None:
+    """Refused before any training: a billion epochs would never end."""
+    model = BayesianClassifier(epochs=10**9)
     with pytest.raises(ValueError, match=message):
-        BayesianClassifier(epochs=1).fit(x, y)
+        model.fit(x, y)
+    assert not hasattr(model, "model_")
+
+
+def test_whole_number_float_labels_are_classes() -> None:
+    x, y = blobs(60, 7)
+    codes = np.searchsorted(["a", "b", "c"], y).astype(np.float64)  # 0.0, 1.0, 2.0
+    model = BayesianClassifier(hidden=(4,), epochs=1).fit(x, codes)
+    assert model.classes_.tolist() == [0.0, 1.0, 2.0]
 
 
 def test_unknown_family_and_unseen_labels_are_named() -> None:

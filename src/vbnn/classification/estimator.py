@@ -41,6 +41,26 @@ from vbnn.stores.atomic import write_folder_atomic
 STATE_FILE, PARAMS_FILE = "classifier.pt", "classifier.json"
 
 
+def check_class_labels(labels: np.ndarray) -> None:
+    """Refuse float labels that are not whole numbers (NaN and inf included): such a y is a
+    regression target, and coding each distinct value as a class would train without a word.
+
+    Raises:
+        ValueError: naming the first such value and its index.
+    """
+    if labels.dtype.kind not in "fc":
+        return
+    whole = np.isfinite(labels) & (labels == np.round(labels))
+    if not whole.all():
+        index = int(np.flatnonzero(~whole)[0])
+        value = labels[index].item()
+        raise ValueError(
+            f"y[{index}] = {value!r} is not a whole number: y looks like a regression "
+            "target (continuous values), not class labels; use BayesianRegressor for it, or "
+            "pass the classes as integers or names"
+        )
+
+
 class BayesianClassifier(ClassifierMixin, BaseEstimator):
     """A Bayesian MLP classifier of any family (module docstring).
 
@@ -102,14 +122,17 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         """Standardise X, encode y, train for ``epochs`` passes. Returns self.
 
         Raises:
-            ValueError: X not 2-D or holding NaN/inf, y not one label per row, fewer than two
-                classes or two rows, an unknown family or activation.
+            ValueError: X not 2-D or holding NaN/inf, y not one label per row, a float y with
+                a value that is not a whole number (the first is named: a regression target),
+                fewer than two classes or two rows, an unknown family or activation; all
+                before any training.
         """
         x, _ = as_arrays(X, min_rows=FIT_ROWS)
         labels = np.asarray(y)
         if labels.ndim != 1 or len(labels) != len(x):
             raise ValueError(f"y must be 1-D with {len(x)} labels (one per row of X), got shape "
                              f"{labels.shape}")  # fmt: skip
+        check_class_labels(labels)
         self.classes_, encoded = np.unique(labels, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(f"y holds one class ({self.classes_[0]!r}); a classifier needs two")
