@@ -10,6 +10,7 @@ import pytest
 
 from vbnn.cli import main
 from vbnn.data.splits import parse_splits
+from vbnn.regression.estimator import BayesianRegressor
 
 
 def test_uci_json_has_splits_summary_and_config(
@@ -44,6 +45,24 @@ def test_uci_fits_any_registered_family_by_vi(
         main(["uci", "--dataset", "boston", "--method", "vi", "--data-dir", str(data_dir)])
     assert stopped.value.code == 2
     assert "--method 'vi': vi unknown; choose from es, map, sgld, mf" in capsys.readouterr().err
+
+
+def test_a_family_the_uci_engine_cannot_train_is_refused_with_the_reason(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bernoulli-variance has an infinite KL to the engine's Gaussian prior: refused at the
+    command line and by the regressor, before any training, naming the family and the choices."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["uci", "--dataset", "boston", "--method", "bernoulli-variance", "--splits", "0",
+              "--data-dir", str(data_dir)])  # fmt: skip
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert "--method 'bernoulli-variance': method 'bernoulli-variance': the UCI engine" in error
+    assert "Gaussian prior" in error and "the engine's methods are es, map, sgld, mf" in error
+    assert "bernoulli-variance," not in error.split("methods are")[1]
+    regressor = BayesianRegressor(family="bernoulli-variance", iterations=10**9)
+    with pytest.raises(ValueError, match="method 'bernoulli-variance': the UCI engine"):
+        regressor.fit(np.linspace(0, 1, 8).reshape(-1, 1), np.arange(8.0))
 
 
 def test_demo_prints_one_comparison_table(

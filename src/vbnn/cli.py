@@ -38,7 +38,7 @@ from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
 from vbnn.regression.engine import add_runtime_arguments, run_splits
 from vbnn.regression.estimator import BayesianRegressor
-from vbnn.regression.methods import method_config, method_fields, method_names
+from vbnn.regression.methods import check_method, method_config, method_fields, method_names
 from vbnn.regression.presets import GD_POSTERIOR_STD, preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
 from vbnn.regression.saved_models import load_model
@@ -55,6 +55,12 @@ def parse_methods(text: str) -> list[str]:
     which VI fits (mf, gd, fc, vd-layer, ...)."""
     names = list(TABLE1_METHODS) if text == "all" else [n.strip() for n in text.split(",")]
     known = method_names()
+    for name in names:
+        if name in FAMILIES and name not in known:  # a family the engine cannot train: why
+            try:
+                check_method(name)
+            except ValueError as error:
+                raise argparse.ArgumentTypeError(f"--method {text!r}: {error}") from None
     unknown = [name for name in names if name not in known]
     if unknown:
         raise argparse.ArgumentTypeError(
