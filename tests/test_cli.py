@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vbnn.classification.estimator import BayesianClassifier
 from vbnn.cli import main
 from vbnn.data.splits import parse_splits
 from vbnn.regression.estimator import BayesianRegressor
@@ -119,6 +120,29 @@ def test_fit_reads_a_users_csv_and_names_bad_cells(tmp_path, capsys) -> None:
     assert "mine.csv, line 6, column 'b': non-numeric value 'oops'" in capsys.readouterr().err
     assert main(["fit", "--csv", str(table), "--target", "cost"]) == 2
     assert "no column 'cost'; the columns are ['a', 'b', 'price']" in capsys.readouterr().err
+
+
+def test_fit_on_a_column_of_class_names_trains_a_classifier_that_predicts_the_names(
+    tmp_path, capsys
+) -> None:
+    rng = np.random.default_rng(1)
+    species = np.array(["setosa", "versicolor", "virginica"])[np.arange(45) % 3]
+    length = np.searchsorted(["setosa", "versicolor", "virginica"], species) * 2.0
+    length = length + 0.3 * rng.normal(size=45)
+    table = tmp_path / "iris.csv"
+    width = rng.normal(size=45)
+    rows = [f"{a:.3f},{b:.3f},{c}" for a, b, c in zip(length, width, species, strict=True)]
+    table.write_text("sepal_length,sepal_width,species\n" + "\n".join(rows) + "\n")
+    saved = tmp_path / "model"
+    argv = ["fit", "--csv", str(table), "--target", "species", "--hidden", "4",
+            "--save", str(saved)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "accuracy" in out and "test log-likelihood" in out
+    assert "classes, in the order of predict_proba's columns: setosa, versicolor, virginica" in out
+    model = BayesianClassifier.load(saved)
+    assert model.classes_.tolist() == ["setosa", "versicolor", "virginica"]
+    assert set(model.predict(np.array([[0.0, 0.0], [4.0, 0.0]]))) <= set(species)
 
 
 def test_uci_defaults_come_from_the_tuned_presets_and_say_so(data_dir, capsys) -> None:

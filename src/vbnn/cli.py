@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from vbnn.classification.estimator import BayesianClassifier
 from vbnn.comparison import command as compare_command
 from vbnn.core.contracts import Activation
 from vbnn.core.runs import TABLE1_METHODS, RunResult, SGLDConfig, TrainConfig, VIConfig
@@ -269,8 +270,9 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def command_fit(args: argparse.Namespace) -> None:
-    """Seeded train/test split of the user's table, BayesianRegressor, test metrics."""
-    x, y, columns = read_table(args.csv, args.target)
+    """Seeded train/test split of the user's table, BayesianRegressor (BayesianClassifier when
+    the target column holds class names), test metrics."""
+    x, y, columns = read_table(args.csv, args.target, class_names=True)
     if not 0 < args.test_fraction < 1:
         raise ValueError(f"--test-fraction {args.test_fraction}: must be in (0, 1)")
     order = np.random.default_rng(args.seed).permutation(len(y))
@@ -278,6 +280,9 @@ def command_fit(args: argparse.Namespace) -> None:
     train = order[len(test) :]
     if len(train) < 2:
         raise ValueError(f"{args.csv}: {len(y)} rows leave too few for training")
+    if y.dtype.kind == "U":
+        _fit_classifier(args, x, y, columns, train, test)
+        return
     estimator = BayesianRegressor(family=args.family, hidden=tuple(args.hidden),
                                   iterations=args.iterations, seed=args.seed)  # fmt: skip
     print(f"fitting {estimator!r} on {len(train)} rows, testing on {len(test)}; inputs "
@@ -287,6 +292,33 @@ def command_fit(args: argparse.Namespace) -> None:
     rmse = float(np.sqrt(np.mean((mean - y[test]) ** 2)))
     print(f"test log-likelihood {estimator.score(x[test], y[test]):.3f} nats, RMSE {rmse:.4g} "
           f"({len(test)} rows)")  # fmt: skip
+    if args.save:
+        print(f"saved to {estimator.save(args.save)}")
+
+
+# Parameters: the command's arguments and the table and split that ``command_fit`` made
+def _fit_classifier(
+    args: argparse.Namespace,
+    x: np.ndarray,
+    y: np.ndarray,
+    columns: list[str],
+    train: np.ndarray,
+    test: np.ndarray,
+) -> None:
+    """A BayesianClassifier (its default epochs; ``--iterations`` counts regression steps) on a
+    target of class names; prints the test log-likelihood, the accuracy and the class order."""
+    estimator = BayesianClassifier(family=args.family, hidden=tuple(args.hidden), seed=args.seed)
+    print(f"fitting {estimator!r} on {len(train)} rows, testing on {len(test)}; inputs "
+          f"{columns}, target {args.target!r} (class names)", file=sys.stderr)  # fmt: skip
+    estimator.fit(x[train], y[train])
+    unseen = sorted(set(y[test]) - set(estimator.classes_))
+    if unseen:
+        raise ValueError(f"--target {args.target!r}: test rows hold classes {unseen} that no "
+                         "training row holds; use more rows or another --seed")  # fmt: skip
+    accuracy = float(np.mean(estimator.predict(x[test]) == y[test]))
+    print(f"test log-likelihood {estimator.score(x[test], y[test]):.3f} nats, accuracy "
+          f"{accuracy:.3f} ({len(test)} rows); classes, in the order of predict_proba's "
+          f"columns: {', '.join(estimator.classes_)}")  # fmt: skip
     if args.save:
         print(f"saved to {estimator.save(args.save)}")
 
