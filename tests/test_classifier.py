@@ -135,7 +135,7 @@ def test_with_the_defaults_the_mutual_information_grows_away_from_the_data() -> 
     far = 8 * np.stack([np.cos(angles), np.sin(angles)], axis=1)
     near = model.predict_uncertainty(blobs(200, 2)[0])["epistemic"].mean()
     away = model.predict_uncertainty(far)["epistemic"].mean()
-    assert away > 3 * near
+    assert away > 3 * near and away > 0.01  # nats; from the layers' 1e-4 it is below 0.001
     stds = np.concatenate(
         [p.detach().exp().numpy().ravel()
          for name, p in model.model_.named_parameters() if name.endswith("log_std")]
