@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vbnn.classification.estimator import BayesianClassifier
 from vbnn.cli import main
 from vbnn.data.splits import parse_splits
+from vbnn.regression.estimator import BayesianRegressor
 
 
 def test_uci_json_has_splits_summary_and_config(
@@ -44,6 +46,24 @@ def test_uci_fits_any_registered_family_by_vi(
         main(["uci", "--dataset", "boston", "--method", "vi", "--data-dir", str(data_dir)])
     assert stopped.value.code == 2
     assert "--method 'vi': vi unknown; choose from es, map, sgld, mf" in capsys.readouterr().err
+
+
+def test_a_family_the_uci_engine_cannot_train_is_refused_with_the_reason(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bernoulli-variance has an infinite KL to the engine's Gaussian prior: refused at the
+    command line and by the regressor, before any training, naming the family and the choices."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["uci", "--dataset", "boston", "--method", "bernoulli-variance", "--splits", "0",
+              "--data-dir", str(data_dir)])  # fmt: skip
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert "--method 'bernoulli-variance': method 'bernoulli-variance': the UCI engine" in error
+    assert "Gaussian prior" in error and "the engine's methods are es, map, sgld, mf" in error
+    assert "bernoulli-variance," not in error.split("methods are")[1]
+    regressor = BayesianRegressor(family="bernoulli-variance", iterations=10**9)
+    with pytest.raises(ValueError, match="method 'bernoulli-variance': the UCI engine"):
+        regressor.fit(np.linspace(0, 1, 8).reshape(-1, 1), np.arange(8.0))
 
 
 def test_demo_prints_one_comparison_table(
@@ -102,6 +122,29 @@ def test_fit_reads_a_users_csv_and_names_bad_cells(tmp_path, capsys) -> None:
     assert "no column 'cost'; the columns are ['a', 'b', 'price']" in capsys.readouterr().err
     assert main(["fit", "--csv", str(table), "--target", "price"]) == 2  # the old spelling
     assert f"give the table as --data {table} (as vbnn compare does)" in capsys.readouterr().err
+
+
+def test_fit_on_a_column_of_class_names_trains_a_classifier_that_predicts_the_names(
+    tmp_path, capsys
+) -> None:
+    rng = np.random.default_rng(1)
+    species = np.array(["setosa", "versicolor", "virginica"])[np.arange(45) % 3]
+    length = np.searchsorted(["setosa", "versicolor", "virginica"], species) * 2.0
+    length = length + 0.3 * rng.normal(size=45)
+    table = tmp_path / "iris.csv"
+    width = rng.normal(size=45)
+    rows = [f"{a:.3f},{b:.3f},{c}" for a, b, c in zip(length, width, species, strict=True)]
+    table.write_text("sepal_length,sepal_width,species\n" + "\n".join(rows) + "\n")
+    saved = tmp_path / "model"
+    argv = ["fit", "--data", str(table), "--target", "species", "--hidden", "4",
+            "--save", str(saved)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "accuracy" in out and "test log-likelihood" in out
+    assert "classes, in the order of predict_proba's columns: setosa, versicolor, virginica" in out
+    model = BayesianClassifier.load(saved)
+    assert model.classes_.tolist() == ["setosa", "versicolor", "virginica"]
+    assert set(model.predict(np.array([[0.0, 0.0], [4.0, 0.0]]))) <= set(species)
 
 
 def test_uci_defaults_come_from_the_tuned_presets_and_say_so(data_dir, capsys) -> None:

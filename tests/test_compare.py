@@ -181,7 +181,7 @@ def test_classification_end_to_end(tmp_path: Path) -> None:
                           hidden=(8,), test_samples=8)  # fmt: skip
     assert (result.task, result.task_reason) == (
         Task.CLASSIFICATION,
-        "inferred: y holds class names",
+        "inferred: y holds class names; classes coded in sorted order: 0 = no, 1 = yes",
     )
     assert list(result.table.columns[:4]) == ["test LL", "accuracy", "ECE", "Brier"]
     assert result.folds["accuracy"].between(0, 1).all()
@@ -220,6 +220,47 @@ def test_cli_fold_column_gives_the_splits(tmp_path: Path, capsys) -> None:
                  "--out", str(tmp_path), "--no-progress"]  # fmt: skip
     assert main(arguments) == 0
     assert "3 folds" in capsys.readouterr().out
+
+
+def iris_like(path: Path, rows: int = 36) -> Path:
+    """Two measurements and a species name per row, three species apart in the first column."""
+    generator = np.random.default_rng(3)
+    species = np.array(["setosa", "versicolor", "virginica"])[np.arange(rows) % 3]
+    length = np.searchsorted(["setosa", "versicolor", "virginica"], species) * 2.0
+    length = length + 0.3 * generator.normal(size=rows)
+    width = generator.normal(size=rows)
+    frame = pd.DataFrame({"sepal_length": length, "sepal_width": width, "species": species})
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_a_csv_class_column_of_names_is_read_as_classes(tmp_path: Path, capsys) -> None:
+    """vbnn.compare and vbnn compare read species names as classes and state their coding."""
+    table = iris_like(tmp_path / "iris.csv")
+    settings = {"families": ["point"], "folds": 3, "tune": False, "epochs": 3, "hidden": (4,),
+                "test_samples": 2}  # fmt: skip
+    result = vbnn.compare(table, target="species", **settings)
+    assert result.task is Task.CLASSIFICATION
+    assert result.task_reason == (
+        "inferred: y holds class names; classes coded in sorted order: 0 = setosa, "
+        "1 = versicolor, 2 = virginica"
+    )
+    assert result.folds["accuracy"].between(0, 1).all()
+    with pytest.raises(ValueError, match="task='regression': y holds class names"):
+        vbnn.compare(table, target="species", task="regression", **settings)
+    arguments = ["compare", "--data", str(table), "--target", "species", "--families", "point",
+                 "--folds", "3", "--no-tune", "--epochs", "2", "--hidden", "4",
+                 "--test-samples", "2", "--out", str(tmp_path), "--no-progress"]  # fmt: skip
+    assert main(arguments) == 0
+    printed = capsys.readouterr().out
+    assert "task: classification (inferred: y holds class names; classes coded in sorted " \
+        "order: 0 = setosa, 1 = versicolor, 2 = virginica)" in printed  # fmt: skip
+    with_folds = pd.read_csv(table).assign(fold=np.arange(36) // 12)  # 4 of each class a fold
+    with_folds.to_csv(tmp_path / "folds.csv", index=False)
+    arguments[1] = str(tmp_path / "folds.csv")
+    assert main([*arguments, "--fold-column", "fold"]) == 0
+    printed = capsys.readouterr().out
+    assert "3 folds" in printed and "classes coded in sorted order: 0 = setosa" in printed
 
 
 def test_map_coverage_is_the_share_inside_its_gaussian_interval() -> None:

@@ -59,7 +59,7 @@ def test_diagnose_a_model_fitted_on_your_own_table(tmp_path, capsys) -> None:
     assert main(fit) == 0
     assert main(["diagnose", "pruning", "--model", str(model)]) == 2
     assert "names no UCI data set; give its training inputs" in capsys.readouterr().err
-    code = main(["diagnose", "pruning", "--model", str(model), "--csv", str(table),
+    code = main(["diagnose", "pruning", "--model", str(model), "--data", str(table),
                  "--target", "y", "--out", str(tmp_path / "out")])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0 and "pruned hidden units" in out and "paper" not in out

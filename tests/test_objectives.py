@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -199,6 +200,39 @@ def test_log_prior_under_the_log_uniform_prior_is_minus_the_log_of_the_means() -
     assert log_prior(model, LogUniformPrior()).item() == math.inf
     with pytest.raises(TypeError, match="no fixed density"):
         log_prior(model, ARDPrior())
+
+
+@pytest.mark.parametrize("objective", ["elbo", "log_joint"])
+@pytest.mark.parametrize(
+    ("dataset_size", "message"),
+    [
+        (0, r"elbo: dataset_size must be a positive integer .* got 0"),
+        (-3, r"dataset_size must be a positive integer .* got -3"),
+        (2.5, r"dataset_size must be a positive integer .* got 2.5"),
+        (True, r"dataset_size must be a positive integer .* got True"),
+        (2, r"dataset_size=2 is below the batch size 3"),
+    ],
+)
+def test_a_dataset_size_that_is_not_a_count_above_the_batch_is_refused_before_the_forward(
+    objective: str, dataset_size: object, message: str
+) -> None:
+    """The inputs hold a NaN, which the forward pass would name: the dataset_size error comes
+    first, so nothing ran on the batch. A numpy integer N >= B is accepted and scales by N / B."""
+    layer, x, y = _linear_regression(0)
+    likelihood, prior = GaussianLikelihood(fixed_std=0.5, dtype=torch.float64), vbnn.GaussianPrior()
+    x_bad = x[:3].clone()
+    x_bad[1, 2] = float("nan")
+    call = {
+        "elbo": lambda xs, n: elbo(layer, likelihood, prior, xs, y[:3], dataset_size=n),
+        "log_joint": lambda xs, n: log_joint(layer, likelihood, prior, xs, y[:3], dataset_size=n),
+    }[objective]
+    with pytest.raises(ValueError, match=message.replace("elbo", objective)):
+        call(x_bad, dataset_size)
+    with pytest.raises(ValueError, match=r"x\[1, 2\] is nan"):
+        call(x_bad, np.int64(12))  # a valid N reaches the forward pass, which names the NaN
+    whole = log_joint(layer, likelihood, prior, x[:3], y[:3])
+    scaled = log_joint(layer, likelihood, prior, x[:3], y[:3], dataset_size=np.int64(12))
+    torch.testing.assert_close(scaled["log-likelihood"], 4 * whole["log-likelihood"])
 
 
 def test_map_of_a_converted_linear_layer_is_ridge_regression() -> None:

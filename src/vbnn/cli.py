@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from vbnn.classification.estimator import BayesianClassifier
 from vbnn.comparison import command as compare_command
 from vbnn.core.contracts import Activation
 from vbnn.core.runs import TABLE1_METHODS, RunResult, SGLDConfig, TrainConfig, VIConfig
@@ -38,7 +39,7 @@ from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
 from vbnn.regression.engine import add_runtime_arguments, run_splits
 from vbnn.regression.estimator import BayesianRegressor
-from vbnn.regression.methods import method_config, method_fields, method_names
+from vbnn.regression.methods import check_method, method_config, method_fields, method_names
 from vbnn.regression.presets import GD_POSTERIOR_STD, preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
 from vbnn.regression.saved_models import load_model
@@ -55,6 +56,12 @@ def parse_methods(text: str) -> list[str]:
     which VI fits (mf, gd, fc, vd-layer, ...)."""
     names = list(TABLE1_METHODS) if text == "all" else [n.strip() for n in text.split(",")]
     known = method_names()
+    for name in names:
+        if name in FAMILIES and name not in known:  # a family the engine cannot train: why
+            try:
+                check_method(name)
+            except ValueError as error:
+                raise argparse.ArgumentTypeError(f"--method {text!r}: {error}") from None
     unknown = [name for name in names if name not in known]
     if unknown:
         raise argparse.ArgumentTypeError(
@@ -151,9 +158,11 @@ def command_diagnose_pruning(args: argparse.Namespace) -> None:
     saved = load_model(args.model)
     dataset, inputs = None, None
     if args.csv is not None:
+        raise ValueError(f"give the table as --data {args.csv} (as vbnn fit and compare do)")
+    if args.data is not None:
         if args.target is None:
-            raise ValueError("--csv needs --target (the column the model predicts)")
-        x, _, _ = read_table(args.csv, args.target)
+            raise ValueError("--data needs --target (the column the model predicts)")
+        x, _, _ = read_table(args.data, args.target)
         scalers = saved.metadata
         if "x_mean" in scalers:  # saved by BayesianRegressor / vbnn fit: its own scalers
             x = (x - np.asarray(scalers["x_mean"])) / np.asarray(scalers["x_scale"])
@@ -162,7 +171,7 @@ def command_diagnose_pruning(args: argparse.Namespace) -> None:
         inputs = torch.as_tensor(x)
     elif saved.dataset is None:
         raise ValueError(f"{args.model}: the model names no UCI data set; give its training "
-                         "inputs with --csv FILE --target COLUMN")  # fmt: skip
+                         "inputs with --data FILE --target COLUMN")  # fmt: skip
     else:
         dataset = load_dataset(saved.dataset, args.data_dir)
     report = diagnose_saved(saved, dataset, args.out, inputs=inputs)
@@ -171,7 +180,7 @@ def command_diagnose_pruning(args: argparse.Namespace) -> None:
             for split, table in report.units.items():
                 print(f"\nmodel {split}: per hidden unit")
                 print(table.to_string())
-        where = saved.dataset or args.csv
+        where = saved.dataset or args.data
         print(f"\n{saved.config.method.upper()} on {where}: pruned hidden units")
         print(report.counts.to_string(index=False))
     if is_paper_setting(saved):
@@ -263,12 +272,13 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def command_fit(args: argparse.Namespace) -> None:
-    """Seeded train/test split of the user's table, BayesianRegressor, test metrics."""
+    """Seeded train/test split of the user's table, BayesianRegressor (BayesianClassifier when
+    the target column holds class names), test metrics."""
     if args.csv is not None:
         raise ValueError(f"give the table as --data {args.csv} (as vbnn compare does)")
     if args.data is None:
         raise ValueError("--data FILE: the CSV table to fit")
-    x, y, columns = read_table(args.data, args.target)
+    x, y, columns = read_table(args.data, args.target, class_names=True)
     if not 0 < args.test_fraction < 1:
         raise ValueError(f"--test-fraction {args.test_fraction}: must be in (0, 1)")
     order = np.random.default_rng(args.seed).permutation(len(y))
@@ -276,6 +286,9 @@ def command_fit(args: argparse.Namespace) -> None:
     train = order[len(test) :]
     if len(train) < 2:
         raise ValueError(f"{args.data}: {len(y)} rows leave too few for training")
+    if y.dtype.kind == "U":
+        _fit_classifier(args, x, y, columns, train, test)
+        return
     estimator = BayesianRegressor(family=args.family, hidden=tuple(args.hidden),
                                   iterations=args.iterations, seed=args.seed)  # fmt: skip
     print(f"fitting {estimator!r} on {len(train)} rows, testing on {len(test)}; inputs "
@@ -285,6 +298,33 @@ def command_fit(args: argparse.Namespace) -> None:
     rmse = float(np.sqrt(np.mean((mean - y[test]) ** 2)))
     print(f"test log-likelihood {estimator.score(x[test], y[test]):.3f} nats, RMSE {rmse:.4g} "
           f"({len(test)} rows)")  # fmt: skip
+    if args.save:
+        print(f"saved to {estimator.save(args.save)}")
+
+
+# Parameters: the command's arguments and the table and split that ``command_fit`` made
+def _fit_classifier(
+    args: argparse.Namespace,
+    x: np.ndarray,
+    y: np.ndarray,
+    columns: list[str],
+    train: np.ndarray,
+    test: np.ndarray,
+) -> None:
+    """A BayesianClassifier (its default epochs; ``--iterations`` counts regression steps) on a
+    target of class names; prints the test log-likelihood, the accuracy and the class order."""
+    estimator = BayesianClassifier(family=args.family, hidden=tuple(args.hidden), seed=args.seed)
+    print(f"fitting {estimator!r} on {len(train)} rows, testing on {len(test)}; inputs "
+          f"{columns}, target {args.target!r} (class names)", file=sys.stderr)  # fmt: skip
+    estimator.fit(x[train], y[train])
+    unseen = sorted(set(y[test]) - set(estimator.classes_))
+    if unseen:
+        raise ValueError(f"--target {args.target!r}: test rows hold classes {unseen} that no "
+                         "training row holds; use more rows or another --seed")  # fmt: skip
+    accuracy = float(np.mean(estimator.predict(x[test]) == y[test]))
+    print(f"test log-likelihood {estimator.score(x[test], y[test]):.3f} nats, accuracy "
+          f"{accuracy:.3f} ({len(test)} rows); classes, in the order of predict_proba's "
+          f"columns: {', '.join(estimator.classes_)}")  # fmt: skip
     if args.save:
         print(f"saved to {estimator.save(args.save)}")
 
@@ -347,7 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     pruning.add_argument("--data-dir", default=None, help="overrides $VBNN_DATA_DIR")
     pruning.add_argument("--out", default=None, metavar="DIR", help="write CSVs and figures")
     pruning.add_argument("--units", action="store_true", help="print the per-unit tables")
-    pruning.add_argument("--csv", default=None, metavar="FILE", help="training table (own data)")
+    pruning.add_argument("--data", default=None, metavar="FILE", help="training table (own data)")
+    pruning.add_argument("--csv", default=None, help=argparse.SUPPRESS)  # the old spelling: an error
     pruning.add_argument("--target", default=None, metavar="COLUMN", help="its target column")
     pruning.set_defaults(handler=command_diagnose_pruning)
     report = diagnoses.add_parser(

@@ -131,7 +131,7 @@ def _data(args: argparse.Namespace) -> tuple[object, object, str | None, object]
         return args.data, None, args.target, None
     if args.target is None:
         raise ValueError("--fold-column needs --target")
-    x, y, columns = read_table(args.data, args.target)
+    x, y, columns = read_table(args.data, args.target, class_names=True)
     if args.fold_column not in columns:
         raise ValueError(
             f"--fold-column {args.fold_column!r}: no such input column in "

@@ -203,6 +203,8 @@ def compare(
         task, reason = Task(task), "given"
         if task is Task.REGRESSION and table.named_classes:
             raise ValueError("task='regression': y holds class names, not numbers")
+    if table.classes:
+        reason += f"; classes coded in sorted order: {table.class_order()}"
     names = check_families(tuple(families or DEFAULT_FAMILIES[task]), task)
     if task is Task.CLASSIFICATION:
         folding.check_labels(values, folds if splits is None else None)

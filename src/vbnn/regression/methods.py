@@ -1,5 +1,11 @@
 """Methods by name: ``es``, ``map``, ``sgld``, or a family of ``vbnn.layers.FAMILIES``, which VI
-fits (``mf``, ``gd`` and ``fc`` of Trippe & Turner 2017 are three of them)."""
+fits (``mf``, ``gd`` and ``fc`` of Trippe & Turner 2017 are three of them).
+
+The UCI engine trains every family under the Gaussian prior N(0, prior_std^2) and takes each
+layer's KL to it in closed form, so a family without one (``FamilySpec.closed_form_kl`` False:
+``bernoulli-variance``, whose discrete q has an infinite KL to any density) is no method here;
+train it with its own prior (``vbnn.elbo`` with ``prior=None``, or ``BayesianClassifier``).
+"""
 
 from __future__ import annotations
 
@@ -13,12 +19,20 @@ POINT_ALGORITHMS = tuple(a.value for a in Algorithm if a is not Algorithm.VI)
 
 
 def method_names() -> list[str]:
-    """Every method name: the point-weight algorithms, then the families VI fits."""
-    return [*POINT_ALGORITHMS, *FAMILIES]
+    """Every method name: the point-weight algorithms, then the families VI fits (those with a
+    closed-form KL to a Gaussian prior, module docstring)."""
+    return [*POINT_ALGORITHMS, *(name for name, spec in FAMILIES.items() if spec.closed_form_kl)]
 
 
 def check_method(method: str) -> str:
-    """``method`` if it names a method; a ValueError that lists the choices otherwise."""
+    """``method`` if it names a method; a ValueError that lists the choices otherwise (and, for
+    a family the engine cannot train, says why)."""
+    if method in FAMILIES and not FAMILIES[method].closed_form_kl:
+        raise ValueError(
+            f"method {method!r}: the UCI engine trains every family under a Gaussian prior "
+            f"N(0, prior_std^2) with its KL in closed form, and {method} has no finite one; "
+            f"the engine's methods are {', '.join(method_names())}"
+        )
     if method not in method_names():
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(method_names())}")
     return method

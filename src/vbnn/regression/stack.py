@@ -12,6 +12,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import ModelValues, TrainConfig, VIConfig
 from vbnn.layers.registry import family as family_spec
 from vbnn.networks.mlp import MLP
+from vbnn.regression.methods import check_method
 from vbnn.training.likelihoods import GaussianLikelihood
 
 
@@ -27,6 +28,7 @@ def build_stack(
     candidates); it reaches the family's layers under their name for it
     (``FamilySpec.std_option``: ``init_std``, or ``std`` for ``gd``).
     """
+    check_method(config.network_family)  # a family without a closed-form Gaussian KL: why not
     generators = ModelGenerators.for_keys(config.seed, keys, "init")
     options = {}
     spec = family_spec(config.network_family)

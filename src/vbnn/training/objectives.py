@@ -23,6 +23,8 @@ graph), naming the first NaN or inf ("x[5, 2] is nan"); the likelihoods check th
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch import nn
 
@@ -121,6 +123,35 @@ def _summed_log_likelihood(
     return total / samples
 
 
+def _dataset_scale(y: torch.Tensor, dataset_size: int | None, caller: str) -> float | None:
+    """N / B, the factor that makes a batch's summed log-likelihood an unbiased estimate of that
+    of the N = ``dataset_size`` examples (B: y's last dimension); None when ``dataset_size`` is
+    None (the batch is the data). Checked before any forward pass.
+
+    Raises:
+        ValueError: ``dataset_size`` not a positive integer, or below the batch's B examples
+            (a batch cannot hold more examples than the data set it is drawn from).
+    """
+    if dataset_size is None:
+        return None
+    batch = y.shape[-1]
+    try:
+        size = operator.index(dataset_size)  # int, numpy integer; not a float or a bool
+    except TypeError:
+        size = None
+    if size is None or isinstance(dataset_size, bool) or size < 1:
+        raise ValueError(
+            f"{caller}: dataset_size must be a positive integer (N, the examples in the training "
+            f"set), got {dataset_size!r}"
+        )
+    if size < batch:
+        raise ValueError(
+            f"{caller}: dataset_size={size} is below the batch size {batch} (y's last "
+            "dimension); it must be N, the number of examples in the whole training set"
+        )
+    return size / batch
+
+
 def expected_log_likelihood(
     model: nn.Module,
     likelihood: Likelihood,
@@ -157,10 +188,16 @@ def elbo(
     dataset_size: int | None = None,
 ) -> Terms:
     """ELBO terms of a batch (module docstring); ``dataset_size`` None: the batch is the data;
-    ``prior`` None: each layer's family default (``kl``)."""
+    ``prior`` None: each layer's family default (``kl``).
+
+    Raises:
+        ValueError: ``dataset_size`` not a positive integer or below the batch size, before any
+            forward pass.
+    """
+    scale = _dataset_scale(y, dataset_size, "elbo")
     data = expected_log_likelihood(model, likelihood, x, y, noise, samples)
-    if dataset_size is not None:
-        data = data * (dataset_size / y.shape[-1])
+    if scale is not None:
+        data = data * scale
     divergence = kl(model, prior)
     return {"objective": data - kl_weight * divergence, "log-likelihood": data, "KL": divergence}
 
@@ -177,10 +214,14 @@ def log_joint(
 
     ``dataset_size`` N: the batch's log-likelihood is scaled by N / B, an unbiased estimate of
     that of the N examples (as in ``elbo``); None: the batch is the data.
+
+    Raises:
+        ValueError: ``dataset_size`` not a positive integer or below the batch size.
     """
+    scale = _dataset_scale(y, dataset_size, "log_joint")
     data = _summed_log_likelihood(model, likelihood, x, y, ForwardMode.MEAN)
-    if dataset_size is not None:
-        data = data * (dataset_size / y.shape[-1])
+    if scale is not None:
+        data = data * scale
     prior_term = log_prior(model, prior)
     return {"objective": data + prior_term, "log-likelihood": data, "log-prior": prior_term}
 
