@@ -257,7 +257,7 @@ def test_a_csv_class_column_of_names_is_read_as_classes(tmp_path: Path, capsys) 
         "order: 0 = setosa, 1 = versicolor, 2 = virginica)" in printed  # fmt: skip
     with_folds = pd.read_csv(table).assign(fold=np.arange(36) // 12)  # 4 of each class a fold
     with_folds.to_csv(tmp_path / "folds.csv", index=False)
-    arguments[1] = str(tmp_path / "folds.csv")
+    arguments[2] = str(tmp_path / "folds.csv")
     assert main([*arguments, "--fold-column", "fold"]) == 0
     printed = capsys.readouterr().out
     assert "3 folds" in printed and "classes coded in sorted order: 0 = setosa" in printed

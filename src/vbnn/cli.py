@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     pruning.add_argument("--out", default=None, metavar="DIR", help="write CSVs and figures")
     pruning.add_argument("--units", action="store_true", help="print the per-unit tables")
     pruning.add_argument("--data", default=None, metavar="FILE", help="training table (own data)")
-    pruning.add_argument("--csv", default=None, help=argparse.SUPPRESS)  # the old spelling: an error
+    pruning.add_argument("--csv", default=None, help=argparse.SUPPRESS)  # old spelling: an error
     pruning.add_argument("--target", default=None, metavar="COLUMN", help="its target column")
     pruning.set_defaults(handler=command_diagnose_pruning)
     report = diagnoses.add_parser(
