@@ -9,7 +9,7 @@ import argparse
 import time
 
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import method_config
+from vbnn.regression.methods import method_config
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits

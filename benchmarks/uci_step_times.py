@@ -18,7 +18,8 @@ import argparse
 import json
 import time
 
-from vbnn.core.runs import TrainConfig, method_config
+from vbnn.core.runs import TrainConfig
+from vbnn.regression.methods import method_config
 from vbnn.data import load_uci
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.overpruning.extension import hidden_width

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from vbnn.core.contracts import Method, TrainConfig
+from vbnn.core.runs import SGLDConfig
 from vbnn.data import load_uci
 from vbnn.regression.engine import run_splits
 
@@ -39,9 +39,7 @@ def main() -> None:
     naval = load_uci("naval")
     train, _ = naval.split(0)
     white = dataclasses.replace(naval, inputs=whitened(naval.inputs, train))
-    config = TrainConfig(
-        method=Method.SGLD, prior_std=0.4099385550105976, step_size=0.058340405747948416
-    )
+    config = SGLDConfig(prior_std=0.4099385550105976, step_size=0.058340405747948416)
     for name, data in [("raw", naval), ("whitened", white)]:
         start = time.time()
         result = run_splits(data, [0], config).splits[0]
