@@ -19,11 +19,11 @@ import json
 import time
 
 from vbnn.core.runs import TrainConfig
-from vbnn.regression.methods import method_config
 from vbnn.data import load_uci
 from vbnn.data.splits import parse_splits
 from vbnn.experiments.overpruning.extension import hidden_width
 from vbnn.regression.engine import run_splits
+from vbnn.regression.methods import method_config
 
 
 def seconds(dataset, config: TrainConfig, splits: list[int]) -> float:
