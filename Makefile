@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# every folder of Python code, linted and formatted by `make lint` and checked by `make test`
+PYTHON_DIRS := src tests benchmarks reproductions examples
 # ../shared/data when it exists; otherwise vbnn's own default (~/.cache/vbnn/data)
 export VBNN_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 
@@ -24,8 +26,8 @@ demo: install
 	$(BIN)/vbnn reproduce overpruning --quick --out results/overpruning-quick
 
 test: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check $(PYTHON_DIRS)
+	$(BIN)/ruff format --check $(PYTHON_DIRS)
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest -q
 
@@ -34,8 +36,8 @@ docs: install
 	$(BIN)/mkdocs build --strict
 
 lint: install
-	$(BIN)/ruff check --fix src tests benchmarks
-	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix $(PYTHON_DIRS)
+	$(BIN)/ruff format $(PYTHON_DIRS)
 
 clean:
 	rm -rf $(VENV) build dist site src/*.egg-info
