@@ -265,7 +265,8 @@ def test_variance_network_on_ray_resumes_from_its_checkpoint_after_a_kill(
     arrays, record = stored
     # the retry continued after epoch 1: that epoch's time is the killed attempt's, not re-timed
     first = torch.load(marks / "epoch1.pt", weights_only=True)
-    assert first["epoch"] == 1 and record["epoch_seconds"][0] == first["seconds"][0]
+    first_seconds = first["records"]["history"][0]["seconds"]
+    assert first["epoch"] == 1 and record["epoch_seconds"][0] == first_seconds
     # ... and ended with the numbers of an uninterrupted local run
     assert record["accuracy"] == local_record["accuracy"]
     assert record["elbo"] == local_record["elbo"]
