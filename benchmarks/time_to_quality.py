@@ -1,0 +1,331 @@
+"""Time to quality: test NLL, accuracy and ECE reached within fixed wall-clock budgets, per
+estimator, against bayesian-torch and plain PyTorch; and each estimator's gradient variance.
+
+    pip install --no-deps bayesian-torch==0.5.0      # optional; torch stays as it is
+    VBNN_DATA_DIR=../shared/data python benchmarks/time_to_quality.py \
+        --out benchmarks/results/time_to_quality
+
+Networks (plain ``nn.Module``s of ``benchmarks/converted_step.py``): ``mlp`` 784-400-400-10 ReLU
+and ``lenet`` (LeNet-5: conv 20@5x5, pool, conv 50@5x5, pool, dense 800-500-10) on MNIST;
+``resnet``, a small residual CNN (stem conv 16@3x3 + BatchNorm, one residual block of two
+conv 16@3x3 + BatchNorm, average pooling to 7x7, dense 784-10) on Fashion-MNIST.
+
+Arms, each at its library's defaults for a converted model:
+
+* ``plain``: the network itself, point weights, cross-entropy (the reference);
+* ``vbnn-lrt``: ``vbnn.convert(network, "mf")`` trained in its default ``local`` mode (the local
+  reparameterization trick, Kingma, Salimans & Welling 2015), loss CE + ``vbnn.kl`` / N;
+* ``vbnn-weights``: the same model trained under ``vbnn.mode(model, "weights")``: one weight draw
+  per minibatch, shared by its examples;
+* ``bt-reparameterization`` / ``bt-flipout``: bayesian-torch 0.5.0's ``dnn_to_bnn`` with the
+  prior/posterior parameters of its README (prior N(0, 1), posterior means N(0, 0.1^2), rho -3),
+  loss CE + ``get_kl_loss`` / N. Note that ``get_kl_loss`` sums each layer's *mean* elementwise KL
+  (read from its source), far below the KL itself; that is what its users get. Without
+  bayesian-torch these arms are skipped with a message.
+
+Protocol: a seeded subset of 10,000 training and 2,000 test images (the same for every seed and
+arm), Adam (lr 1e-3), batches of 128 (the last partial batch of an epoch dropped). One run per
+(network, arm, seed) trains for the largest budget; only the training steps are timed (batch
+slicing, forward, loss, backward, Adam), and at each budget the clock pauses for the evaluation:
+test NLL, accuracy and ECE (15 bins) of the predictive probabilities averaged over 8 weight
+draws (one pass for ``plain``). The step at which a budget is reached depends on the machine, so
+the same seed gives the same numbers only for the same step counts; the evaluation's draws are
+seeded apart from training's. Separately, per (network, arm, seed), the gradient variance
+(``gradient_variance.py``) after ``--variance-steps`` untimed steps.
+
+Every finished unit is stored at once (``vbnn.stores.unit_store``: one JSON per unit, written
+atomically) in ``--out``; a re-run skips stored units, and the table (``table.md``) and figure
+(``nll_vs_time.png``) are made from the store. ``--smoke`` runs a tiny configuration in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import torch
+from converted_step import bayesian_torch_model, network
+from gradient_variance import gradient_variance
+from time_to_quality_report import write_report
+from torch import nn
+from torch.nn import functional
+
+import vbnn
+from vbnn.data.mnist import ImageDataset, load_images
+from vbnn.stores import unit_store
+
+INSTALL_HINT = "pip install --no-deps bayesian-torch==0.5.0"
+
+
+class Network(str, Enum):
+    MLP = "mlp"
+    LENET = "lenet"
+    RESNET = "resnet"
+
+
+class Arm(str, Enum):
+    PLAIN = "plain"
+    VBNN_LRT = "vbnn-lrt"
+    VBNN_WEIGHTS = "vbnn-weights"
+    BT_REPARAMETERIZATION = "bt-reparameterization"
+    BT_FLIPOUT = "bt-flipout"
+
+
+DATASETS = {Network.MLP: ImageDataset.MNIST, Network.LENET: ImageDataset.MNIST,
+            Network.RESNET: ImageDataset.FASHION_MNIST}  # fmt: skip
+BASE_NAMES = {Network.MLP: "mlp", Network.LENET: "lenet", Network.RESNET: "resblock"}
+BAYESIAN_TORCH_KINDS = {Arm.BT_REPARAMETERIZATION: "Reparameterization",
+                        Arm.BT_FLIPOUT: "Flipout"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What one unit does; stored with (and keying) every unit."""
+
+    budgets: tuple[float, ...] = (20.0, 60.0, 180.0)
+    train_size: int = 10_000
+    test_size: int = 2_000
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    test_draws: int = 8
+    ece_bins: int = 15
+    data_seed: int = 0
+    threads: int = os.cpu_count() or 1
+    variance_steps: int = 100
+    variance_draws: int = 16
+
+    def __post_init__(self) -> None:
+        budgets = tuple(sorted(float(b) for b in self.budgets))
+        if not budgets or budgets[0] <= 0:
+            raise ValueError(f"Protocol: budgets must be positive seconds, got {self.budgets}")
+        object.__setattr__(self, "budgets", budgets)
+        if self.train_size < self.batch_size:
+            raise ValueError(
+                f"Protocol: train_size {self.train_size} < batch_size {self.batch_size}"
+            )
+
+
+SMOKE = Protocol(budgets=(0.5, 1.0), train_size=512, test_size=256, batch_size=64, test_draws=2,
+                 variance_steps=2, variance_draws=3)  # fmt: skip
+
+
+def bayesian_torch_version() -> str | None:
+    """bayesian-torch's installed version, or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("bayesian-torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def images(network_name: Network, protocol: Protocol) -> tuple[torch.Tensor, ...]:
+    """(train x, train y, test x, test y): seeded subsets (``data_seed``) of the network's data."""
+    generator = torch.Generator().manual_seed(protocol.data_seed)
+    out = []
+    for split, size in (("train", protocol.train_size), ("test", protocol.test_size)):
+        x, y = load_images(DATASETS[network_name], split)
+        if size > len(y):
+            raise ValueError(f"{split}_size {size} > the {len(y)} {split} images")
+        rows = torch.randperm(len(y), generator=generator)[:size]
+        out += [x[rows].contiguous(), y[rows]]
+    return tuple(out)
+
+
+def build(network_name: Network, arm: Arm, seed: int) -> tuple[nn.Module, Callable] | None:
+    """(model, KL function or None) of ``arm`` on ``network_name``, drawn from ``seed``; None
+    when bayesian-torch is missing."""
+    torch.manual_seed(seed)
+    base = network(BASE_NAMES[network_name])
+    if arm is Arm.PLAIN:
+        return base, None
+    if arm in (Arm.VBNN_LRT, Arm.VBNN_WEIGHTS):
+        return vbnn.convert(base, "mf"), vbnn.kl
+    return bayesian_torch_model(base, BAYESIAN_TORCH_KINDS[arm])
+
+
+def batches(rows: int, size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Row indices of minibatches, epoch after epoch, each epoch a fresh permutation."""
+    while True:
+        order = torch.randperm(rows, generator=generator)
+        yield from order[: rows - rows % size].split(size)
+
+
+class Trainer:
+    """One arm's model, optimizer and loss; ``step()`` is what a user's loop does a step."""
+
+    def __init__(self, arm: Arm, built: tuple[nn.Module, Callable | None], data, protocol,
+                 seed: int) -> None:  # fmt: skip
+        self.arm, (self.model, self.kl) = arm, built
+        self.x, self.y = data
+        self.protocol = protocol
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=protocol.learning_rate)
+        self.order = batches(len(self.y), protocol.batch_size, torch.Generator().manual_seed(seed))
+        self.model.train()
+
+    def loss(self, rows: torch.Tensor) -> torch.Tensor:
+        """CE of the minibatch ``rows`` + KL / N, with the arm's estimator's noise."""
+        training_mode = "weights" if self.arm is Arm.VBNN_WEIGHTS else None
+        if training_mode is None:
+            logits = self.model(self.x[rows])
+        else:
+            with vbnn.mode(self.model, training_mode):
+                logits = self.model(self.x[rows])
+        loss = functional.cross_entropy(logits, self.y[rows])
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"{self.arm.value}: non-finite cross-entropy {loss.item()}")
+        if self.kl is not None:
+            loss = loss + self.kl(self.model) / self.protocol.train_size
+        return loss
+
+    def step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss(next(self.order)).backward()
+        self.optimizer.step()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, arm: Arm, x, y, protocol: Protocol, seed: int) -> dict[str, float]:
+    """Test NLL, accuracy and ECE of the predictive probabilities averaged over
+    ``test_draws`` weight draws (vbnn arms in "weights" mode; one pass for ``plain``), in eval
+    mode (BatchNorm's running statistics), drawing from ``seed`` without moving the training
+    RNG."""
+    draws = 1 if arm is Arm.PLAIN else protocol.test_draws
+    model.eval()
+    with torch.random.fork_rng(devices=[]), vbnn.mode(model, "weights"):
+        torch.manual_seed(seed)
+        probabilities = torch.cat([
+            torch.stack([functional.softmax(model(chunk), -1) for _ in range(draws)]).mean(0)
+            for chunk in x.split(500)
+        ])  # fmt: skip
+    model.train()
+    return {
+        "nll": vbnn.metrics.classification_nll(probabilities, y).item(),
+        "accuracy": vbnn.metrics.accuracy(probabilities, y).item(),
+        "ece": vbnn.metrics.expected_calibration_error(probabilities, y, protocol.ece_bins).item(),
+    }
+
+
+def train_unit(trainer: Trainer, test, protocol: Protocol, seed: int) -> dict[str, Any]:
+    """Train for the largest budget; at each budget the clock pauses for ``evaluate``."""
+    marks, clock, steps, rows = list(protocol.budgets), 0.0, 0, []
+    while marks:
+        start = time.perf_counter()
+        trainer.step()
+        clock += time.perf_counter() - start
+        steps += 1
+        if clock >= marks[0]:
+            metrics = evaluate(trainer.model, trainer.arm, *test, protocol, seed + 1_000_003)
+            rows.append({"budget": marks.pop(0), "seconds": clock, "steps": steps,
+                         "ms_per_step": 1000 * clock / steps, **metrics})  # fmt: skip
+    return {"marks": rows}
+
+
+def variance_unit(trainer: Trainer, protocol: Protocol, seed: int) -> dict[str, Any]:
+    """Gradient variance after ``variance_steps`` untimed steps of the arm's own training."""
+    for _ in range(protocol.variance_steps):
+        trainer.step()
+    size, rows = protocol.batch_size, len(trainer.y)
+    return {"layers": gradient_variance(
+        trainer.model, lambda index: trainer.loss(torch.arange(index * size, (index + 1) * size)),
+        rows // size, protocol.variance_draws, torch.Generator().manual_seed(seed),
+    )}  # fmt: skip
+
+
+def environment(protocol: Protocol) -> dict[str, Any]:
+    """Machine, CPU model, threads and library versions, stored with every unit."""
+    cpu = platform.processor() or platform.machine()
+    if Path("/proc/cpuinfo").is_file():
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
+                 .splitlines() if line.startswith("model name")]  # fmt: skip
+        cpu = names[0] if names else cpu
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": protocol.threads,
+            "torch": torch.__version__, "vbnn": vbnn.__version__,
+            "bayesian_torch": bayesian_torch_version(), "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+
+
+def settings(kind: str, network_name: Network, arm: Arm, seed: int, protocol: Protocol) -> dict:
+    return {"benchmark": "time_to_quality", "kind": kind, "network": network_name.value,
+            "arm": arm.value, "seed": seed, "protocol": dataclasses.asdict(protocol)}  # fmt: skip
+
+
+def run(out: Path, networks, arms, seeds, protocol: Protocol) -> None:
+    """Compute every unit not yet stored in ``out``, storing each as soon as it is done."""
+    torch.set_num_threads(protocol.threads)
+    missing = [arm for arm in arms if arm in BAYESIAN_TORCH_KINDS]
+    if missing and bayesian_torch_version() is None:
+        print(f"bayesian-torch is not installed: skipping {[a.value for a in missing]} "
+              f"(install it with `{INSTALL_HINT}`)")  # fmt: skip
+        arms = [arm for arm in arms if arm not in BAYESIAN_TORCH_KINDS]
+    for network_name in networks:
+        data = None  # loaded when a unit of this network is missing
+        for arm in arms:
+            for seed in seeds:
+                for kind in ("training", "variance"):
+                    key = settings(kind, network_name, arm, seed, protocol)
+                    if unit_store.load_info(out, key) is not None:
+                        continue
+                    if data is None:
+                        data = images(network_name, protocol)
+                    built = build(network_name, arm, seed)
+                    trainer = Trainer(arm, built, data[:2], protocol, seed)
+                    began = time.perf_counter()
+                    if kind == "training":
+                        info = train_unit(trainer, data[2:], protocol, seed)
+                    else:
+                        info = variance_unit(trainer, protocol, seed)
+                    info["environment"] = environment(protocol)
+                    unit_store.save(out, key, None, info)
+                    print(f"{network_name.value} {arm.value} seed {seed} {kind}: "
+                          f"{time.perf_counter() - began:.1f} s")  # fmt: skip
+
+
+def stored_units(out: Path, networks, arms, seeds, protocol: Protocol) -> list[dict[str, Any]]:
+    """Every stored unit of these settings: ``{"kind", "network", "arm", "seed", "info"}``."""
+    units = []
+    for network_name in networks:
+        for arm in arms:
+            for seed in seeds:
+                for kind in ("training", "variance"):
+                    key = settings(kind, network_name, arm, seed, protocol)
+                    info = unit_store.load_info(out, key)
+                    if info is not None:
+                        units.append({**key, "info": info})
+    return units
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder of the stored units")
+    parser.add_argument("--networks", nargs="+", type=Network, default=list(Network))
+    parser.add_argument("--arms", nargs="+", type=Arm, default=list(Arm))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--budgets", nargs="+", type=float, default=None, help="seconds")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (all cores)")
+    parser.add_argument("--variance-steps", type=int, default=None)
+    parser.add_argument("--smoke", "--quick", action="store_true",
+                        help="tiny budgets and data, one seed: runs in seconds")  # fmt: skip
+    args = parser.parse_args(argv)
+    protocol = SMOKE if args.smoke else Protocol()
+    seeds = args.seeds[:1] if args.smoke else args.seeds
+    changes = {"budgets": args.budgets, "threads": args.threads,
+               "variance_steps": args.variance_steps}  # fmt: skip
+    protocol = dataclasses.replace(protocol, **{k: v for k, v in changes.items() if v is not None})
+    run(args.out, args.networks, args.arms, seeds, protocol)
+    units = stored_units(args.out, args.networks, args.arms, seeds, protocol)
+    table = write_report(args.out, units, protocol.budgets)
+    print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
