@@ -2,9 +2,11 @@
 
 Each script is loaded by path under a fresh module name, with its own folder first on
 ``sys.path`` (some import a module beside them), and without running its ``__main__`` block, so
-a name that moved or went from the library fails here, naming the script and the error. A script
-that needs a package outside vbnn's required dependencies (an extra such as ``jax``, or one a
-benchmark installs by hand such as ``bayesian_torch``) is skipped when that package is missing.
+a name that moved or went from the library fails here, naming the script and the error. Every
+script needs a ``__main__`` guard, except a module that other scripts import from beside it. A
+script that needs a package outside vbnn's required dependencies (an extra such as ``jax``, or
+one a benchmark installs by hand such as ``bayesian_torch``) is skipped when that package is
+missing.
 """
 
 from __future__ import annotations
@@ -49,6 +51,23 @@ def has_main_guard(path: Path) -> bool:
     )
 
 
+def helper_modules() -> set[Path]:
+    """The files that another script imports from beside it (``from converted_step import ...``):
+    modules of shared code rather than scripts, so they need no ``__main__`` guard."""
+    helpers = set()
+    for path in SCRIPTS:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            helpers |= {
+                path.parent / f"{n}.py" for n in names if (path.parent / f"{n}.py").is_file()
+            }
+    return helpers
+
+
+HELPERS = helper_modules()
+
+
 def test_scripts_are_found() -> None:
     assert len(SCRIPTS) >= 10, f"found only {len(SCRIPTS)} scripts under {SCRIPT_FOLDERS}"
 
@@ -56,7 +75,8 @@ def test_scripts_are_found() -> None:
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_script_imports(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = path.relative_to(ROOT)
-    assert has_main_guard(path), f'{script}: no `if __name__ == "__main__":` guard'
+    if path not in HELPERS:  # a module imported from beside it holds shared code
+        assert has_main_guard(path), f'{script}: no `if __name__ == "__main__":` guard'
     name = "script_" + re.sub(r"\W", "_", str(script.with_suffix("")))
     monkeypatch.syspath_prepend(str(path.parent))
     loaded_before = set(sys.modules)
