@@ -87,6 +87,19 @@ BAYESIAN_TORCH_KINDS = {Arm.BT_REPARAMETERIZATION: "Reparameterization",
                         Arm.BT_FLIPOUT: "Flipout"}  # fmt: skip
 
 
+class Clock(str, Enum):
+    """What a budget's seconds count. ``wall``: elapsed time (``time.perf_counter``). ``process``:
+    the CPU time of this process (``time.process_time``), equal to the wall time of a
+    one-thread run on an idle core but unchanged by other work sharing the machine; only with
+    ``threads=1``, since it adds up the CPU time of every thread."""
+
+    WALL = "wall"
+    PROCESS = "process"
+
+
+CLOCKS = {Clock.WALL: time.perf_counter, Clock.PROCESS: time.process_time}
+
+
 @dataclass(frozen=True)
 class Protocol:
     """What one unit does; stored with (and keying) every unit."""
@@ -102,18 +115,26 @@ class Protocol:
     threads: int = os.cpu_count() or 1
     variance_steps: int = 100
     variance_draws: int = 16
+    clock: Clock = Clock.WALL
 
     def __post_init__(self) -> None:
         budgets = tuple(sorted(float(b) for b in self.budgets))
         if not budgets or budgets[0] <= 0:
             raise ValueError(f"Protocol: budgets must be positive seconds, got {self.budgets}")
         object.__setattr__(self, "budgets", budgets)
+        object.__setattr__(self, "clock", Clock(self.clock))
+        if self.clock is Clock.PROCESS and self.threads != 1:
+            raise ValueError(
+                f"Protocol: clock 'process' counts every thread's CPU time; it needs threads=1, "
+                f"got threads={self.threads}"
+            )
         if self.train_size < self.batch_size:
             raise ValueError(
                 f"Protocol: train_size {self.train_size} < batch_size {self.batch_size}"
             )
 
 
+KINDS = ("training", "variance")
 SMOKE = Protocol(budgets=(0.5, 1.0), train_size=512, test_size=256, batch_size=64, test_draws=2,
                  variance_steps=2, variance_draws=3)  # fmt: skip
 
@@ -218,10 +239,11 @@ def evaluate(model: nn.Module, arm: Arm, x, y, protocol: Protocol, seed: int) ->
 def train_unit(trainer: Trainer, test, protocol: Protocol, seed: int) -> dict[str, Any]:
     """Train for the largest budget; at each budget the clock pauses for ``evaluate``."""
     marks, clock, steps, rows = list(protocol.budgets), 0.0, 0, []
+    now = CLOCKS[protocol.clock]
     while marks:
-        start = time.perf_counter()
+        start = now()
         trainer.step()
-        clock += time.perf_counter() - start
+        clock += now() - start
         steps += 1
         if clock >= marks[0]:
             metrics = evaluate(trainer.model, trainer.arm, *test, protocol, seed + 1_000_003)
@@ -259,9 +281,16 @@ def settings(kind: str, network_name: Network, arm: Arm, seed: int, protocol: Pr
             "arm": arm.value, "seed": seed, "protocol": dataclasses.asdict(protocol)}  # fmt: skip
 
 
-def run(out: Path, networks, arms, seeds, protocol: Protocol) -> None:
-    """Compute every unit not yet stored in ``out``, storing each as soon as it is done."""
+def run(out: Path, networks, arms, seeds, protocol: Protocol, kinds=KINDS,
+        shard: tuple[int, int] = (0, 1)) -> None:  # fmt: skip
+    """Compute every unit not yet stored in ``out``, storing each as soon as it is done.
+
+    ``shard=(i, n)`` computes only the i-th of every n units (in network, arm, seed, kind order),
+    so that n processes with one thread each can share a machine's cores without computing a
+    unit twice."""
     torch.set_num_threads(protocol.threads)
+    index, count = shard
+    number = -1
     missing = [arm for arm in arms if arm in BAYESIAN_TORCH_KINDS]
     if missing and bayesian_torch_version() is None:
         print(f"bayesian-torch is not installed: skipping {[a.value for a in missing]} "
@@ -271,9 +300,10 @@ def run(out: Path, networks, arms, seeds, protocol: Protocol) -> None:
         data = None  # loaded when a unit of this network is missing
         for arm in arms:
             for seed in seeds:
-                for kind in ("training", "variance"):
+                for kind in kinds:
+                    number += 1
                     key = settings(kind, network_name, arm, seed, protocol)
-                    if unit_store.load_info(out, key) is not None:
+                    if number % count != index or unit_store.load_info(out, key) is not None:
                         continue
                     if data is None:
                         data = images(network_name, protocol)
@@ -304,6 +334,17 @@ def stored_units(out: Path, networks, arms, seeds, protocol: Protocol) -> list[d
     return units
 
 
+def shard_argument(text: str) -> tuple[int, int]:
+    """``"I/N"`` as ``(I, N)``, refused unless 0 <= I < N."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: expected I/N, e.g. 0/2") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: need 0 <= I < N")
+    return index, count
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder of the stored units")
@@ -313,15 +354,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budgets", nargs="+", type=float, default=None, help="seconds")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (all cores)")
     parser.add_argument("--variance-steps", type=int, default=None)
+    parser.add_argument("--clock", type=Clock, default=None,
+                        help="wall (default) or process: CPU seconds of this process, for a "
+                        "machine shared with other work (needs --threads 1)")  # fmt: skip
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=KINDS,
+        default=list(KINDS),
+        help="timed training units, untimed gradient-variance units, or both",
+    )
+    parser.add_argument(
+        "--shard",
+        type=shard_argument,
+        default=(0, 1),
+        metavar="I/N",
+        help="compute only the I-th of every N units (0 <= I < N)",
+    )
     parser.add_argument("--smoke", "--quick", action="store_true",
                         help="tiny budgets and data, one seed: runs in seconds")  # fmt: skip
     args = parser.parse_args(argv)
     protocol = SMOKE if args.smoke else Protocol()
     seeds = args.seeds[:1] if args.smoke else args.seeds
     changes = {"budgets": args.budgets, "threads": args.threads,
-               "variance_steps": args.variance_steps}  # fmt: skip
+               "variance_steps": args.variance_steps, "clock": args.clock}  # fmt: skip
     protocol = dataclasses.replace(protocol, **{k: v for k, v in changes.items() if v is not None})
-    run(args.out, args.networks, args.arms, seeds, protocol)
+    run(args.out, args.networks, args.arms, seeds, protocol, tuple(args.kinds), args.shard)
     units = stored_units(args.out, args.networks, args.arms, seeds, protocol)
     table = write_report(args.out, units, protocol.budgets)
     print(table)
