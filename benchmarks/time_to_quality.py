@@ -17,6 +17,10 @@ Arms, each at its library's defaults for a converted model:
   reparameterization trick, Kingma, Salimans & Welling 2015), loss CE + ``vbnn.kl`` / N;
 * ``vbnn-weights``: the same model trained under ``vbnn.mode(model, "weights")``: one weight draw
   per minibatch, shared by its examples;
+* ``vbnn-conv-weights``: the convolutions on one weight draw per minibatch, the dense layers on
+  the LRT (for the MLP it is ``vbnn-lrt``);
+* ``--init-stds``: the vbnn arms again with their layers starting at other posterior stds
+  (``convert(..., init_std=s)``), labelled ``"vbnn-lrt, std s"``;
 * ``bt-reparameterization`` / ``bt-flipout``: bayesian-torch 0.5.0's ``dnn_to_bnn`` with the
   prior/posterior parameters of its README (prior N(0, 1), posterior means N(0, 0.1^2), rho -3),
   loss CE + ``get_kl_loss`` / N. Note that ``get_kl_loss`` sums each layer's *mean* elementwise KL
@@ -33,6 +37,10 @@ the same seed gives the same numbers only for the same step counts; the evaluati
 seeded apart from training's. Separately, per (network, arm, seed), the gradient variance
 (``gradient_variance.py``) after ``--variance-steps`` untimed steps.
 
+Budgets count wall seconds (``--clock wall``, the default) or, on a machine shared with other
+work, the CPU seconds of a one-thread process (``--clock process --threads 1``), which equal its
+wall seconds on an idle core; ``--shard I/N`` lets N such processes split the units.
+
 Every finished unit is stored at once (``vbnn.stores.unit_store``: one JSON per unit, written
 atomically) in ``--out``; a re-run skips stored units, and the table (``table.md``) and figure
 (``nll_vs_time.png``) are made from the store. ``--smoke`` runs a tiny configuration in seconds.
@@ -41,6 +49,7 @@ atomically) in ``--out``; a re-run skips stored units, and the table (``table.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import platform
@@ -76,6 +85,7 @@ class Arm(str, Enum):
     PLAIN = "plain"
     VBNN_LRT = "vbnn-lrt"
     VBNN_WEIGHTS = "vbnn-weights"
+    VBNN_CONV_WEIGHTS = "vbnn-conv-weights"
     BT_REPARAMETERIZATION = "bt-reparameterization"
     BT_FLIPOUT = "bt-flipout"
 
@@ -83,6 +93,7 @@ class Arm(str, Enum):
 DATASETS = {Network.MLP: ImageDataset.MNIST, Network.LENET: ImageDataset.MNIST,
             Network.RESNET: ImageDataset.FASHION_MNIST}  # fmt: skip
 BASE_NAMES = {Network.MLP: "mlp", Network.LENET: "lenet", Network.RESNET: "resblock"}
+VBNN_ARMS = (Arm.VBNN_LRT, Arm.VBNN_WEIGHTS, Arm.VBNN_CONV_WEIGHTS)
 BAYESIAN_TORCH_KINDS = {Arm.BT_REPARAMETERIZATION: "Reparameterization",
                         Arm.BT_FLIPOUT: "Flipout"}  # fmt: skip
 
@@ -162,15 +173,18 @@ def images(network_name: Network, protocol: Protocol) -> tuple[torch.Tensor, ...
     return tuple(out)
 
 
-def build(network_name: Network, arm: Arm, seed: int) -> tuple[nn.Module, Callable] | None:
-    """(model, KL function or None) of ``arm`` on ``network_name``, drawn from ``seed``; None
-    when bayesian-torch is missing."""
+def build(network_name: Network, arm: Arm, seed: int, init_std: float | None = None
+          ) -> tuple[nn.Module, Callable] | None:  # fmt: skip
+    """(model, KL function or None) of ``arm`` on ``network_name``, drawn from ``seed``, the
+    vbnn arms' layers starting at ``init_std`` (None: the layers' default); None when
+    bayesian-torch is missing."""
     torch.manual_seed(seed)
     base = network(BASE_NAMES[network_name])
     if arm is Arm.PLAIN:
         return base, None
-    if arm in (Arm.VBNN_LRT, Arm.VBNN_WEIGHTS):
-        return vbnn.convert(base, "mf"), vbnn.kl
+    if arm in VBNN_ARMS:
+        options = {} if init_std is None else {"init_std": init_std}
+        return vbnn.convert(base, "mf", **options), vbnn.kl
     return bayesian_torch_model(base, BAYESIAN_TORCH_KINDS[arm])
 
 
@@ -192,15 +206,18 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=protocol.learning_rate)
         self.order = batches(len(self.y), protocol.batch_size, torch.Generator().manual_seed(seed))
         self.model.train()
+        # the layers trained on one weight draw a minibatch; the others use their default
+        self.weight_draw_layers = [
+            layer for layer in vbnn.variational_layers(self.model)
+            if arm is Arm.VBNN_WEIGHTS or (arm is Arm.VBNN_CONV_WEIGHTS and layer.operator.is_conv)
+        ]  # fmt: skip
 
     def loss(self, rows: torch.Tensor) -> torch.Tensor:
         """CE of the minibatch ``rows`` + KL / N, with the arm's estimator's noise."""
-        training_mode = "weights" if self.arm is Arm.VBNN_WEIGHTS else None
-        if training_mode is None:
+        with contextlib.ExitStack() as modes:
+            for module in self.weight_draw_layers:
+                modes.enter_context(vbnn.mode(module, "weights"))
             logits = self.model(self.x[rows])
-        else:
-            with vbnn.mode(self.model, training_mode):
-                logits = self.model(self.x[rows])
         loss = functional.cross_entropy(logits, self.y[rows])
         if not torch.isfinite(loss):
             raise FloatingPointError(f"{self.arm.value}: non-finite cross-entropy {loss.item()}")
@@ -276,13 +293,31 @@ def environment(protocol: Protocol) -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%d")}  # fmt: skip
 
 
-def settings(kind: str, network_name: Network, arm: Arm, seed: int, protocol: Protocol) -> dict:
-    return {"benchmark": "time_to_quality", "kind": kind, "network": network_name.value,
-            "arm": arm.value, "seed": seed, "protocol": dataclasses.asdict(protocol)}  # fmt: skip
+def settings(kind: str, network_name: Network, arm: Arm, seed: int, protocol: Protocol,
+             init_std: float | None = None) -> dict:  # fmt: skip
+    """The stored key of a unit; ``init_std`` only when a vbnn arm's layers start at a given
+    std (so that the units at the layers' default keep their keys)."""
+    key = {"benchmark": "time_to_quality", "kind": kind, "network": network_name.value,
+           "arm": arm.value, "seed": seed, "protocol": dataclasses.asdict(protocol)}  # fmt: skip
+    if init_std is not None:
+        key["init_std"] = init_std
+    return key
+
+
+def variants(arms, init_stds) -> list[tuple[Arm, float | None]]:
+    """(arm, initial std) pairs: each vbnn arm at every ``init_stds`` value (None: the layers'
+    default), every other arm once."""
+    return [(arm, init_std) for arm in arms
+            for init_std in (init_stds if arm in VBNN_ARMS else [None])]  # fmt: skip
+
+
+def label(arm: Arm, init_std: float | None) -> str:
+    """The arm's name in the table and the figure."""
+    return arm.value if init_std is None else f"{arm.value}, std {init_std:g}"
 
 
 def run(out: Path, networks, arms, seeds, protocol: Protocol, kinds=KINDS,
-        shard: tuple[int, int] = (0, 1)) -> None:  # fmt: skip
+        shard: tuple[int, int] = (0, 1), init_stds=(None,)) -> None:  # fmt: skip
     """Compute every unit not yet stored in ``out``, storing each as soon as it is done.
 
     ``shard=(i, n)`` computes only the i-th of every n units (in network, arm, seed, kind order),
@@ -298,16 +333,16 @@ def run(out: Path, networks, arms, seeds, protocol: Protocol, kinds=KINDS,
         arms = [arm for arm in arms if arm not in BAYESIAN_TORCH_KINDS]
     for network_name in networks:
         data = None  # loaded when a unit of this network is missing
-        for arm in arms:
+        for arm, init_std in variants(arms, init_stds):
             for seed in seeds:
                 for kind in kinds:
                     number += 1
-                    key = settings(kind, network_name, arm, seed, protocol)
+                    key = settings(kind, network_name, arm, seed, protocol, init_std)
                     if number % count != index or unit_store.load_info(out, key) is not None:
                         continue
                     if data is None:
                         data = images(network_name, protocol)
-                    built = build(network_name, arm, seed)
+                    built = build(network_name, arm, seed, init_std)
                     trainer = Trainer(arm, built, data[:2], protocol, seed)
                     began = time.perf_counter()
                     if kind == "training":
@@ -316,22 +351,34 @@ def run(out: Path, networks, arms, seeds, protocol: Protocol, kinds=KINDS,
                         info = variance_unit(trainer, protocol, seed)
                     info["environment"] = environment(protocol)
                     unit_store.save(out, key, None, info)
-                    print(f"{network_name.value} {arm.value} seed {seed} {kind}: "
+                    print(f"{network_name.value} {label(arm, init_std)} seed {seed} {kind}: "
                           f"{time.perf_counter() - began:.1f} s")  # fmt: skip
 
 
-def stored_units(out: Path, networks, arms, seeds, protocol: Protocol) -> list[dict[str, Any]]:
-    """Every stored unit of these settings: ``{"kind", "network", "arm", "seed", "info"}``."""
+def stored_units(out: Path, networks, arms, seeds, protocol: Protocol,
+                 init_stds=(None,)) -> list[dict[str, Any]]:  # fmt: skip
+    """Every stored unit of these settings: ``{"kind", "network", "arm", "seed", "info"}``,
+    ``arm`` being the arm's label (with its initial std when one was given)."""
     units = []
     for network_name in networks:
-        for arm in arms:
+        for arm, init_std in variants(arms, init_stds):
             for seed in seeds:
-                for kind in ("training", "variance"):
-                    key = settings(kind, network_name, arm, seed, protocol)
+                for kind in KINDS:
+                    key = settings(kind, network_name, arm, seed, protocol, init_std)
                     info = unit_store.load_info(out, key)
                     if info is not None:
-                        units.append({**key, "info": info})
+                        units.append({**key, "arm": label(arm, init_std), "info": info})
     return units
+
+
+def init_std_argument(text: str) -> float | None:
+    """``"default"`` as None, else a positive float."""
+    if text == "default":
+        return None
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--init-stds {text!r}: a std must be > 0")
+    return value
 
 
 def shard_argument(text: str) -> tuple[int, int]:
@@ -357,6 +404,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clock", type=Clock, default=None,
                         help="wall (default) or process: CPU seconds of this process, for a "
                         "machine shared with other work (needs --threads 1)")  # fmt: skip
+    parser.add_argument("--init-stds", nargs="+", type=init_std_argument, default=[None],
+                        metavar="STD", help="initial posterior stds of the vbnn arms' layers, "
+                        "'default' for the layers' own (default: default)")  # fmt: skip
     parser.add_argument(
         "--kinds",
         nargs="+",
@@ -379,8 +429,17 @@ def main(argv: list[str] | None = None) -> None:
     changes = {"budgets": args.budgets, "threads": args.threads,
                "variance_steps": args.variance_steps, "clock": args.clock}  # fmt: skip
     protocol = dataclasses.replace(protocol, **{k: v for k, v in changes.items() if v is not None})
-    run(args.out, args.networks, args.arms, seeds, protocol, tuple(args.kinds), args.shard)
-    units = stored_units(args.out, args.networks, args.arms, seeds, protocol)
+    run(
+        args.out,
+        args.networks,
+        args.arms,
+        seeds,
+        protocol,
+        tuple(args.kinds),
+        args.shard,
+        args.init_stds,
+    )
+    units = stored_units(args.out, args.networks, args.arms, seeds, protocol, args.init_stds)
     table = write_report(args.out, units, protocol.budgets)
     print(table)
 
