@@ -98,3 +98,52 @@ def test_gradient_variance_refuses_one_draw(benchmark):
         gradient_variance.gradient_variance(
             layer, lambda b: layer.weight.sum(), 1, 1, torch.Generator()
         )
+
+
+def test_process_clock_needs_one_thread(benchmark):
+    time_to_quality, _ = benchmark
+    with pytest.raises(ValueError, match="needs threads=1, got threads=2"):
+        time_to_quality.Protocol(clock="process", threads=2)
+    assert (
+        time_to_quality.Protocol(clock="process", threads=1).clock is time_to_quality.Clock.PROCESS
+    )
+
+
+def test_shards_split_the_units_and_default_stds_keep_their_keys(benchmark, monkeypatch):
+    """Two shards compute every unit once between them; a vbnn arm at the layers' default std
+    has the key it had before ``--init-stds`` existed (no ``init_std`` field)."""
+    time_to_quality, _ = benchmark
+    module = time_to_quality
+    for text, expected in (("0/2", (0, 2)), ("1/2", (1, 2))):
+        assert module.shard_argument(text) == expected
+    for bad in ("2/2", "x", "1"):
+        with pytest.raises(module.argparse.ArgumentTypeError, match="--shard"):
+            module.shard_argument(bad)
+    computed: list[tuple] = []
+
+    def record(network_name, arm, seed, init_std=None):
+        computed.append((network_name, arm, seed, init_std))
+        raise _Stop
+
+    class _Stop(Exception):
+        pass
+
+    monkeypatch.setattr(module, "images", lambda *args: (None,) * 4)
+    monkeypatch.setattr(module, "build", record)
+    monkeypatch.setattr(module.unit_store, "load_info", lambda out, key: None)
+    arms = [module.Arm.PLAIN, module.Arm.VBNN_LRT]
+    for shard in ((0, 2), (1, 2)):
+        with pytest.raises(_Stop):
+            module.run(Path("unused"), [module.Network.MLP], arms, [0, 1], module.Protocol(),
+                       ("training",), shard, (None, 0.01))  # fmt: skip
+    # the first unit of each shard: unit 0 and unit 1 of (plain 0, plain 1, lrt 0, ...)
+    assert [c[1:3] for c in computed] == [(module.Arm.PLAIN, 0), (module.Arm.PLAIN, 1)]
+    variants = module.variants(arms, (None, 0.01))
+    assert variants == [(module.Arm.PLAIN, None), (module.Arm.VBNN_LRT, None),
+                        (module.Arm.VBNN_LRT, 0.01)]  # fmt: skip
+    protocol = module.Protocol()
+    plain_key = module.settings("training", module.Network.MLP, module.Arm.VBNN_LRT, 0, protocol)
+    assert "init_std" not in plain_key
+    assert module.settings("training", module.Network.MLP, module.Arm.VBNN_LRT, 0, protocol,
+                           0.01)["init_std"] == 0.01  # fmt: skip
+    assert module.label(module.Arm.VBNN_LRT, 0.01) == "vbnn-lrt, std 0.01"
