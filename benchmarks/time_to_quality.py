@@ -37,9 +37,11 @@ the same seed gives the same numbers only for the same step counts; the evaluati
 seeded apart from training's. Separately, per (network, arm, seed), the gradient variance
 (``gradient_variance.py``) after ``--variance-steps`` untimed steps.
 
-Budgets count wall seconds (``--clock wall``, the default) or, on a machine shared with other
-work, the CPU seconds of a one-thread process (``--clock process --threads 1``), which equal its
-wall seconds on an idle core; ``--shard I/N`` lets N such processes split the units.
+Budgets are wall seconds (``--clock wall``, the default) or, for a machine shared with other
+work, ``--clock steps``: each arm's step time is measured first, for every arm of a network in
+one interleaved run (``--kinds timing``, run alone on the machine), and each arm then trains
+``ceil(budget / step time)`` steps, however busy the machine; the same seed then gives the same
+numbers. ``--shard I/N`` lets N processes split the training and variance units.
 
 Every finished unit is stored at once (``vbnn.stores.unit_store``: one JSON per unit, written
 atomically) in ``--out``; a re-run skips stored units, and the table (``table.md``) and figure
@@ -64,6 +66,7 @@ from typing import Any
 import torch
 from converted_step import bayesian_torch_model, network
 from gradient_variance import gradient_variance
+from step_timing import measure_step_times
 from time_to_quality_report import write_report
 from torch import nn
 from torch.nn import functional
@@ -99,16 +102,14 @@ BAYESIAN_TORCH_KINDS = {Arm.BT_REPARAMETERIZATION: "Reparameterization",
 
 
 class Clock(str, Enum):
-    """What a budget's seconds count. ``wall``: elapsed time (``time.perf_counter``). ``process``:
-    the CPU time of this process (``time.process_time``), equal to the wall time of a
-    one-thread run on an idle core but unchanged by other work sharing the machine; only with
-    ``threads=1``, since it adds up the CPU time of every thread."""
+    """How a budget of seconds becomes training. ``wall``: each arm trains until its timed
+    steps add up to the budget. ``steps``: each arm trains ``ceil(budget / t)`` steps, t being its
+    step time measured beforehand for every arm of the network in one interleaved run (a
+    ``timing`` unit, ``step_timing.py``); the training units can then share a busy machine and
+    still give what an idle one would, and the same seed gives the same numbers."""
 
     WALL = "wall"
-    PROCESS = "process"
-
-
-CLOCKS = {Clock.WALL: time.perf_counter, Clock.PROCESS: time.process_time}
+    STEPS = "steps"
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,9 @@ class Protocol:
     variance_steps: int = 100
     variance_draws: int = 16
     clock: Clock = Clock.WALL
+    timing_warmup: int = 20
+    timing_steps: int = 20
+    timing_rounds: int = 7
 
     def __post_init__(self) -> None:
         budgets = tuple(sorted(float(b) for b in self.budgets))
@@ -134,18 +138,13 @@ class Protocol:
             raise ValueError(f"Protocol: budgets must be positive seconds, got {self.budgets}")
         object.__setattr__(self, "budgets", budgets)
         object.__setattr__(self, "clock", Clock(self.clock))
-        if self.clock is Clock.PROCESS and self.threads != 1:
-            raise ValueError(
-                f"Protocol: clock 'process' counts every thread's CPU time; it needs threads=1, "
-                f"got threads={self.threads}"
-            )
         if self.train_size < self.batch_size:
             raise ValueError(
                 f"Protocol: train_size {self.train_size} < batch_size {self.batch_size}"
             )
 
 
-KINDS = ("training", "variance")
+KINDS = ("timing", "training", "variance")
 SMOKE = Protocol(budgets=(0.5, 1.0), train_size=512, test_size=256, batch_size=64, test_draws=2,
                  variance_steps=2, variance_draws=3)  # fmt: skip
 
@@ -253,16 +252,17 @@ def evaluate(model: nn.Module, arm: Arm, x, y, protocol: Protocol, seed: int) ->
     }
 
 
-def train_unit(trainer: Trainer, test, protocol: Protocol, seed: int) -> dict[str, Any]:
-    """Train for the largest budget; at each budget the clock pauses for ``evaluate``."""
+def train_unit(trainer: Trainer, test, protocol: Protocol, seed: int,
+               step_ms: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Train for the largest budget; at each budget the clock pauses for ``evaluate``. With
+    ``step_ms`` (the ``steps`` clock) the clock counts ``step_ms`` a step instead of timing."""
     marks, clock, steps, rows = list(protocol.budgets), 0.0, 0, []
-    now = CLOCKS[protocol.clock]
     while marks:
-        start = now()
+        start = time.perf_counter()
         trainer.step()
-        clock += now() - start
+        clock += time.perf_counter() - start if step_ms is None else step_ms / 1000
         steps += 1
-        if clock >= marks[0]:
+        if clock >= marks[0] - 1e-9:
             metrics = evaluate(trainer.model, trainer.arm, *test, protocol, seed + 1_000_003)
             rows.append({"budget": marks.pop(0), "seconds": clock, "steps": steps,
                          "ms_per_step": 1000 * clock / steps, **metrics})  # fmt: skip
@@ -304,9 +304,12 @@ def settings(kind: str, network_name: Network, arm: Arm, seed: int, protocol: Pr
     return key
 
 
-def variants(arms, init_stds) -> list[tuple[Arm, float | None]]:
-    """(arm, initial std) pairs: each vbnn arm at every ``init_stds`` value (None: the layers'
-    default), every other arm once."""
+def variants(arms, init_stds, network_name: Network) -> list[tuple[Arm, float | None]]:
+    """(arm, initial std) pairs on ``network_name``: each vbnn arm at every ``init_stds`` value
+    (None: the layers' default), every other arm once; ``vbnn-conv-weights`` only on networks
+    with convolutions (on the MLP it is ``vbnn-lrt``)."""
+    if network_name is Network.MLP:
+        arms = [arm for arm in arms if arm is not Arm.VBNN_CONV_WEIGHTS]
     return [(arm, init_std) for arm in arms
             for init_std in (init_stds if arm in VBNN_ARMS else [None])]  # fmt: skip
 
@@ -316,37 +319,76 @@ def label(arm: Arm, init_std: float | None) -> str:
     return arm.value if init_std is None else f"{arm.value}, std {init_std:g}"
 
 
+def available_arms(arms, quiet: bool = False) -> list[Arm]:
+    """``arms`` less bayesian-torch's when it is not installed (saying so unless ``quiet``)."""
+    missing = [arm for arm in arms if arm in BAYESIAN_TORCH_KINDS]
+    if missing and bayesian_torch_version() is None:
+        if quiet:
+            return [arm for arm in arms if arm not in BAYESIAN_TORCH_KINDS]
+        print(f"bayesian-torch is not installed: skipping {[a.value for a in missing]} "
+              f"(install it with `{INSTALL_HINT}`)")  # fmt: skip
+        return [arm for arm in arms if arm not in BAYESIAN_TORCH_KINDS]
+    return list(arms)
+
+
+def step_times(out: Path, network_name: Network, protocol: Protocol, data=None) -> dict | None:
+    """The stored ``timing`` unit of ``network_name`` (every available arm's milliseconds a
+    step, measured in one interleaved run); measured and stored first when missing and ``data``
+    is given, else None."""
+    arms = available_arms(list(Arm), quiet=True)
+    key = {"benchmark": "time_to_quality", "kind": "timing", "network": network_name.value,
+           "arms": [arm.value for arm in arms],
+           "protocol": dataclasses.asdict(protocol)}  # fmt: skip
+    info = unit_store.load_info(out, key)
+    if info is None and data is not None:
+        trainers = {arm.value: Trainer(arm, build(network_name, arm, 0), data[:2], protocol, 0)
+                    for arm in arms}  # fmt: skip
+        info = measure_step_times(trainers, protocol.timing_warmup, protocol.timing_steps,
+                                  protocol.timing_rounds)  # fmt: skip
+        info["environment"] = environment(protocol)
+        unit_store.save(out, key, None, info)
+        print(f"{network_name.value} step times, ms: {info['ms_per_step']}")
+    return info
+
+
 def run(out: Path, networks, arms, seeds, protocol: Protocol, kinds=KINDS,
         shard: tuple[int, int] = (0, 1), init_stds=(None,)) -> None:  # fmt: skip
     """Compute every unit not yet stored in ``out``, storing each as soon as it is done.
 
-    ``shard=(i, n)`` computes only the i-th of every n units (in network, arm, seed, kind order),
-    so that n processes with one thread each can share a machine's cores without computing a
-    unit twice."""
+    ``shard=(i, n)`` computes only the i-th of every n training and variance units (in network,
+    arm, seed, kind order), so that n processes can share a machine without computing a unit
+    twice. With the ``steps`` clock, a network's ``timing`` unit is measured before its first
+    training unit when it is missing (``kinds=("timing",)`` measures only those: run it alone on
+    the machine)."""
     torch.set_num_threads(protocol.threads)
     index, count = shard
     number = -1
-    missing = [arm for arm in arms if arm in BAYESIAN_TORCH_KINDS]
-    if missing and bayesian_torch_version() is None:
-        print(f"bayesian-torch is not installed: skipping {[a.value for a in missing]} "
-              f"(install it with `{INSTALL_HINT}`)")  # fmt: skip
-        arms = [arm for arm in arms if arm not in BAYESIAN_TORCH_KINDS]
+    arms = available_arms(arms)
     for network_name in networks:
         data = None  # loaded when a unit of this network is missing
-        for arm, init_std in variants(arms, init_stds):
+        if "timing" in kinds and protocol.clock is Clock.STEPS:
+            data = images(network_name, protocol)
+            step_times(out, network_name, protocol, data)
+        for arm, init_std in variants(arms, init_stds, network_name):
             for seed in seeds:
-                for kind in kinds:
+                for kind in (kind for kind in kinds if kind != "timing"):
                     number += 1
-                    key = settings(kind, network_name, arm, seed, protocol, init_std)
-                    if number % count != index or unit_store.load_info(out, key) is not None:
+                    if number % count != index:
+                        continue
+                    key = unit_key(out, kind, network_name, arm, seed, protocol, init_std)
+                    if key is not None and unit_store.load_info(out, key) is not None:
                         continue
                     if data is None:
                         data = images(network_name, protocol)
+                    if key is None:  # the steps clock without the network's timing unit
+                        step_times(out, network_name, protocol, data)
+                        key = unit_key(out, kind, network_name, arm, seed, protocol, init_std)
                     built = build(network_name, arm, seed, init_std)
                     trainer = Trainer(arm, built, data[:2], protocol, seed)
                     began = time.perf_counter()
                     if kind == "training":
-                        info = train_unit(trainer, data[2:], protocol, seed)
+                        info = train_unit(trainer, data[2:], protocol, seed,
+                                          key.get("ms_per_step"))  # fmt: skip
                     else:
                         info = variance_unit(trainer, protocol, seed)
                     info["environment"] = environment(protocol)
@@ -355,17 +397,30 @@ def run(out: Path, networks, arms, seeds, protocol: Protocol, kinds=KINDS,
                           f"{time.perf_counter() - began:.1f} s")  # fmt: skip
 
 
+def unit_key(out: Path, kind: str, network_name: Network, arm: Arm, seed: int,
+             protocol: Protocol, init_std: float | None) -> dict | None:  # fmt: skip
+    """``settings``, with the arm's measured step time for a training unit of the steps clock
+    (so that a new measurement makes new units); None when that time is not yet measured."""
+    key = settings(kind, network_name, arm, seed, protocol, init_std)
+    if kind == "training" and protocol.clock is Clock.STEPS:
+        timing = step_times(out, network_name, protocol)
+        if timing is None:
+            return None
+        key["ms_per_step"] = timing["ms_per_step"][arm.value]
+    return key
+
+
 def stored_units(out: Path, networks, arms, seeds, protocol: Protocol,
                  init_stds=(None,)) -> list[dict[str, Any]]:  # fmt: skip
     """Every stored unit of these settings: ``{"kind", "network", "arm", "seed", "info"}``,
     ``arm`` being the arm's label (with its initial std when one was given)."""
     units = []
     for network_name in networks:
-        for arm, init_std in variants(arms, init_stds):
+        for arm, init_std in variants(arms, init_stds, network_name):
             for seed in seeds:
-                for kind in KINDS:
-                    key = settings(kind, network_name, arm, seed, protocol, init_std)
-                    info = unit_store.load_info(out, key)
+                for kind in ("training", "variance"):
+                    key = unit_key(out, kind, network_name, arm, seed, protocol, init_std)
+                    info = None if key is None else unit_store.load_info(out, key)
                     if info is not None:
                         units.append({**key, "arm": label(arm, init_std), "info": info})
     return units
@@ -402,8 +457,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (all cores)")
     parser.add_argument("--variance-steps", type=int, default=None)
     parser.add_argument("--clock", type=Clock, default=None,
-                        help="wall (default) or process: CPU seconds of this process, for a "
-                        "machine shared with other work (needs --threads 1)")  # fmt: skip
+                        help="wall (default), or steps: budgets turned into steps by each "
+                        "arm's step time measured first (--kinds timing), for a shared "
+                        "machine")  # fmt: skip
     parser.add_argument("--init-stds", nargs="+", type=init_std_argument, default=[None],
                         metavar="STD", help="initial posterior stds of the vbnn arms' layers, "
                         "'default' for the layers' own (default: default)")  # fmt: skip

@@ -100,13 +100,11 @@ def test_gradient_variance_refuses_one_draw(benchmark):
         )
 
 
-def test_process_clock_needs_one_thread(benchmark):
+def test_protocol_reads_its_clock(benchmark):
     time_to_quality, _ = benchmark
-    with pytest.raises(ValueError, match="needs threads=1, got threads=2"):
-        time_to_quality.Protocol(clock="process", threads=2)
-    assert (
-        time_to_quality.Protocol(clock="process", threads=1).clock is time_to_quality.Clock.PROCESS
-    )
+    assert time_to_quality.Protocol(clock="steps").clock is time_to_quality.Clock.STEPS
+    with pytest.raises(ValueError, match="'hourglass' is not a valid Clock"):
+        time_to_quality.Protocol(clock="hourglass")
 
 
 def test_shards_split_the_units_and_default_stds_keep_their_keys(benchmark, monkeypatch):
@@ -138,7 +136,8 @@ def test_shards_split_the_units_and_default_stds_keep_their_keys(benchmark, monk
                        ("training",), shard, (None, 0.01))  # fmt: skip
     # the first unit of each shard: unit 0 and unit 1 of (plain 0, plain 1, lrt 0, ...)
     assert [c[1:3] for c in computed] == [(module.Arm.PLAIN, 0), (module.Arm.PLAIN, 1)]
-    variants = module.variants(arms, (None, 0.01))
+    variants = module.variants([*arms, module.Arm.VBNN_CONV_WEIGHTS], (None, 0.01),
+                               module.Network.MLP)  # fmt: skip
     assert variants == [(module.Arm.PLAIN, None), (module.Arm.VBNN_LRT, None),
                         (module.Arm.VBNN_LRT, 0.01)]  # fmt: skip
     protocol = module.Protocol()
@@ -147,3 +146,39 @@ def test_shards_split_the_units_and_default_stds_keep_their_keys(benchmark, monk
     assert module.settings("training", module.Network.MLP, module.Arm.VBNN_LRT, 0, protocol,
                            0.01)["init_std"] == 0.01  # fmt: skip
     assert module.label(module.Arm.VBNN_LRT, 0.01) == "vbnn-lrt, std 0.01"
+
+
+def test_steps_clock_trains_the_budget_over_the_step_time_and_repeats_exactly(benchmark):
+    module, _ = benchmark
+    protocol = module.Protocol(budgets=(0.05, 0.1), train_size=256, test_size=64, batch_size=64,
+                               test_draws=2, clock="steps")  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.rand(256, 1, 28, 28, generator=generator), torch.arange(256) % 10
+    runs = []
+    for _ in range(2):
+        built = module.build(module.Network.MLP, module.Arm.VBNN_LRT, 0)
+        trainer = module.Trainer(module.Arm.VBNN_LRT, built, (x, y), protocol, 0)
+        runs.append(module.train_unit(trainer, (x[:64], y[:64]), protocol, 0, step_ms=20.0))
+    assert [mark["steps"] for mark in runs[0]["marks"]] == [3, 5]  # ceil(50/20), ceil(100/20)
+    assert runs[0] == runs[1]  # the same seed, the same numbers
+
+
+def test_step_timing_interleaves_the_models(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import step_timing
+
+    calls: list[str] = []
+
+    class Recorder:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def step(self) -> None:
+            calls.append(self.name)
+
+    result = step_timing.measure_step_times({"a": Recorder("a"), "b": Recorder("b")}, 1, 2, 2)
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 2  # warm-up, then rounds in turn
+    assert [len(result["rounds"][name]) for name in "ab"] == [2, 2]
+    assert set(result["ms_per_step"]) == {"a", "b"}
+    with pytest.raises(ValueError, match="rounds must be >= 1, got 0"):
+        step_timing.measure_step_times({}, 0, 1, 0)
