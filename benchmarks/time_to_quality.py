@@ -187,6 +187,14 @@ def build(network_name: Network, arm: Arm, seed: int, init_std: float | None = N
     return bayesian_torch_model(base, BAYESIAN_TORCH_KINDS[arm])
 
 
+def estimator(arm: Arm, layer: vbnn.VariationalLayer) -> str:
+    """The forward mode ``layer`` trains in under ``arm``: "local" (the LRT) or "weights" (one
+    weight draw a minibatch)."""
+    if arm is Arm.VBNN_WEIGHTS or (arm is Arm.VBNN_CONV_WEIGHTS and layer.operator.is_conv):
+        return "weights"
+    return "local"
+
+
 def batches(rows: int, size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
     """Row indices of minibatches, epoch after epoch, each epoch a fresh permutation."""
     while True:
@@ -205,17 +213,15 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=protocol.learning_rate)
         self.order = batches(len(self.y), protocol.batch_size, torch.Generator().manual_seed(seed))
         self.model.train()
-        # the layers trained on one weight draw a minibatch; the others use their default
-        self.weight_draw_layers = [
-            layer for layer in vbnn.variational_layers(self.model)
-            if arm is Arm.VBNN_WEIGHTS or (arm is Arm.VBNN_CONV_WEIGHTS and layer.operator.is_conv)
-        ]  # fmt: skip
+        # every vbnn layer's estimator, named (not left to the layers' default)
+        self.layer_modes = [(layer, estimator(arm, layer))
+                            for layer in vbnn.variational_layers(self.model)]  # fmt: skip
 
     def loss(self, rows: torch.Tensor) -> torch.Tensor:
         """CE of the minibatch ``rows`` + KL / N, with the arm's estimator's noise."""
         with contextlib.ExitStack() as modes:
-            for module in self.weight_draw_layers:
-                modes.enter_context(vbnn.mode(module, "weights"))
+            for layer, mode in self.layer_modes:
+                modes.enter_context(vbnn.mode(layer, mode))
             logits = self.model(self.x[rows])
         loss = functional.cross_entropy(logits, self.y[rows])
         if not torch.isfinite(loss):
