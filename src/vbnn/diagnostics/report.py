@@ -33,7 +33,6 @@ import torch
 from torch import nn
 
 from vbnn import metrics
-from vbnn.classification.estimator import BayesianClassifier
 from vbnn.classification.kappa import pre_activation_hessian_diagonal
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.layers import DROPOUT_FAMILIES, LayerDiagnosis, diagnose_layers
@@ -41,7 +40,6 @@ from vbnn.layers.modes import mode, stack_size
 from vbnn.layers.shell import VariationalLayer
 from vbnn.networks.predictive import sample
 from vbnn.plots import pyplot, save_figure
-from vbnn.regression.estimator import BayesianRegressor
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -255,6 +253,15 @@ def _sample(model: nn.Module, x: torch.Tensor, samples: int, seed: int) -> torch
 def _from_estimator(estimator, x, y) -> tuple[nn.Module, torch.Tensor, torch.Tensor, dict]:
     """The network, the inputs and targets as the network sees them, and the settings that follow
     (task, noise std) of a fitted ``BayesianRegressor`` or ``BayesianClassifier``."""
+    # the estimators' modules import scikit-learn: loaded here, when one is diagnosed
+    from vbnn.classification.estimator import BayesianClassifier
+    from vbnn.regression.estimator import BayesianRegressor
+
+    if not isinstance(estimator, BayesianRegressor | BayesianClassifier):
+        raise TypeError(
+            "diagnose: model must be an nn.Module, a BayesianRegressor or a BayesianClassifier, "
+            f"got {type(estimator).__name__}"
+        )
     if not hasattr(estimator, "model_"):
         raise ValueError(f"diagnose: the {type(estimator).__name__} is not fitted yet")
     parameter = next(estimator.model_.parameters())
@@ -373,10 +380,11 @@ def diagnose(
     Raises:
         ValueError: mismatched lengths of ``x`` and ``y``, fewer than 2 samples, an unknown
             task, labels outside the model's classes, or a model with no family layer.
+        TypeError: a model that is neither an ``nn.Module`` nor a fitted estimator.
     """
     if len(x) != len(y):
         raise ValueError(f"diagnose: x has {len(x)} rows and y {len(y)}; they must match")
-    if isinstance(model, BayesianRegressor | BayesianClassifier):
+    if not isinstance(model, nn.Module):  # a fitted estimator
         model, x, y, settings = _from_estimator(model, x, y)
         task = task or settings["task"]
         noise_std = noise_std if noise_std is not None else settings.get("noise_std")
