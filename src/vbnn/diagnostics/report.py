@@ -38,7 +38,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.layers import DROPOUT_FAMILIES, LayerDiagnosis, diagnose_layers
 from vbnn.layers.modes import mode, stack_size
 from vbnn.layers.shell import VariationalLayer
-from vbnn.networks.predictive import sample
+from vbnn.networks.predictive import class_probabilities, predictive_probabilities, sample
 from vbnn.plots import pyplot, save_figure
 
 if TYPE_CHECKING:
@@ -197,9 +197,9 @@ def _infer_task(outputs: torch.Tensor, y: torch.Tensor) -> str:
 def _classification(
     mean_logits: torch.Tensor, sampled_logits: torch.Tensor, y: torch.Tensor, bins: int
 ) -> tuple[dict, dict, float, float]:
-    ensemble = torch.softmax(sampled_logits.double(), -1)
-    ways = {"mean": torch.softmax(mean_logits.double(), -1), "sample": ensemble[0],
-            "ensemble": ensemble.mean(0)}  # fmt: skip
+    ways = {"mean": class_probabilities(mean_logits),
+            "sample": class_probabilities(sampled_logits[0]),
+            "ensemble": predictive_probabilities(sampled_logits)}  # fmt: skip
     frequencies = torch.bincount(y, minlength=ways["mean"].shape[-1]).double() / len(y)
     ways["trivial"] = frequencies.expand_as(ways["mean"])
     predictive = {
