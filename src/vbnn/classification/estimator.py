@@ -35,6 +35,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from vbnn.classification.training import ClassifierConfig, train_classifier
 from vbnn.core.randomness import ModelGenerators, derive_seed
+from vbnn.data.splits import standard_scale
 from vbnn.layers.registry import family as family_spec
 from vbnn.metrics import (
     classification_nll,
@@ -148,7 +149,7 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         if len(self.classes_) < 2:
             raise ValueError(f"y holds one class ({self.classes_[0]!r}); a classifier needs two")
         self.n_features_in_ = x.shape[1]
-        self.x_mean_, self.x_scale_ = x.mean(0), np.where(x.std(0) > 0, x.std(0), 1.0)
+        self.x_mean_, self.x_scale_ = standard_scale(x)
         self.model_ = self._build(x.shape[1], len(self.classes_))
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_, dtype=torch.float32)
         config = ClassifierConfig(
