@@ -63,11 +63,14 @@ def test_a_feature_that_needs_scikit_learn_loads_it_when_used() -> None:
 
 def test_every_public_name_resolves() -> None:
     """Each name of ``vbnn.__all__`` is an attribute (the lazy ones imported on access), is
-    listed by ``dir(vbnn)``, and an unknown name is an AttributeError that names it."""
+    listed by ``dir(vbnn)``; a subpackage not yet imported is imported on access, as when
+    ``import vbnn`` imported them all; an unknown name is an AttributeError that names it."""
     for name in vbnn.__all__:
         assert getattr(vbnn, name) is not None, name
         assert name in dir(vbnn), name
     assert vbnn.compare.__module__ == "vbnn.comparison.run"
+    code = "import vbnn\nprint(vbnn.regression.method_config.__module__, vbnn.comparison.Task)"
+    assert _run(code).split() == ["vbnn.regression.methods", "<enum", "'Task'>"]
     try:
         vbnn.no_such_name  # noqa: B018
     except AttributeError as error:

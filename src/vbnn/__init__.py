@@ -84,10 +84,20 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """The names of ``_LAZY``, imported from their module on first access and then kept."""
-    if name not in _LAZY:
+    """The names of ``_LAZY``, imported from their module on first access and then kept; and a
+    subpackage or module not yet imported (``vbnn.regression``), as ``import vbnn`` once
+    imported them all."""
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+    elif not name.startswith("__"):
+        try:
+            value = import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":  # the module exists; something it needs not
+                raise
+            raise AttributeError(f"module 'vbnn' has no attribute {name!r}") from None
+    else:
         raise AttributeError(f"module 'vbnn' has no attribute {name!r}")
-    value = getattr(import_module(_LAZY[name]), name)
     globals()[name] = value
     return value
 
