@@ -16,7 +16,8 @@ import torch
 from vbnn.data import DataError, load_uci, resolve_data_dir
 from vbnn.data.download import check, download
 from vbnn.data.embedded import load_diabetes_splits
-from vbnn.data.splits import stack_splits
+from vbnn.data.splits import stack_splits, standard_scale, standardise
+from vbnn.regression.estimator import BayesianRegressor
 
 
 def test_boston_has_the_standard_splits(data_dir: Path) -> None:
@@ -42,6 +43,29 @@ def test_constant_inputs_are_only_centred(data_dir: Path) -> None:
     naval = load_uci("naval", data_dir)
     data = stack_splits(naval, [0])
     assert torch.isfinite(data.x_train).all() and torch.isfinite(data.x_test).all()
+
+
+def test_standard_scale_standardises_and_only_centres_a_constant_column() -> None:
+    """(x - mean) / scale has mean 0 and std 1 in each column over the rows; a constant column
+    gets scale 1, so it becomes 0 rather than 0/0; a 1-D target gets 0-d statistics. The
+    estimators keep these as their scalers."""
+    rng = np.random.default_rng(20261202)
+    x = rng.normal(3.0, 2.0, size=(50, 3))
+    x[:, 1] = 7.0
+    mean, scale = standard_scale(x)
+    z = (x - mean) / scale
+    np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-14)
+    np.testing.assert_allclose(z[:, [0, 2]].std(0), 1.0, rtol=1e-14)
+    assert scale[1] == 1.0 and (z[:, 1] == 0.0).all()
+    y_mean, y_scale = standard_scale(x[:, 0])
+    assert y_mean.shape == () and y_scale == x[:, 0].std()
+    train, test, returned = standardise(x[:40], x[40:])
+    mean, scale = standard_scale(x[:40])
+    assert np.array_equal(train, (x[:40] - mean) / scale)
+    assert np.array_equal(test, (x[40:] - mean) / scale) and np.array_equal(returned, scale)
+    estimator = BayesianRegressor(hidden=(), iterations=2, samples=2).fit(x, x[:, 0] + 1.0)
+    assert np.array_equal(estimator.x_scale_, standard_scale(x)[1])
+    assert estimator.y_scale_ == float(x[:, 0].std())
 
 
 def write_set(root: Path, rows: list[str], train: str = "0 1 2\n", test: str = "3\n") -> Path:

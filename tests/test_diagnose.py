@@ -201,6 +201,8 @@ def test_mismatched_rows_and_models_without_family_layers_are_refused() -> None:
         diagnose(half_pruned_network(1), torch.randn(8, 3), torch.randn(7))
     with pytest.raises(ValueError, match="holds no vbnn family layer"):
         diagnose_layers(nn.Linear(3, 1))
+    with pytest.raises(TypeError, match=r"nn\.Module, a BayesianRegressor .* got dict"):
+        diagnose({}, torch.randn(8, 3), torch.randn(8))
 
 
 def test_a_fitted_regressor_is_diagnosed_in_its_own_units() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
+from vbnn.core import kernels
 from vbnn.core.gaussian import local_reparameterization_moments
 from vbnn.core.kernels import (
     EXP2_FROM,
@@ -151,6 +154,27 @@ def test_clip_has_the_values_and_gradient_of_clamp(dtype):
     (want,) = torch.autograd.grad((x.clamp(-10.0, 20.0) * weights).sum(), x)
     assert torch.equal(got, want)
     assert torch.equal(got[0, :4], torch.cat([weights[0, :2], torch.zeros(2, dtype=dtype)]))
+
+
+# torch's first compile imports modules that warn of their own deprecations; none is vbnn's
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_clip_compiles_in_one_graph_before_any_eager_call(monkeypatch):
+    """Under ``torch.compile(fullgraph=True)`` with the neighbours of the ends not yet computed,
+    the backward of ``clip`` traces without a graph break (``_neighbour`` is marked a constant
+    for Dynamo without importing it at ``import vbnn``) and gives eager's gradient."""
+    monkeypatch.setattr(kernels, "_NEIGHBOURS", {})
+    generator = torch.Generator().manual_seed(SEED)
+    x = (8 * torch.randn(3, 50, generator=generator)).requires_grad_()
+    weights = torch.randn(3, 50, generator=generator)
+
+    def loss(values):
+        return (clip(values, -10.0, 20.0) * weights).sum()
+
+    torch._dynamo.reset()
+    (got,) = torch.autograd.grad(torch.compile(loss, fullgraph=True)(x), x)
+    (want,) = torch.autograd.grad((x.clamp(-10.0, 20.0) * weights).sum(), x)
+    assert torch.equal(got, want)
+    assert (-10.0, torch.float32, -math.inf) in kernels._NEIGHBOURS
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -21,11 +21,11 @@ the papers' networks in ``vbnn.networks`` (``LeNet5``, ``VGGLike``), the experim
 ``vbnn.experiments`` (run with ``vbnn reproduce NAME``).
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from vbnn import metrics, plots
-from vbnn.classification.estimator import BayesianClassifier
-from vbnn.comparison import compare
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.diagnostics.report import DiagnosisReport, diagnose
@@ -57,7 +57,6 @@ from vbnn.networks.predictive import sample
 from vbnn.networks.summary import summary
 from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.regression.estimator import BayesianRegressor
 from vbnn.training.likelihoods import (
     BernoulliLikelihood,
     CategoricalLikelihood,
@@ -68,6 +67,44 @@ from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood, log_prior
 from vbnn.training.settings import TrainerConfig
 from vbnn.training.trainer import TrainingResult, train
+
+if TYPE_CHECKING:
+    from vbnn.classification.estimator import BayesianClassifier
+    from vbnn.comparison import compare
+    from vbnn.regression.estimator import BayesianRegressor
+
+# Names whose modules import scikit-learn (the estimators' base class) or optuna and pandas
+# (compare's studies and tables): they load on first access (PEP 562), so that ``import vbnn``
+# costs little more than ``import torch``.
+_LAZY = {
+    "BayesianClassifier": "vbnn.classification.estimator",
+    "BayesianRegressor": "vbnn.regression.estimator",
+    "compare": "vbnn.comparison",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``_LAZY``, imported from their module on first access and then kept; and a
+    subpackage or module not yet imported (``vbnn.regression``), as ``import vbnn`` once
+    imported them all."""
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+    elif not name.startswith("__"):
+        try:
+            value = import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":  # the module exists; something it needs not
+                raise
+            raise AttributeError(f"module 'vbnn' has no attribute {name!r}") from None
+    else:
+        raise AttributeError(f"module 'vbnn' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 try:
     __version__ = version("vbnn")

@@ -24,7 +24,7 @@ from vbnn.data.cifar import CifarDataset, download_cifar
 from vbnn.data.download import DEFAULT_BASE_URL, check, download
 from vbnn.data.embedded import load_diabetes_splits
 from vbnn.data.paths import resolve_data_dir
-from vbnn.data.splits import parse_splits
+from vbnn.data.splits import parse_splits, standard_scale
 from vbnn.data.table import read_table
 from vbnn.diagnostics.saved import (
     PAPER_PRUNED,
@@ -167,7 +167,8 @@ def command_diagnose_pruning(args: argparse.Namespace) -> None:
         if "x_mean" in scalers:  # saved by BayesianRegressor / vbnn fit: its own scalers
             x = (x - np.asarray(scalers["x_mean"])) / np.asarray(scalers["x_scale"])
         else:
-            x = (x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0)
+            mean, scale = standard_scale(x)
+            x = (x - mean) / scale
         inputs = torch.as_tensor(x)
     elif saved.dataset is None:
         raise ValueError(f"{args.model}: the model names no UCI data set; give its training "

@@ -35,6 +35,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from vbnn.classification.training import ClassifierConfig, train_classifier
 from vbnn.core.randomness import ModelGenerators, derive_seed
+from vbnn.data.splits import standard_scale
 from vbnn.layers.registry import family as family_spec
 from vbnn.metrics import (
     classification_nll,
@@ -43,7 +44,7 @@ from vbnn.metrics import (
     predictive_entropy,
 )
 from vbnn.networks.mlp import MLP
-from vbnn.networks.predictive import sample
+from vbnn.networks.predictive import class_probabilities, predictive_probabilities, sample
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.estimator import FIT_ROWS, as_arrays, initial_posterior_std
 from vbnn.stores.atomic import write_folder_atomic
@@ -148,7 +149,7 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         if len(self.classes_) < 2:
             raise ValueError(f"y holds one class ({self.classes_[0]!r}); a classifier needs two")
         self.n_features_in_ = x.shape[1]
-        self.x_mean_, self.x_scale_ = x.mean(0), np.where(x.std(0) > 0, x.std(0), 1.0)
+        self.x_mean_, self.x_scale_ = standard_scale(x)
         self.model_ = self._build(x.shape[1], len(self.classes_))
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_, dtype=torch.float32)
         config = ClassifierConfig(
@@ -161,9 +162,19 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         self.model_.eval()
         return self
 
-    @torch.no_grad()
     def sample_probabilities(self, X) -> torch.Tensor:
         """Class probabilities under each of the K weight samples, (K, N, C)."""
+        return class_probabilities(self._sample_logits(X))
+
+    def predict_proba(self, X) -> np.ndarray:
+        """The predictive p(y = c | x) averaged over K weight samples, (N, C), columns in the
+        order of ``classes_``."""
+        return predictive_probabilities(self._sample_logits(X)).numpy()
+
+    @torch.no_grad()
+    def _sample_logits(self, X) -> torch.Tensor:
+        """The network's outputs under each of the K weight samples (the same K for every call),
+        (K, N, C)."""
         if not hasattr(self, "model_"):
             raise RuntimeError("BayesianClassifier: call fit before predicting")
         x, _ = as_arrays(X)
@@ -172,13 +183,7 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
                              f"{self.n_features_in_}")  # fmt: skip
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_, dtype=torch.float32)
         noise = ModelGenerators.for_keys(self.seed, [0], "eval")
-        logits = sample(self.model_, inputs, self.samples, noise=noise)
-        return torch.softmax(logits.double(), -1)
-
-    def predict_proba(self, X) -> np.ndarray:
-        """The predictive p(y = c | x) averaged over K weight samples, (N, C), columns in the
-        order of ``classes_``."""
-        return self.sample_probabilities(X).mean(0).numpy()
+        return sample(self.model_, inputs, self.samples, noise=noise)
 
     def predict(self, X) -> np.ndarray:
         """The most probable class of each row under the averaged predictive, (N,)."""

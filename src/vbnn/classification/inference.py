@@ -3,7 +3,8 @@
 ``predict_probabilities(model, x, mode, noise, samples)`` works for any module holding family
 layers whose output is logits: (N, C) for one network, (M, N, C) for a stack
 (``layers.modes.as_input`` adds nothing for one network and the model dimension for a stack). It
-averages the softmax over ``samples`` passes in ``mode`` (``vbnn.sample``):
+averages the softmax over ``samples`` passes in ``mode`` (``vbnn.sample``, then
+``networks.predictive.predictive_probabilities``, in float64, returned in the logits' dtype):
 
     p(t | x) = 1/K sum_k softmax(f_k(x)),    f_k drawn in ``mode``;
 
@@ -20,7 +21,7 @@ from torch import nn
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.modes import network_output, stack_size
-from vbnn.networks.predictive import sample
+from vbnn.networks.predictive import predictive_probabilities, sample
 
 # The four predictions of Neklyudov et al. 2019 Table 2, by the label results store them under:
 # (forward mode, whether K passes are averaged; otherwise one pass).
@@ -62,10 +63,8 @@ def predict_probabilities(
         if mode is ForwardMode.MEAN:
             outputs.append(torch.softmax(network_output(model, chunk, mode), -1))
             continue
-        total = 0.0
-        for logits in sample(model, chunk, samples, mode, noise=noise):
-            total = total + torch.softmax(logits, -1)
-        outputs.append(total / samples)
+        logits = sample(model, chunk, samples, mode, noise=noise)
+        outputs.append(predictive_probabilities(logits).to(logits.dtype))
     return torch.cat(outputs, dim=rows)
 
 

@@ -47,7 +47,7 @@ from vbnn.metrics import (
     expected_calibration_error,
 )
 from vbnn.networks.mlp import MLP
-from vbnn.networks.predictive import sample
+from vbnn.networks.predictive import predictive_probabilities, sample
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.batches import StackedBatches
 from vbnn.training.likelihoods import CategoricalLikelihood
@@ -156,7 +156,7 @@ def train_stack(
           progress=False, noise=streams)  # fmt: skip
     noise = ModelGenerators.for_keys(run.seed, keys, "eval")
     logits = sample(model, data.x_test, run.samples, ForwardMode.WEIGHTS, noise=noise)
-    return torch.softmax(logits.double(), -1).mean(0)
+    return predictive_probabilities(logits)
 
 
 def fold_metrics(probabilities: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:

@@ -50,6 +50,7 @@ from vbnn.metrics import (
     predictive_entropy,
     rmse,
 )
+from vbnn.networks.predictive import class_probabilities, predictive_probabilities
 from vbnn.sweeps.executors import Unit
 
 DEFAULT_ENTRIES = {
@@ -142,10 +143,10 @@ def score(trained: Trained, y: torch.Tensor, task: Task, level: float) -> dict[s
             "rmse": float(rmse(means.mean(0), y.double())),
             "coverage": float(interval_coverage(means, stds, y.double(), level)),
         }
-    probabilities = torch.softmax(trained.test.double(), -1)
-    metrics = fold_metrics(probabilities.mean(0), y)
+    metrics = fold_metrics(predictive_probabilities(trained.test), y)
     if trained.ood is not None:
-        outside = torch.softmax(trained.ood.double(), -1)
+        probabilities = class_probabilities(trained.test)
+        outside = class_probabilities(trained.ood)
         for name, function in zip(SCORES, (predictive_entropy, mutual_information), strict=True):
             if function is mutual_information and len(probabilities) == 1:
                 values = dict.fromkeys(("AUROC", "AUPR", "FPR95"), math.nan)

@@ -54,7 +54,6 @@ def variance_from_log_std(log_std: torch.Tensor) -> torch.Tensor:
 _NEIGHBOURS: dict[tuple[float, torch.dtype, float], float] = {}
 
 
-@torch.compiler.assume_constant_result  # a pure function of constants: no graph break
 def _neighbour(value: float, dtype: torch.dtype, direction: float) -> float:
     """The float of ``dtype`` next to ``value`` towards ``direction`` (memoised)."""
     key = (value, dtype, direction)
@@ -62,6 +61,14 @@ def _neighbour(value: float, dtype: torch.dtype, direction: float) -> float:
         toward = torch.tensor(direction, dtype=dtype)
         _NEIGHBOURS[key] = torch.nextafter(torch.tensor(value, dtype=dtype), toward).item()
     return _NEIGHBOURS[key]
+
+
+# A pure function of constants, so torch.compile may call it once while tracing and keep its
+# result (no graph break at the ``.item()``). This is the flag that
+# ``torch.compiler.assume_constant_result`` sets; calling that decorator here would import
+# torch._dynamo (about 2 s and sympy) whenever vbnn is imported, compiled or not. The fullgraph
+# test of a cold cache (tests/test_kernels.py) fails if torch reads another flag.
+_neighbour._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def clamp_derivative(grad: torch.Tensor, x: torch.Tensor, low: float, high: float) -> torch.Tensor:

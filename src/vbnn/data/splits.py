@@ -38,12 +38,20 @@ class StackedSplits:
         )
 
 
-def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Centre and scale both parts by the training part's mean and std (std 0 -> 1)."""
+def standard_scale(train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and the scale of each column of ``train`` (N, ...) over its rows: x -> (x - mean)
+    / scale standardises. The scale is the std (ddof 0), and 1 where the std is 0: a constant
+    column (naval has some inputs so) is only centred, never divided by zero."""
     mean = train.mean(0)
     std = train.std(0)
-    std = np.where(std > 0, std, 1.0)  # constant inputs (naval has some) are only centred
-    return (train - mean) / std, (test - mean) / std, std
+    return mean, np.where(std > 0, std, 1.0)
+
+
+def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Centre and scale both parts by the training part's ``standard_scale``; returns the two
+    parts and the scale."""
+    mean, scale = standard_scale(train)
+    return (train - mean) / scale, (test - mean) / scale, scale
 
 
 def stack_splits(

@@ -19,14 +19,17 @@ correlations, and is only a per-weight summary).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
 
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SNR_THRESHOLD = 3.0
 KL_THRESHOLD = 0.05
@@ -79,6 +82,8 @@ class UnitDiagnostics:
 
     def frame(self, model_index: int = 0, **thresholds: float | None) -> pd.DataFrame:
         """One row per hidden unit of one model, with the pruning decision (first output)."""
+        import pandas as pd  # only this table needs it
+
         pruned = pruned_units(self, **thresholds)[model_index]
         m = model_index
         return pd.DataFrame(

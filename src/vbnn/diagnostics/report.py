@@ -33,15 +33,13 @@ import torch
 from torch import nn
 
 from vbnn import metrics
-from vbnn.classification.estimator import BayesianClassifier
 from vbnn.classification.kappa import pre_activation_hessian_diagonal
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.layers import DROPOUT_FAMILIES, LayerDiagnosis, diagnose_layers
 from vbnn.layers.modes import mode, stack_size
 from vbnn.layers.shell import VariationalLayer
-from vbnn.networks.predictive import sample
+from vbnn.networks.predictive import class_probabilities, predictive_probabilities, sample
 from vbnn.plots import pyplot, save_figure
-from vbnn.regression.estimator import BayesianRegressor
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -199,9 +197,9 @@ def _infer_task(outputs: torch.Tensor, y: torch.Tensor) -> str:
 def _classification(
     mean_logits: torch.Tensor, sampled_logits: torch.Tensor, y: torch.Tensor, bins: int
 ) -> tuple[dict, dict, float, float]:
-    ensemble = torch.softmax(sampled_logits.double(), -1)
-    ways = {"mean": torch.softmax(mean_logits.double(), -1), "sample": ensemble[0],
-            "ensemble": ensemble.mean(0)}  # fmt: skip
+    ways = {"mean": class_probabilities(mean_logits),
+            "sample": class_probabilities(sampled_logits[0]),
+            "ensemble": predictive_probabilities(sampled_logits)}  # fmt: skip
     frequencies = torch.bincount(y, minlength=ways["mean"].shape[-1]).double() / len(y)
     ways["trivial"] = frequencies.expand_as(ways["mean"])
     predictive = {
@@ -255,6 +253,15 @@ def _sample(model: nn.Module, x: torch.Tensor, samples: int, seed: int) -> torch
 def _from_estimator(estimator, x, y) -> tuple[nn.Module, torch.Tensor, torch.Tensor, dict]:
     """The network, the inputs and targets as the network sees them, and the settings that follow
     (task, noise std) of a fitted ``BayesianRegressor`` or ``BayesianClassifier``."""
+    # the estimators' modules import scikit-learn: loaded here, when one is diagnosed
+    from vbnn.classification.estimator import BayesianClassifier
+    from vbnn.regression.estimator import BayesianRegressor
+
+    if not isinstance(estimator, BayesianRegressor | BayesianClassifier):
+        raise TypeError(
+            "diagnose: model must be an nn.Module, a BayesianRegressor or a BayesianClassifier, "
+            f"got {type(estimator).__name__}"
+        )
     if not hasattr(estimator, "model_"):
         raise ValueError(f"diagnose: the {type(estimator).__name__} is not fitted yet")
     parameter = next(estimator.model_.parameters())
@@ -373,10 +380,11 @@ def diagnose(
     Raises:
         ValueError: mismatched lengths of ``x`` and ``y``, fewer than 2 samples, an unknown
             task, labels outside the model's classes, or a model with no family layer.
+        TypeError: a model that is neither an ``nn.Module`` nor a fitted estimator.
     """
     if len(x) != len(y):
         raise ValueError(f"diagnose: x has {len(x)} rows and y {len(y)}; they must match")
-    if isinstance(model, BayesianRegressor | BayesianClassifier):
+    if not isinstance(model, nn.Module):  # a fitted estimator
         model, x, y, settings = _from_estimator(model, x, y)
         task = task or settings["task"]
         noise_std = noise_std if noise_std is not None else settings.get("noise_std")

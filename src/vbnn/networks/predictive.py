@@ -6,7 +6,8 @@ model shared by the batch, so sample k is one function f_k drawn from q; ``mode=
 draws from the zero-mean approximation of q (Neklyudov et al. 2019, Theorem 1); ``mode="local"``
 draws the pre-activations per example (the LRT: the same per-example marginals, cheaper, but no
 function-level correlation across examples). An ensemble prediction (Neklyudov et al. 2019 eq. 2)
-averages a function of these samples, e.g. the softmax (``classification.inference``).
+averages a function of these samples; for a classifier, the class probabilities
+``predictive_probabilities`` (1/K) sum_k softmax(f_k(x)), the one place every caller takes it.
 
 Passes run without autograd, ``batch_size`` examples at a time, into one preallocated output, so
 memory is the output plus one pass whatever K; every chunk of sample k restarts the noise sources
@@ -83,3 +84,30 @@ def _noise_sources(model: nn.Module, noise: NoiseSource | None) -> list[NoiseSou
     resolved = [layer.resolve_noise(noise) for layer in variational_layers(model)]
     seeded = [s for s in resolved if not (isinstance(s, TorchNoise) and s.generator is None)]
     return list({id(source): source for source in [TorchNoise(1), *seeded]}.values())
+
+
+def class_probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """softmax(f_k(x))_c of each draw, in float64: logits (K, ..., C) -> (K, ..., C).
+
+    float64 so that the mean over draws and the metrics taken from it (log-likelihood of
+    probabilities near 0, entropies) do not carry float32's rounding.
+    """
+    return torch.softmax(logits.double(), -1)
+
+
+def predictive_probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """The ensemble predictive p(y = c | x) = (1/K) sum_k softmax(f_k(x))_c (Neklyudov et al.
+    2019 eq. 2), the draws on the leading dimension: logits (K, ..., C) -> (..., C), float64.
+
+    With the logits of ``sample`` the draws are the K weight samples, in their order; with K = 1
+    it is the softmax of the one draw.
+
+    Raises:
+        ValueError: ``logits`` with fewer than 2 dimensions (no draws dimension) or 0 draws.
+    """
+    if logits.dim() < 2 or logits.shape[0] == 0:
+        raise ValueError(
+            "predictive_probabilities: logits must be (K, ..., C) with K >= 1 draws, got shape "
+            f"{tuple(logits.shape)}"
+        )
+    return class_probabilities(logits).mean(0)

@@ -37,6 +37,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import VIConfig
+from vbnn.data.splits import standard_scale
 from vbnn.layers.registry import family as family_spec
 from vbnn.metrics import gaussian_mixture_log_likelihood
 from vbnn.networks.predictive import sample
@@ -189,8 +190,8 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(f"y is constant (all {len(y)} values are {y[0]:g}); a regressor "
                              "needs at least two distinct values")  # fmt: skip
         config = self._config()
-        self.x_mean_, self.x_scale_ = x.mean(0), np.where(x.std(0) > 0, x.std(0), 1.0)
-        self.y_mean_, self.y_scale_ = float(y.mean()), float(y.std())
+        self.x_mean_, self.x_scale_ = standard_scale(x)
+        self.y_mean_, self.y_scale_ = (float(value) for value in standard_scale(y))
         self.n_features_in_ = x.shape[1]
         device = training_device(config)
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0).to(device)

@@ -21,6 +21,7 @@ from torch import nn
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import as_input, network_output, stack_size
+from vbnn.networks.predictive import predictive_probabilities
 from vbnn.training.batches import Batches
 from vbnn.training.likelihoods import CategoricalLikelihood, GaussianLikelihood, Likelihood
 
@@ -69,7 +70,7 @@ def evaluate(
         nll -= float(predictive.sum()) / predictive[..., 0].numel()
         count += target.shape[-1]
         if isinstance(likelihood, CategoricalLikelihood):
-            probabilities = torch.softmax(outputs.double(), -1).mean(0)
+            probabilities = predictive_probabilities(outputs)
             right = probabilities.argmax(-1) == target
             hits += float(right.double().sum()) / right[..., 0].numel()
         elif isinstance(likelihood, GaussianLikelihood):
