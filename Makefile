@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # every folder of Python code, linted and formatted by `make lint` and checked by `make test`
-PYTHON_DIRS := src tests benchmarks reproductions examples
+PYTHON_DIRS := src tests benchmarks reproductions examples lab
 # ../shared/data when it exists; otherwise vbnn's own default (~/.cache/vbnn/data)
 export VBNN_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 
@@ -12,11 +12,13 @@ export VBNN_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch first, pinned: any other version of it would pull CUDA packages
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+# torch first, pinned: any other version of it would pull CUDA packages; then the library and
+# the papers' reproductions beside it (lab/, the vbnn-lab package, which adds `vbnn reproduce`)
+$(VENV)/.installed: $(BIN)/python pyproject.toml lab/pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,jax,rl,ray]'
+	$(BIN)/pip install --quiet -e '.[dev,jax,ray]'
+	$(BIN)/pip install --quiet -e ./lab
 	touch $@
 
 install: $(VENV)/.installed
@@ -40,4 +42,4 @@ lint: install
 	$(BIN)/ruff format $(PYTHON_DIRS)
 
 clean:
-	rm -rf $(VENV) build dist site src/*.egg-info
+	rm -rf $(VENV) build dist site src/*.egg-info lab/build lab/src/*.egg-info

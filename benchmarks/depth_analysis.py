@@ -45,11 +45,11 @@ from scipy.special import ndtri
 from scipy.stats import norm
 
 from vbnn.core.contracts import Activation
-from vbnn.experiments.depth.models import depth_widths
-from vbnn.experiments.depth.units import two_moons
 from vbnn.references import chain_diagnostics, mixing
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.stores.atomic import write_atomic
+from vbnn_lab.depth.models import depth_widths
+from vbnn_lab.depth.units import two_moons
 
 
 def baseline_function(revision: str):

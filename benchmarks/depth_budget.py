@@ -27,16 +27,16 @@ import pandas as pd
 import torch
 
 from vbnn.core.contracts import Activation
-from vbnn.experiments.depth.models import (
+from vbnn.references.architecture import MLPArchitecture
+from vbnn.references.jax_nuts import ChainsConfig, jittered_starts, run_chains
+from vbnn.references.jax_potential import jax_potential
+from vbnn_lab.depth.models import (
     PretrainConfig,
     depth_widths,
     point_network,
     train_mean_field,
 )
-from vbnn.experiments.depth.units import two_moons
-from vbnn.references.architecture import MLPArchitecture
-from vbnn.references.jax_nuts import ChainsConfig, jittered_starts, run_chains
-from vbnn.references.jax_potential import jax_potential
+from vbnn_lab.depth.units import two_moons
 
 
 def gradient_seconds(potential, start: np.ndarray, calls: int = 200) -> float:

@@ -34,13 +34,13 @@ import pandas as pd
 import torch
 
 from vbnn.core.contracts import Activation
-from vbnn.experiments.depth.models import parameter_count
-from vbnn.experiments.depth.units import UnitSettings, two_moons
 from vbnn.references.chain_runner import GRADIENTS_PER_STEP
 from vbnn.references.jax_mclmc import mams_chain
 from vbnn.references.jax_nuts import ChainsConfig
 from vbnn.references.jax_potential import jax_potential
 from vbnn.stores.atomic import write_atomic
+from vbnn_lab.depth.models import parameter_count
+from vbnn_lab.depth.units import UnitSettings, two_moons
 
 
 def seconds_per_call(function, argument, calls: int) -> tuple[float, float]:

@@ -31,10 +31,10 @@ import pandas as pd
 import torch
 
 from vbnn.core.contracts import Activation
-from vbnn.experiments.depth.models import depth_widths
-from vbnn.experiments.depth.units import two_moons
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.references.jax_potential import FULL_FLOAT32, jax_potential, parameter_shapes
+from vbnn_lab.depth.models import depth_widths
+from vbnn_lab.depth.units import two_moons
 
 
 def examples_first(architecture: MLPArchitecture, x: np.ndarray, y: np.ndarray) -> Callable:

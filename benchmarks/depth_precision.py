@@ -27,10 +27,10 @@ import pandas as pd
 import torch
 
 from vbnn.core.contracts import Activation
-from vbnn.experiments.depth.models import depth_widths
-from vbnn.experiments.depth.units import two_moons
 from vbnn.references import jax_potential as potentials
 from vbnn.references.architecture import MLPArchitecture
+from vbnn_lab.depth.models import depth_widths
+from vbnn_lab.depth.units import two_moons
 
 POINTS = 10_000
 

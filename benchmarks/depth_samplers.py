@@ -1,6 +1,6 @@
 """NUTS, MAMS and MCLMC side by side on the depth units: ESS per second, R-hat, trust, gap.
 
-Every cell is one depth unit (``vbnn.experiments.depth.units.compute_unit``: two moons, the
+Every cell is one depth unit (``vbnn_lab.depth.units.compute_unit``: two moons, the
 widest net of that depth with at most 1000 parameters, MFVI pre-training, 4 chains from the
 pre-trained means plus N(0, 0.1^2) jitter, the gap KL(q_diag || q_full) of the pooled draws) with
 one sampler (``vbnn.references.samplers``). The cells of one (activation, depth, points) share
@@ -45,8 +45,6 @@ import pandas as pd
 import torch
 
 from vbnn.core.contracts import Activation
-from vbnn.experiments.depth.models import PretrainConfig
-from vbnn.experiments.depth.units import UnitSettings, compute_unit, sampler_diagnostics, two_moons
 from vbnn.references.chain_diagnostics import ConvergenceCriterion, bulk_ess, tail_ess
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
@@ -57,6 +55,8 @@ from vbnn.references.jax_nuts import ChainsConfig
 from vbnn.references.jax_potential import jax_potential
 from vbnn.references.samplers import Sampler
 from vbnn.stores.atomic import write_atomic
+from vbnn_lab.depth.models import PretrainConfig
+from vbnn_lab.depth.units import UnitSettings, compute_unit, sampler_diagnostics, two_moons
 
 GAP_DRAWS = 1200  # NUTS's 4 x 300: the KL's floor depends on the draws, so compare at this many
 KEY = ["sampler", "activation", "depth", "points", "warmup", "samples", "max_tree_depth"]

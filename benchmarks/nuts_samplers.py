@@ -32,13 +32,13 @@ import pandas as pd
 import torch
 
 from vbnn.core.contracts import Activation
-from vbnn.experiments.depth.models import PretrainConfig, point_network, train_mean_field
-from vbnn.experiments.depth.units import two_moons
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.references.chain_diagnostics import bulk_ess
 from vbnn.references.jax_nuts import ChainsConfig, jittered_starts, run_chains
 from vbnn.references.jax_potential import jax_potential
 from vbnn.references.nuts import NUTSConfig, run_nuts
+from vbnn_lab.depth.models import PretrainConfig, point_network, train_mean_field
+from vbnn_lab.depth.units import two_moons
 
 
 def row(name: str, wall: float, samples: np.ndarray, log_density: np.ndarray, steps) -> dict:

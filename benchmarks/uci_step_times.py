@@ -21,9 +21,9 @@ import time
 from vbnn.core.runs import TrainConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import parse_splits
-from vbnn.experiments.overpruning.extension import hidden_width
 from vbnn.regression.engine import run_splits
 from vbnn.regression.methods import method_config
+from vbnn_lab.overpruning.extension import hidden_width
 
 
 def seconds(dataset, config: TrainConfig, splits: list[int]) -> float:

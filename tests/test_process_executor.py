@@ -1,7 +1,7 @@
 """Sweeps in worker processes of this machine (``--executor processes``, no Ray): they store the
-local executor's rows and trials bit for bit at one torch thread a unit; a unit that raises, or
-whose worker is killed, is reported and the rest are stored; the settings refuse what they
-cannot do."""
+local executor's rows bit for bit at one torch thread a unit (a reproduction's rows and trials
+too: lab/tests/test_reproduce_overpruning.py); a unit that raises, or whose worker is killed, is
+reported and the rest are stored; the settings refuse what they cannot do."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from stored_rows import stored_runs, stored_trials
+from stored_rows import stored_runs
 
 from vbnn.cli import main
 from vbnn.core.runs import SplitResult
@@ -43,20 +43,6 @@ def test_grid_in_two_processes_stores_the_local_rows(data_dir: Path, tmp_path: P
         assert main(command) == 0
         rows[name] = stored_runs(tmp_path / name / "results.sqlite")
     assert len(rows["local"]) == 8 and rows["processes"] == rows["local"]
-
-
-def test_overpruning_in_processes_stores_the_local_runs_and_trials(
-    data_dir: Path, tmp_path: Path
-) -> None:
-    tiny = ["reproduce", "overpruning", "--datasets", "yacht", "--methods", "map,es",
-            "--splits", "0-1", "--iterations", "30", "--trials", "3", "--no-figures",
-            "--no-progress", "--cpus-per-unit", "1"]  # fmt: skip
-    assert main([*tiny, "--out", str(tmp_path / "local")]) == 0
-    assert main([*tiny, "--out", str(tmp_path / "pool"), "--executor", "processes"]) == 0
-    local, pool = tmp_path / "local" / "results.sqlite", tmp_path / "pool" / "results.sqlite"
-    assert len(stored_runs(local)) == 4 and stored_runs(pool) == stored_runs(local)
-    # the trials a worker ran on its in-memory copy of each study, stored by the driver
-    assert len(stored_trials(local)) == 2 * 3 and stored_trials(pool) == stored_trials(local)
 
 
 def _result(folder: Path, index: int) -> SplitResult:

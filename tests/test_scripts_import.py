@@ -1,4 +1,5 @@
-"""Every script under benchmarks/, reproductions/ and examples/ imports against today's vbnn.
+"""Every script under benchmarks/, reproductions/ and examples/ imports against today's vbnn and
+the lab beside it (vbnn_lab, the papers' reproductions).
 
 Each script is loaded by path under a fresh module name, with its own folder first on
 ``sys.path`` (some import a module beside them), and without running its ``__main__`` block, so
@@ -32,10 +33,11 @@ SCRIPTS = sorted(
 
 def required_packages() -> set[str]:
     """vbnn's required dependencies (``project.dependencies`` of pyproject.toml) as normalised
-    names (lower case, ``-`` and ``.`` as ``_``), with ``vbnn`` itself."""
+    names (lower case, ``-`` and ``.`` as ``_``), with ``vbnn`` itself and the lab's package
+    (``vbnn_lab``, which ``make install`` installs beside it)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = {re.match(r"[A-Za-z0-9_.-]+", entry).group(0) for entry in project["dependencies"]}
-    return {"vbnn", *(re.sub(r"[-.]", "_", name.lower()) for name in names)}
+    return {"vbnn", "vbnn_lab", *(re.sub(r"[-.]", "_", name.lower()) for name in names)}
 
 
 def has_main_guard(path: Path) -> bool:

@@ -38,13 +38,13 @@ from mixing_reasons import (  # beside this script
     write_table,
 )
 
-from vbnn.experiments.depth.units import two_moons, unit_seed
 from vbnn.references.chain_diagnostics import (
     max_abs_normal_quantile,
     moment_agreement,
     rank_rhat,
 )
 from vbnn.references.mixing import network_outputs
+from vbnn_lab.depth.units import two_moons, unit_seed
 
 SAMPLER_SETTINGS = ("sampler", "chains")  # what may differ between the compared units
 

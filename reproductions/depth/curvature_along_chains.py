@@ -45,10 +45,10 @@ from mixing_reasons import (  # beside this script
 )
 from scipy.stats import spearmanr
 
-from vbnn.experiments.depth.units import two_moons, unit_seed
 from vbnn.references.curvature import largest_curvature
 from vbnn.references.jax_potential import jax_potential
 from vbnn.references.mixing import layer_log_norms, network_outputs
+from vbnn_lab.depth.units import two_moons, unit_seed
 
 # a reference mark for h: the leapfrog integrator's stability limit on a quadratic (the two-stage
 # isokinetic integrator of MAMS has its own, of the same order)

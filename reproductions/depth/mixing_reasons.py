@@ -29,8 +29,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from vbnn.experiments.depth.models import PretrainConfig
-from vbnn.experiments.depth.units import UnitSettings, two_moons, unit_seed
 from vbnn.references.jax_nuts import ChainsConfig
 from vbnn.references.mixing import (
     divergence_episodes,
@@ -38,6 +36,8 @@ from vbnn.references.mixing import (
     mixing_report,
     without_each_chain,
 )
+from vbnn_lab.depth.models import PretrainConfig
+from vbnn_lab.depth.units import UnitSettings, two_moons, unit_seed
 
 TEST_INPUTS = 16
 SHOWN = ["activation", "depth", "rhat_max", "bulk_ess_min", "slow_parameters",

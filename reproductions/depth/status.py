@@ -8,7 +8,7 @@ runs' stricter rule (mixed and no divergent transition: ``ConvergenceCriterion``
 KL(q_diag || q_full) above the chain floor extrapolated to infinitely many draws with that
 extrapolation's drift (``kl_above_floor_limit``; see the README), and its cost. It reads the
 records in ``<run>/units/`` only (committed), so it runs anywhere, without the chains. Means
-over a run's repeats are its ``depth_gap.csv`` (``vbnn.experiments.depth.report.aggregate``).
+over a run's repeats are its ``depth_gap.csv`` (``vbnn_lab.depth.report.aggregate``).
 
 ``status.png`` plots the KL limit against depth of one unit per data size, activation and depth
 (``best_units``). Run from the repository root: ``python reproductions/depth/status.py`` (every
@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vbnn.experiments.depth.report import trusted_units
 from vbnn.plots import pyplot, save_figure
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
+from vbnn_lab.depth.report import trusted_units
 
 HERE = Path(__file__).parent
 COLUMNS = {

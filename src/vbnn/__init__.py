@@ -17,8 +17,9 @@ The public surface, one name per concept:
   ``metrics`` and ``plots``.
 
 The UCI engine's names live in ``vbnn.regression`` (``method_config``, ``VIConfig``, ...),
-the papers' networks in ``vbnn.networks`` (``LeNet5``, ``VGGLike``), the experiments in
-``vbnn.experiments`` (run with ``vbnn reproduce NAME``).
+the papers' networks in ``vbnn.networks`` (``LeNet5``, ``VGGLike``). The papers' experiments
+are a second package beside the library, installed with ``pip install ./lab`` from the repository
+(``vbnn reproduce NAME``); it imports vbnn, never the reverse.
 """
 
 from importlib import import_module

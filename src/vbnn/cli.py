@@ -1,5 +1,6 @@
 """Command line: ``vbnn uci``, ``vbnn compare``, ``vbnn demo``, ``vbnn data download|check``,
-``vbnn reproduce``, ``vbnn sweep``, ``vbnn diagnose pruning|report``."""
+``vbnn sweep``, ``vbnn diagnose pruning|report``, and ``vbnn reproduce`` where the papers'
+reproductions (the lab beside the library) are installed."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +36,6 @@ from vbnn.diagnostics.saved import (
     is_paper_setting,
     write_report,
 )
-from vbnn.experiments import REPRODUCTIONS
-from vbnn.experiments import load as load_reproduction
 from vbnn.layers.registry import FAMILIES
 from vbnn.regression.engine import add_runtime_arguments, run_splits
 from vbnn.regression.estimator import BayesianRegressor
@@ -48,6 +48,17 @@ from vbnn.sweeps.executors import SweepError
 from vbnn.training.full_batch import NonFiniteLossError
 
 EMBEDDED = "diabetes"
+# the group of entry points whose modules add subcommands to ``vbnn``
+COMMANDS_GROUP = "vbnn.commands"
+# subcommands that another package of this repository provides: name -> (help line, how to
+# install it), so that the command without that package says what to install
+PACKAGED_COMMANDS = {
+    "reproduce": (
+        "regenerate a paper's tables and figures",
+        "the papers' reproductions are the vbnn-lab package, which is not installed: from the "
+        "repository's root, pip install ./lab (or make install)",
+    ),
+}
 CIFAR_NAMES = [d.value for d in CifarDataset]
 
 
@@ -404,19 +415,59 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--figure", default=None, metavar="FILE", help="write the report's plot")
     report.set_defaults(handler=command_diagnose_report)
 
-    reproduce = commands.add_parser("reproduce", help="regenerate a paper's tables and figures")
-    papers = reproduce.add_subparsers(dest="reproduction", required=True)
-    for name in REPRODUCTIONS:
-        module = load_reproduction(name)
-        paper = papers.add_parser(name, help=module.DESCRIPTION, description=module.DESCRIPTION)
-        module.add_arguments(paper)
-        paper.set_defaults(handler=module.run)
-
     sweep = commands.add_parser("sweep", help=sweep_command.DESCRIPTION,
                                 description=sweep_command.DESCRIPTION)  # fmt: skip
     sweep_command.add_arguments(sweep)
     sweep.set_defaults(handler=sweep_command.run)
+    _add_installed_commands(commands)
     return parser
+
+
+def _add_installed_commands(commands: argparse._SubParsersAction) -> None:
+    """A subcommand for every entry point of ``COMMANDS_GROUP``; one that fails to import, or a
+    ``PACKAGED_COMMANDS`` name that no package provides, becomes a subcommand that says why it
+    cannot run and what to install.
+
+    An entry point of the group names a module (``reproduce = "package.module"``) that defines
+    ``DESCRIPTION: str`` (the help line), ``add_arguments(parser: argparse.ArgumentParser) ->
+    None`` (its flags) and ``run(args: argparse.Namespace) -> None`` (the job); the entry
+    point's name is the subcommand's.
+
+    Raises:
+        ValueError: an entry point is named like a built-in command (the entry point named).
+    """
+    found = {entry.name: entry for entry in entry_points(group=COMMANDS_GROUP)}
+    for name in sorted(found.keys() | PACKAGED_COMMANDS.keys()):
+        help_line, install = PACKAGED_COMMANDS.get(name) or (f"from {found[name].value}", "")
+        unavailable = "not installed"
+        if name in commands.choices:
+            raise ValueError(f"entry point {name!r} of {COMMANDS_GROUP!r} ({found[name].value}) "
+                             "names a built-in vbnn command")  # fmt: skip
+        try:
+            module = found[name].load() if name in found else None
+        except ImportError as error:
+            module, unavailable = None, "failed to import"
+            install = (f"entry point {name!r} of {COMMANDS_GROUP!r} ({found[name].value}) "
+                       f"failed to import: {type(error).__name__}: {error}")  # fmt: skip
+        if module is None:
+            missing = commands.add_parser(name, help=f"{help_line} ({unavailable})",
+                                          description=install)  # fmt: skip
+            missing.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            missing.set_defaults(handler=_not_installed(name, install))
+            continue
+        command = commands.add_parser(name, help=module.DESCRIPTION,
+                                      description=module.DESCRIPTION)  # fmt: skip
+        module.add_arguments(command)
+        command.set_defaults(handler=module.run)
+
+
+def _not_installed(name: str, install: str) -> Callable[[argparse.Namespace], None]:
+    """The handler of a subcommand whose package is missing: an error saying what to install."""
+
+    def handler(args: argparse.Namespace) -> None:
+        raise ValueError(f"vbnn {name}: {install}")
+
+    return handler
 
 
 @contextmanager

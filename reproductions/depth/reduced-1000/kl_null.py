@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vbnn.experiments.depth.units import sampler_diagnostics
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
@@ -35,6 +34,7 @@ from vbnn.references.gaussian_gap import (
     kl_closest_diagonal_chain_null,
     kl_closest_diagonal_null,
 )
+from vbnn_lab.depth.units import sampler_diagnostics
 
 HERE = Path(__file__).parent
 

@@ -12,8 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from vbnn.experiments.depth.report import aggregate
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
+from vbnn_lab.depth.report import aggregate
 
 NAMES = {"relu": "ReLU", "leaky_relu(0.01)": "LeakyReLU 0.01", "leaky_relu(0.2)": "LeakyReLU 0.2",
          "identity": "linear"}  # fmt: skip

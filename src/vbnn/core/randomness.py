@@ -276,7 +276,7 @@ class NoiseTape:
       Its first, eager step draws through a recording tape; every later step draws the blocks of
       its ``calls`` from the generators in the same order and passes them into the compiled
       graph, where the layers read them back from ``NoiseTape(blocks)``.
-    * Weights fixed for an episode (``experiments.exploration``): the rollout draws them through
+    * Weights fixed for an episode (``vbnn reproduce exploration``): the rollout draws them through
       a recording tape and the policy-gradient pass replays it, so both use the same numbers.
 
     Args:

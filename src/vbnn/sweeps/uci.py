@@ -1,6 +1,6 @@
 """Units of UCI work for an executor: train splits, tune a study; the driver stores what they
-return (``sweeps.command`` for ``vbnn sweep``, ``experiments.overpruning`` for Table 1,
-``experiments.uci_depth``).
+return (``sweeps.command`` for ``vbnn sweep``; the lab's ``vbnn reproduce overpruning`` for
+Table 1 and ``vbnn reproduce uci-depth``).
 
 - :func:`split_units` cuts the splits a configuration still lacks into the stacks the engine
   would train together (``engine.choose_chunk_size``), so a unit is one chunk: a sweep trains

@@ -1,0 +1,48 @@
+"""The library stands apart from the lab: every module of ``vbnn`` imports without importing the
+papers' reproductions (``vbnn_lab``), which depend on the library, never the reverse."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+LAB_SOURCE = Path(__file__).resolve().parents[1] / "lab" / "src"
+
+# Imports every module of vbnn in one fresh interpreter. A module whose optional dependency is
+# missing (an extra: jax, pyro, ray) is listed apart; a missing vbnn or vbnn_lab is a failure.
+WALK = """
+import importlib, json, pkgutil, sys
+import vbnn
+imported, optional, failed = [], [], []
+for module in pkgutil.walk_packages(vbnn.__path__, "vbnn."):
+    try:
+        importlib.import_module(module.name)
+        imported.append(module.name)
+    except ImportError as error:
+        missing = (error.name or "").split(".")[0]
+        (failed if missing in ("", "vbnn", "vbnn_lab") else optional).append(
+            f"{module.name}: {type(error).__name__}: {error}")
+print(json.dumps({"imported": imported, "optional": optional, "failed": failed,
+                  "lab": sorted(name for name in sys.modules if name.split(".")[0] == "vbnn_lab")}))
+"""
+
+
+def test_every_module_of_the_library_imports_without_the_lab() -> None:
+    # the lab importable, as in an environment that installed both: importing it would show
+    paths = [str(LAB_SOURCE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    result = subprocess.run(
+        [sys.executable, "-c", WALK],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not report["failed"], report["failed"]
+    assert report["lab"] == [], f"the library imported {report['lab']}"
+    assert len(report["imported"]) >= 80, report  # the walk found the library's modules
+    assert "vbnn.cli" in report["imported"] and "vbnn.sweeps.uci" in report["imported"]
