@@ -34,13 +34,19 @@ class ForwardMode(str, Enum):
     LOCAL: a fresh draw per example. Families with Gaussian, factorised weights use the local
         reparameterization trick (Kingma et al. 2015): the pre-activation of every example is drawn
         from its exact Gaussian marginal. Families without it (full covariance) draw one weight
-        sample per model, shared across the examples. Training uses this mode.
+        sample per model, shared across the examples. Dense layers train in this mode.
     WEIGHTS: one weight sample per model, shared by all examples: the pass is one function f ~ q.
     MEAN: weights replaced by their posterior means (deterministic; mean propagation, Neklyudov
         et al. 2019 eq. 3).
     ZERO_MEAN: WEIGHTS with each Gaussian N(mu, var) replaced by N(0, var) (Neklyudov et al. 2019,
         Theorem 1); families whose weights are not Gaussian (point, binary dropout) sample as in
         WEIGHTS.
+
+    TRAINING: each layer's own training estimator (``VariationalLayer.training_mode``): LOCAL
+        for dense layers, WEIGHTS for (transposed) convolutions, where one weight draw a batch
+        costs one convolution against the LRT's two and reached a given test NLL sooner
+        (``docs/families.md``). Training uses this mode; the objectives (``vbnn.elbo``) draw in
+        it.
 
     An ensemble (test-time averaging over K passes, Neklyudov et al. 2019 eq. 2) is not a mode:
     it is K passes in WEIGHTS or ZERO_MEAN mode (``vbnn.sample``).
@@ -50,6 +56,7 @@ class ForwardMode(str, Enum):
     WEIGHTS = "weights"
     MEAN = "mean"
     ZERO_MEAN = "zero-mean"
+    TRAINING = "training"
 
 
 class ParameterRole(str, Enum):

@@ -24,7 +24,10 @@ equals the M = 1 stack exactly). A stack (``generators`` a ``ModelGenerators`` o
 ``num_models=M``) takes and returns the leading M.
 
 Forward modes (``ForwardMode``): an explicit ``mode`` argument wins; else the mode set on the
-layer by ``vbnn.mode``; else LOCAL in training mode and MEAN in eval mode, like dropout.
+layer by ``vbnn.mode``; else TRAINING in training mode and MEAN in eval mode, like dropout.
+TRAINING is the layer's ``training_mode``: its estimator of the objective's gradient, chosen in one
+place (``default_training_mode``) by the kind of layer, and settable per layer (the
+``training_mode`` argument, which ``vbnn.convert`` passes on).
 
 Randomness: noise comes from the ``noise`` argument (a ``NoiseSource``, e.g. a ``ModelGenerators``:
 one stream per model, so a model draws the same numbers alone or in a stack), else from the source
@@ -123,6 +126,7 @@ class VariationalLayer(nn.Module):
         output_padding: int | tuple[int, ...] = 0,
         bias: bool = True,
         num_models: int | None = None,
+        training_mode: ForwardMode | str | None = None,
     ) -> None:
         super().__init__()
         self.operator = Operator(
@@ -145,6 +149,7 @@ class VariationalLayer(nn.Module):
             self.stacked, self.num_models = num_models is not None, num_models or 1
             self.init_noise = TorchNoise(self.num_models, generators)
         self.forced_mode: ForwardMode | None = None  # set by ``vbnn.mode``
+        self.training_mode = training_mode or default_training_mode(self.operator)
         self.shared_noise: NoiseSource | None = None  # set by ``use_noise``
         self.to_mean: torch.Tensor | None = None
         self.to_zero: torch.Tensor | None = None
@@ -269,12 +274,31 @@ class VariationalLayer(nn.Module):
         return weight, bias
 
     # --- forward ------------------------------------------------------------------------------
+    @property
+    def training_mode(self) -> ForwardMode:
+        """The estimator this layer trains with (what TRAINING means for it): LOCAL or WEIGHTS."""
+        return self._training_mode
+
+    @training_mode.setter
+    def training_mode(self, mode: ForwardMode | str) -> None:
+        mode = ForwardMode(mode)
+        if mode not in TRAINING_ESTIMATORS:
+            raise ValueError(
+                f"{type(self).__name__}: training_mode must be one of "
+                f"{[m.value for m in TRAINING_ESTIMATORS]}, got {mode.value!r}"
+            )
+        self._training_mode = mode
+
     def resolve_mode(self, mode: ForwardMode | str | None) -> ForwardMode:
+        """The mode of a pass: ``mode``, else the ``vbnn.mode`` one, else TRAINING in training
+        mode and MEAN in eval mode; TRAINING read as this layer's ``training_mode``."""
         if mode is not None:
-            return ForwardMode(mode)
-        if self.forced_mode is not None:
-            return self.forced_mode
-        return ForwardMode.LOCAL if self.training else ForwardMode.MEAN
+            mode = ForwardMode(mode)
+        elif self.forced_mode is not None:
+            mode = self.forced_mode
+        else:
+            mode = ForwardMode.TRAINING if self.training else ForwardMode.MEAN
+        return self.training_mode if mode is ForwardMode.TRAINING else mode
 
     def resolve_noise(self, noise: NoiseSource | None) -> NoiseSource:
         """``noise`` if given, else the ``use_noise`` source, else torch's global RNG."""
@@ -403,6 +427,22 @@ class VariationalLayer(nn.Module):
             f"{self.family_name or type(self).__name__}: {kind}, in={self.in_features}, "
             f"out={self.out_features}{kernel}, bias={self.has_bias}{models}"
         )
+
+
+# the estimators a layer may train with (``VariationalLayer.training_mode``)
+TRAINING_ESTIMATORS = (ForwardMode.LOCAL, ForwardMode.WEIGHTS)
+
+
+def default_training_mode(operator: Operator) -> ForwardMode:
+    """The estimator a layer of ``operator``'s kind trains with unless told otherwise.
+
+    Dense layers: LOCAL (the LRT, a fresh draw per example). (Transposed) convolutions: WEIGHTS,
+    one weight draw per batch: the LRT's second convolution (of x^2 with the variances) doubles
+    a convolution's step, and at the small posterior stds a network starts from the gradient's
+    variance comes from the minibatch, not from the weight noise, so the cheaper step reaches a
+    given test NLL sooner (the time-to-quality benchmark, ``docs/families.md``).
+    """
+    return ForwardMode.WEIGHTS if operator.is_conv else ForwardMode.LOCAL
 
 
 # log alpha is clipped to this range for numerical safety. The upper end is wide enough for the

@@ -160,7 +160,8 @@ def expected_log_likelihood(
     noise: NoiseSource | None = None,
     samples: int = 1,
 ) -> torch.Tensor:
-    """Monte-Carlo E_q[ sum_n log p(y_n | x_n, W) ] over the batch with ``samples`` LOCAL draws.
+    """Monte-Carlo E_q[ sum_n log p(y_n | x_n, W) ] over the batch with ``samples`` draws, each
+    layer drawing with its training estimator (``ForwardMode.TRAINING``).
 
     Returns:
         Unbiased estimate for the examples of the batch: (M,) for a stack, a scalar for one
@@ -171,7 +172,7 @@ def expected_log_likelihood(
     """
     if samples < 1:
         raise ValueError(f"expected_log_likelihood: samples must be >= 1, got {samples}")
-    return _summed_log_likelihood(model, likelihood, x, y, ForwardMode.LOCAL, noise, samples)
+    return _summed_log_likelihood(model, likelihood, x, y, ForwardMode.TRAINING, noise, samples)
 
 
 # Parameters: the terms of the module docstring's formula (model, likelihood, prior, batch) and
