@@ -18,6 +18,13 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from vbnn.core.contracts import ForwardMode
+
+# The estimator every layer of the papers' LeNet-5 trains with: Neklyudov et al. 2019 (section 4:
+# "the local reparameterization trick ..., and we also rely on it in our experiments"), where the
+# library's default for convolutions is one weight draw a batch.
+PAPERS_ESTIMATOR = ForwardMode.LOCAL
+
 # name on the command line -> module under vbnn_lab
 REPRODUCTIONS: dict[str, str] = {
     # Trippe & Turner 2017: tuned Table 1 with SGLD, Figures 1-5

@@ -71,12 +71,20 @@ class LeNetConfig:
 
 
 def make_layer(
-    name: str, sizes: tuple[int, int, int | None], generators, config: LeNetConfig, dtype
+    name: str,
+    sizes: tuple[int, int, int | None],
+    generators,
+    config: LeNetConfig,
+    dtype,
+    training_mode: ForwardMode | str | None = None,
 ) -> VariationalLayer:
-    """Layer ``name`` of (in, out, kernel size) ``sizes`` with ``config``'s options."""
+    """Layer ``name`` of (in, out, kernel size) ``sizes`` with ``config``'s options, training with
+    ``training_mode`` (None: the layer's default)."""
     spec = family(name)
     in_features, out_features, kernel_size = sizes
     options = {"dtype": dtype, "kernel_size": kernel_size, "bias": config.bias}
+    if training_mode is not None:
+        options["training_mode"] = training_mode
     if config.posterior_std is not None:
         options[spec.std_option()] = config.posterior_std
     if config.log_alpha_init is not None and "log_alpha" in spec.accepted_options():
@@ -85,7 +93,8 @@ def make_layer(
 
 
 class LeNet5(nn.Module):
-    """LeNet-5-Caffe (see module docstring)."""
+    """LeNet-5-Caffe (see module docstring); ``training_mode`` sets every layer's training
+    estimator (None: the layers' defaults, ``VariationalLayer.training_mode``)."""
 
     takes_mode = True  # forward(x, mode, noise), like the family layers
 
@@ -94,6 +103,7 @@ class LeNet5(nn.Module):
         config: LeNetConfig | None = None,
         generators: ModelGenerators | None = None,
         dtype: torch.dtype = torch.float32,
+        training_mode: ForwardMode | str | None = None,
     ) -> None:
         super().__init__()
         config = LeNetConfig() if config is None else config
@@ -101,7 +111,7 @@ class LeNet5(nn.Module):
         self.activation = ACTIVATIONS[config.activation]
         sizes = [(1, 20, 5), (20, 50, 5), (800, 500, None), (500, 10, None)]
         self.layers = nn.ModuleList(
-            make_layer(name, size, generators, config, dtype)
+            make_layer(name, size, generators, config, dtype, training_mode)
             for name, size in zip(config.families, sizes, strict=True)
         )
         models = len(generators) if isinstance(generators, ModelGenerators) else 1

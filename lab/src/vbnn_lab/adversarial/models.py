@@ -39,6 +39,7 @@ from vbnn.networks.lenet import LAYER_NAMES, LeNet5, LeNetConfig
 from vbnn.networks.summary import mean_log_alpha
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
+from vbnn_lab import PAPERS_ESTIMATOR
 from vbnn_lab.adversarial.attack import Prediction
 
 ENSEMBLE_SIZE = 5
@@ -121,12 +122,13 @@ class StackRun:
 def build(training: Training, members: int, seed: int) -> LeNet5:
     """An untrained stack of ``members`` LeNet-5s of ``training``'s families (ReLU)."""
     generators = ModelGenerators.for_keys(seed, range(members), "init")
-    return LeNet5(LeNetConfig(families=FAMILIES[training]), generators)
+    return LeNet5(LeNetConfig(families=FAMILIES[training]), generators,
+                  training_mode=PAPERS_ESTIMATOR)  # fmt: skip
 
 
 def member(stack: LeNet5, index: int) -> LeNet5:
     """Model ``index`` of a stack as a stack of one (same weights, its own noise streams)."""
-    single = LeNet5(stack.config, ModelGenerators([index]))
+    single = LeNet5(stack.config, ModelGenerators([index]), training_mode=PAPERS_ESTIMATOR)
     state = {name: value[index : index + 1] for name, value in stack.state_dict().items()}
     single.load_state_dict(state)
     return single

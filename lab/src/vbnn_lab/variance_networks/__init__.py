@@ -39,6 +39,7 @@ from vbnn.networks.lenet import LeNet5
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, settings_from
+from vbnn_lab import PAPERS_ESTIMATOR
 from vbnn_lab.variance_networks.batchnorm import diagnose
 from vbnn_lab.variance_networks.budget import (
     BUDGETS,
@@ -218,7 +219,7 @@ def time_epochs(train_x, train_y, protocol: TrainingProtocol, steps: int = 30,
                         ("dense1 only (Table 1)", "table1-layer")):  # fmt: skip
         config = replace(specs[name].config, log_alpha_init=settings.log_alpha_init,
                          batch_norm=settings.batch_norm)  # fmt: skip
-        model = LeNet5(config, ModelGenerators([0])).to(device)
+        model = LeNet5(config, ModelGenerators([0]), training_mode=PAPERS_ESTIMATOR).to(device)
         timings = []
         for count in (5, steps):
             size = count * settings.batch_size

@@ -47,6 +47,7 @@ from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import ExecutorSettings, Unit, run_sweep
+from vbnn_lab import PAPERS_ESTIMATOR
 from vbnn_lab.variance_networks.budget import (
     PROTOCOLS,
     TABLE1,
@@ -155,7 +156,8 @@ def compute_run(run: NetworkRun, data, out: Path, progress: bool = False
     spec = network_specs()[name]
     protocol = PROTOCOLS[TrainingProtocol(budget.protocol)]
     train_x, train_y, test_x, test_y = (tensor.to(run.device) for tensor in data)
-    model = LeNet5(protocol_config(spec, budget), ModelGenerators.for_keys(seed, [0], "init"))
+    model = LeNet5(protocol_config(spec, budget), ModelGenerators.for_keys(seed, [0], "init"),
+                   training_mode=PAPERS_ESTIMATOR)  # fmt: skip
     model.to(run.device)
     tracker, counter = None, None
     if spec.track:
@@ -222,7 +224,8 @@ def network_from_arrays(run: NetworkRun, arrays: dict[str, np.ndarray]) -> LeNet
     weights of a stored unit's arrays."""
     state = {k: torch.from_numpy(v) for k, v in arrays.items() if not k.startswith(KAPPA_PREFIX)}
     model = LeNet5(protocol_config(network_specs()[run.name], run.budget),
-                   ModelGenerators.for_keys(run.seed, [0], "init"))  # fmt: skip
+                   ModelGenerators.for_keys(run.seed, [0], "init"),
+                   training_mode=PAPERS_ESTIMATOR)  # fmt: skip
     model.load_state_dict(state)
     return model.eval()
 
