@@ -1,14 +1,47 @@
-"""Shared fixtures: a fixed seed before every test, the data directory, small problems."""
+"""Shared fixtures: a fixed seed before every test, the data directory, small problems; JAX's
+compilation cache for the session."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# JAX reads these when it is imported; the size bound makes its cache lock every read and write,
+# so that processes started from the tests (Ray workers, pytest-xdist workers) may share it
+JAX_CACHE = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(2**31),
+}
+_JAX_CACHE_FOLDER = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """JAX's persistent compilation cache in a fresh folder of this session (unless one is set).
+
+    The tests of the reference samplers compile the same programs many times (each run builds
+    its functions anew, which JAX's in-memory cache does not recognise); the persistent cache is
+    keyed by the compiled program itself, so the second compilation of a program is a read.
+    """
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return
+    folder = tempfile.mkdtemp(prefix="vbnn-tests-jax-cache-")
+    config.stash[_JAX_CACHE_FOLDER] = folder
+    os.environ.update(JAX_CACHE, JAX_COMPILATION_CACHE_DIR=folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_JAX_CACHE_FOLDER, None)
+    if folder is not None:
+        for name in [*JAX_CACHE, "JAX_COMPILATION_CACHE_DIR"]:
+            os.environ.pop(name, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

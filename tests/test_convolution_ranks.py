@@ -49,7 +49,9 @@ def test_sample_moments_match_explicit_weight_samples(name: str, rank: int) -> N
     layer = make(name, conv=True, rank=rank, **GEOMETRY[rank])
     x = inputs(conv=True, rows=2, rank=rank)
     generators = ModelGenerators([11, 12, 13])
-    draws = 1_500
+    # the tolerances follow the draws (5 standard errors); 500 of them still flag a variance off
+    # by a factor 2 (5 standard errors of a variance difference are 45% of it here)
+    draws = 500
     with torch.no_grad():
         sampled = torch.stack([layer(x, ForwardMode.LOCAL, generators) for _ in range(draws)])
         weights = torch.stack([layer(x, ForwardMode.WEIGHTS, generators) for _ in range(draws)])

@@ -115,6 +115,22 @@ def gaussian() -> tuple:
     return potential, starts, mean, covariance
 
 
+@pytest.fixture(scope="module")
+def gaussian_chains(gaussian):
+    """``run_sampler`` on the Gaussian from its four starts, run once per (sampler, config) in
+    this module and then read back: several tests look at the same chains (each run lowers and
+    compiles its programs anew, most of a test's time)."""
+    potential, starts, _, _ = gaussian
+    runs = {}
+
+    def chains(sampler: Sampler, config: ChainsConfig):
+        if (sampler, config) not in runs:
+            runs[sampler, config] = run_sampler(sampler, potential, starts, config)
+        return runs[sampler, config]
+
+    return chains
+
+
 def test_the_tolerance_catches_a_wrong_variance_or_mean(gaussian) -> None:
     """The check can fail: exact draws pass it, draws 1.3x too wide or shifted by 0.3 sd do not."""
     _, _, mean, covariance = gaussian
@@ -129,9 +145,11 @@ def test_the_tolerance_catches_a_wrong_variance_or_mean(gaussian) -> None:
 
 
 @pytest.mark.parametrize("sampler", list(Sampler))
-def test_every_sampler_recovers_a_correlated_gaussian(gaussian, sampler: Sampler) -> None:
-    potential, starts, mean, covariance = gaussian
-    result = run_sampler(sampler, potential, starts, CONFIG)
+def test_every_sampler_recovers_a_correlated_gaussian(
+    gaussian, gaussian_chains, sampler: Sampler
+) -> None:
+    _, _, mean, covariance = gaussian
+    result = gaussian_chains(sampler, CONFIG)
     assert result.samples.shape == (4, 800, 6)
     assert ConvergenceCriterion().passes(result.diagnostics), result.diagnostics
     mean_z, variance_z = moment_z_scores(
@@ -143,12 +161,12 @@ def test_every_sampler_recovers_a_correlated_gaussian(gaussian, sampler: Sampler
     assert np.abs(correlation - exact).max() < 0.1  # sd of a correlation <= 1 / sqrt(ESS > 100)
 
 
-def test_a_scaled_mams_step_keeps_the_tuning_and_the_target(gaussian) -> None:
+def test_a_scaled_mams_step_keeps_the_tuning_and_the_target(gaussian, gaussian_chains) -> None:
     """``step_scale`` divides the tuned step and keeps the tuned trajectory length: the same
     tuning (same keys) gives exactly half the step, twice the integration steps a transition, a
     higher acceptance and still the Gaussian's moments."""
     potential, starts, mean, covariance = gaussian
-    plain = run_sampler(Sampler.MAMS, potential, starts, CONFIG).diagnostics
+    plain = gaussian_chains(Sampler.MAMS, CONFIG).diagnostics
     config = dataclasses.replace(CONFIG, step_scale=2.0)
     result = run_sampler(Sampler.MAMS, potential, starts, config)
     scaled = result.diagnostics
@@ -186,12 +204,14 @@ def test_the_step_scale_is_for_mams_and_enters_the_key_only_when_used(gaussian) 
     assert units[0].to_dict()["chains"]["step_scale"] == 2.0
 
 
-def test_mams_chains_that_share_a_length_tune_it_alone_then_take_the_median(gaussian) -> None:
+def test_mams_chains_that_share_a_length_tune_it_alone_then_take_the_median(
+    gaussian, gaussian_chains
+) -> None:
     """``shared_length``: stages 1 and 2 are each chain's own (same keys, the same lengths as
     without it), then every chain goes on at the median of those lengths, retunes its step size
     there, and still samples the Gaussian."""
     potential, starts, mean, covariance = gaussian
-    plain = run_sampler(Sampler.MAMS, potential, starts, CONFIG).diagnostics
+    plain = gaussian_chains(Sampler.MAMS, CONFIG).diagnostics
     own = np.asarray(plain["chain_trajectory_length"])
     assert np.ptp(own) > 0.05 * own.mean()  # the chains' own lengths differ
     config = dataclasses.replace(CONFIG, shared_length=True)
@@ -261,12 +281,11 @@ def test_a_shared_length_is_stored_once_and_survives_a_kill(gaussian, tmp_path, 
         depth.build_settings(parser.parse_args(["--sampler", "nuts", "--shared-length"]))
 
 
-def test_mclmc_reports_its_energy_error_draw_by_draw(gaussian) -> None:
+def test_mclmc_reports_its_energy_error_draw_by_draw(gaussian_chains) -> None:
     """The per-draw energy error (each draw's mean squared error per dimension over its steps)
     summarised: median, maximum, the share of draws above 5e-3, the log density at the worst;
     on a Gaussian, where the tuning holds, no draw's error stands out."""
-    potential, starts, _, _ = gaussian
-    diagnostics = run_sampler(Sampler.MCLMC, potential, starts, CONFIG).diagnostics
+    diagnostics = gaussian_chains(Sampler.MCLMC, CONFIG).diagnostics
     chains = diagnostics["chain_energy_error_variance_per_dimension"]
     median = diagnostics["energy_error_variance_draw_median"]
     assert 0 < median <= diagnostics["energy_error_variance_draw_max"]
@@ -355,17 +374,19 @@ def test_mams_with_a_dense_preconditioner_recovers_an_ill_conditioned_gaussian(t
     assert speed(result.diagnostics) > 10 * speed(diagonal)
 
 
-def test_the_same_seed_gives_the_same_chains(gaussian) -> None:
+def test_the_same_seed_gives_the_same_chains(gaussian, gaussian_chains) -> None:
     potential, starts, _, _ = gaussian
     config = dataclasses.replace(CONFIG, warmup=50, samples=20)
-    first = run_sampler(Sampler.MCLMC, potential, starts, config).samples
+    first = gaussian_chains(Sampler.MCLMC, config).samples
     again = run_sampler(Sampler.MCLMC, potential, starts, config).samples
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first[0], first[1])  # each chain has its own key
 
 
 @pytest.mark.parametrize("sampler", [Sampler.MAMS, Sampler.MCLMC])
-def test_a_killed_run_resumes_from_its_finished_chains(gaussian, tmp_path, sampler) -> None:
+def test_a_killed_run_resumes_from_its_finished_chains(
+    gaussian, gaussian_chains, tmp_path, sampler
+) -> None:
     """Finished chains are stored and read back instead of run again; the chains that were not
     stored run again to the draws of an uninterrupted run; other starts or seeds are not read."""
     from vbnn.references.chain_checkpoints import chain_settings
@@ -373,7 +394,7 @@ def test_a_killed_run_resumes_from_its_finished_chains(gaussian, tmp_path, sampl
 
     potential, starts, _, _ = gaussian
     config = dataclasses.replace(CONFIG, warmup=50, samples=20)
-    whole = run_sampler(sampler, potential, starts, config)
+    whole = gaussian_chains(sampler, config)
     store = tmp_path / "chains"
     stored = run_sampler(sampler, potential, starts, config, store)
     np.testing.assert_array_equal(stored.samples, whole.samples)
