@@ -483,6 +483,9 @@ def main(argv: list[str] | None = None) -> None:
         metavar="I/N",
         help="compute only the I-th of every N units (0 <= I < N)",
     )
+    parser.add_argument(
+        "--report", action="store_true", help="only make the table and figure from the stored units"
+    )
     parser.add_argument("--smoke", "--quick", action="store_true",
                         help="tiny budgets and data, one seed: runs in seconds")  # fmt: skip
     args = parser.parse_args(argv)
@@ -491,16 +494,9 @@ def main(argv: list[str] | None = None) -> None:
     changes = {"budgets": args.budgets, "threads": args.threads,
                "variance_steps": args.variance_steps, "clock": args.clock}  # fmt: skip
     protocol = dataclasses.replace(protocol, **{k: v for k, v in changes.items() if v is not None})
-    run(
-        args.out,
-        args.networks,
-        args.arms,
-        seeds,
-        protocol,
-        tuple(args.kinds),
-        args.shard,
-        args.init_stds,
-    )
+    if not args.report:
+        run(args.out, args.networks, args.arms, seeds, protocol, tuple(args.kinds), args.shard,
+            args.init_stds)  # fmt: skip
     units = stored_units(args.out, args.networks, args.arms, seeds, protocol, args.init_stds)
     table = write_report(args.out, units, protocol.budgets)
     print(table)
