@@ -13,12 +13,12 @@ conv 16@3x3 + BatchNorm, average pooling to 7x7, dense 784-10) on Fashion-MNIST.
 Arms, each at its library's defaults for a converted model:
 
 * ``plain``: the network itself, point weights, cross-entropy (the reference);
-* ``vbnn-lrt``: ``vbnn.convert(network, "mf")`` trained in its default ``local`` mode (the local
+* ``vbnn-lrt``: ``vbnn.convert(network, "mf")`` with every layer in ``local`` mode (the local
   reparameterization trick, Kingma, Salimans & Welling 2015), loss CE + ``vbnn.kl`` / N;
 * ``vbnn-weights``: the same model trained under ``vbnn.mode(model, "weights")``: one weight draw
   per minibatch, shared by its examples;
 * ``vbnn-conv-weights``: the convolutions on one weight draw per minibatch, the dense layers on
-  the LRT (for the MLP it is ``vbnn-lrt``);
+  the LRT: the layers' defaults (for the MLP it is ``vbnn-lrt``);
 * ``--init-stds``: the vbnn arms again with their layers starting at other posterior stds
   (``convert(..., init_std=s)``), labelled ``"vbnn-lrt, std s"``;
 * ``bt-reparameterization`` / ``bt-flipout``: bayesian-torch 0.5.0's ``dnn_to_bnn`` with the
