@@ -40,6 +40,7 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.core.runs import SplitResult
 from vbnn.data.splits import standardise
+from vbnn.layers.registry import family
 from vbnn.metrics import (
     accuracy,
     brier_score,
@@ -53,9 +54,6 @@ from vbnn.training.batches import StackedBatches
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.trainer import train
 
-# Families whose prior is the Gaussian N(0, s^2) that ``prior_std`` sets; the others keep their
-# own prior (variational dropout's log-uniform, ...) and only the learning rate is searched.
-GAUSSIAN_PRIOR_FAMILIES = ("mf", "gd", "fc", "fc-low-rank")
 SEARCH_SPACE = {"learning_rate": (1e-3, 0.1), "prior_std": (0.01, 10.0)}
 ECE_BINS = 15
 ACTIVATION = "tanh"
@@ -197,7 +195,9 @@ def tune_classifier(
             f"fold {fold}: validation_fraction={run.validation_fraction} holds out no row of "
             f"its {train.size} training rows; raise it or pass tune=False"
         )
-    names = ["learning_rate"] + (["prior_std"] if run.method in GAUSSIAN_PRIOR_FAMILIES else [])
+    # a family under the Gaussian N(0, s^2) prior (FamilySpec.gaussian_prior) has s searched too;
+    # the others keep their own prior (variational dropout's log-uniform, ...)
+    names = ["learning_rate"] + (["prior_std"] if family(run.method).gaussian_prior else [])
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=derive_seed(run.seed, fold, "tuning") % 2**32)
     study = optuna.create_study(direction="maximize", sampler=sampler)

@@ -21,7 +21,7 @@ import torch
 from vbnn.comparison.config import CompareConfig
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import Algorithm, TrainConfig, VIConfig
+from vbnn.core.runs import PredictiveKind, TrainConfig
 from vbnn.metrics import interval_coverage
 from vbnn.networks.predictive import sample
 from vbnn.regression.engine import TrainedStack
@@ -77,8 +77,8 @@ def interval_coverages(stack: TrainedStack, level: float = 0.95) -> dict[int, di
     """Share of each fold's test targets inside the central ``level`` predictive interval.
 
     The predictive of a stochastic family is the mixture (1/K) sum_k N(f_k(x), sigma^2) over
-    K = ``test_samples`` draws (the draws of the test log-likelihood: the same ``eval``
-    streams); ES and MAP predict N(f(x), sigma^2) at their point weights. Coverage does not
+    K = ``config.predictive.samples`` draws (the draws of the test log-likelihood: the same
+    ``eval`` streams); ES and MAP predict N(f(x), sigma^2) at their point weights. Coverage does not
     depend on the target's scale, so it is computed in standardised units. SGLD keeps its
     samples inside the engine, so its coverage is NaN.
 
@@ -87,17 +87,18 @@ def interval_coverages(stack: TrainedStack, level: float = 0.95) -> dict[int, di
     """
     config, data = stack.config, stack.data
     keys = list(data.split_ids)
-    if config.algorithm is Algorithm.SGLD:
+    predictive = config.predictive
+    if predictive.kind is PredictiveKind.CHAIN:
         return {k: {COVERAGE: math.nan} for k in keys}
     noise = stack.likelihood.std()
-    if not isinstance(config, VIConfig):  # ES, MAP
+    if predictive.kind is PredictiveKind.POINT:  # ES, MAP
         means = stack.model(data.x_test, ForwardMode.MEAN).squeeze(-1)  # (M, N)
         return {
             k: {COVERAGE: float(interval_coverage(means[m], noise[m], data.y_test[m], level))}
             for m, k in enumerate(keys)
         }
     streams = ModelGenerators.for_keys(config.seed, keys, "eval")
-    draws = sample(stack.model, data.x_test, config.test_samples, ForwardMode.LOCAL, noise=streams)
+    draws = sample(stack.model, data.x_test, predictive.samples, ForwardMode.LOCAL, noise=streams)
     draws = draws.squeeze(-1)  # (K, M, N)
     return {
         k: {COVERAGE: float(interval_coverage(draws[:, m], noise[m], data.y_test[m], level))}

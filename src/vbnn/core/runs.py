@@ -7,6 +7,13 @@ these: ``es``, ``map``, ``sgld``, and ``mf``, ``gd``, ``fc`` for VI with that fa
 (``regression.methods.method_config``, :attr:`TrainConfig.method`). Any other family name
 spells VI with it.
 
+Each config answers what differs between algorithms, so that the engine, the tuner and the
+trainer never ask which algorithm they hold: its prior (``prior``) and full-batch objective
+(``AdamConfig.objective_terms``), its predictive (``predictive``), early stopping
+(``early_stopping``), the network passes of a step (``samples_per_step``), the Adam rates of
+parameter roles (``role_learning_rates``), the options of its layers (``layer_options``) and its
+search space (``search_space``). A new algorithm is one config class and its line in ``CONFIGS``.
+
 Defaults are the paper's (its appendix A). A config is stored with the results it produced
 (``TrainConfig.to_dict``), and hashed into their key (``stores.results_db.config_hash``).
 """
@@ -19,8 +26,14 @@ from enum import Enum
 from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
-from vbnn.core.contracts import Activation
+from vbnn.core.contracts import Activation, ParameterRole
+from vbnn.core.randomness import NoiseSource
+from vbnn.layers.registry import family as family_spec
+from vbnn.priors.gaussian import GaussianPrior
+from vbnn.training.likelihoods import Likelihood
+from vbnn.training.objectives import elbo, log_joint, log_likelihood
 
 
 class Algorithm(str, Enum):
@@ -37,6 +50,50 @@ TABLE1_METHODS = ("es", "map", "mf", "gd", "fc", "sgld")
 SGLD_SAMPLES = 100  # samples SGLD keeps by default (the predictive averages over them)
 DEFAULT_LEARNING_RATE = 0.005
 DEFAULT_BETAS = (0.9, 0.99)
+# Searched range of a prior std (MAP, VI, SGLD), log scale.
+PRIOR_STD_RANGE = (0.01, 10.0)
+
+# A search space: hyper-parameter name -> (low, high), searched on a log scale.
+SearchSpace = dict[str, tuple[float, float]]
+
+
+class PredictiveKind(str, Enum):
+    """What the test predictive averages over."""
+
+    POINT = "point"  # N(f(x; w), sigma^2) at the trained point weights
+    DRAWS = "draws"  # (1/K) sum_k N(f(x; w_k), sigma^2), w_k drawn from the variational family
+    CHAIN = "chain"  # the same mixture over the samples a Markov chain kept
+
+
+@dataclass(frozen=True)
+class Predictive:
+    """How a trained stack predicts.
+
+    Attributes:
+        kind: what the mixture averages over.
+        samples: K, the draws of ``DRAWS`` (1 otherwise; a chain keeps its own count).
+    """
+
+    kind: PredictiveKind
+    samples: int = 1
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether the test predictive draws from the variational family."""
+        return self.kind is PredictiveKind.DRAWS
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Early stopping on held-out training rows.
+
+    Attributes:
+        validation_fraction: share of each split's training rows held out.
+        eval_every: iterations between validation checks (the last iteration is checked too).
+    """
+
+    validation_fraction: float
+    eval_every: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +172,38 @@ class TrainConfig:
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 
+    @property
+    def predictive(self) -> Predictive:
+        """How the trained stack predicts: at its point weights unless the algorithm says
+        otherwise."""
+        return Predictive(PredictiveKind.POINT)
+
+    @property
+    def samples_per_step(self) -> int:
+        """Network passes of one training step per model (the activations a model holds)."""
+        return 1
+
+    def prior(self, values: ModelValues) -> GaussianPrior | None:
+        """The prior over the weights, with ``values``' per-model stds; None: no prior."""
+        return None
+
+    def early_stopping(self) -> EarlyStopping | None:
+        """How training stops early on held-out rows; None: it runs every iteration."""
+        return None
+
+    def role_learning_rates(self) -> dict[ParameterRole, float | None]:
+        """Adam rates of parameter roles apart from ``learning_rate`` (None: shares it)."""
+        return {}
+
+    def layer_options(self, values: ModelValues) -> dict[str, Any]:
+        """Keyword options for the family's layers beyond the architecture's (``values``
+        gives per-model ones)."""
+        return {}
+
+    def search_space(self) -> SearchSpace:
+        """What a hyper-parameter search varies: name -> (low, high) on a log scale."""
+        raise NotImplementedError(f"{type(self).__name__} declares no search space")
+
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain JSON, the algorithm included (``config_from_dict`` inverts)."""
         out = {"algorithm": self.algorithm.value, **dataclasses.asdict(self)}
@@ -140,6 +229,21 @@ class AdamConfig(TrainConfig):
     def _checks(self) -> dict[str, bool]:
         return {**super()._checks(), "learning_rate": self.learning_rate > 0}
 
+    # Parameters: the stack's network and likelihood, the prior ``prior(values)`` gave, the
+    # (M, N, I) inputs and (M, N) targets, and the noise of stochastic forward passes.
+    def objective_terms(
+        self,
+        model: nn.Module,
+        likelihood: Likelihood,
+        prior: GaussianPrior | None,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        noise: NoiseSource,
+    ) -> dict[str, torch.Tensor]:
+        """The terms of the objective that full-batch Adam maximises, each (M,), with the total
+        under ``"objective"``: here the log-likelihood sum_n log p(y_n | x_n, w)."""
+        return log_likelihood(model, likelihood, x, y)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ESConfig(AdamConfig):
@@ -163,6 +267,12 @@ class ESConfig(AdamConfig):
             "eval_every": self.eval_every >= 1,
         }
 
+    def early_stopping(self) -> EarlyStopping:
+        return EarlyStopping(self.validation_fraction, self.eval_every)
+
+    def search_space(self) -> SearchSpace:
+        return {"learning_rate": (1e-4, 0.1)}
+
 
 @dataclass(frozen=True, kw_only=True)
 class MAPConfig(AdamConfig):
@@ -174,6 +284,24 @@ class MAPConfig(AdamConfig):
 
     def _checks(self) -> dict[str, bool]:
         return {**super()._checks(), "prior_std": self.prior_std > 0}
+
+    def prior(self, values: ModelValues) -> GaussianPrior:
+        return GaussianPrior(values.get(self, "prior_std"))
+
+    def objective_terms(
+        self,
+        model: nn.Module,
+        likelihood: Likelihood,
+        prior: GaussianPrior | None,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        noise: NoiseSource,
+    ) -> dict[str, torch.Tensor]:
+        """The log joint log p(y | x, w) + log p(w) (``training.objectives.log_joint``)."""
+        return log_joint(model, likelihood, prior, x, y)
+
+    def search_space(self) -> SearchSpace:
+        return {"prior_std": PRIOR_STD_RANGE}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +340,17 @@ class SGLDConfig(TrainConfig):
             "burn_in": self.burn_in is None or self.burn_in >= 0,
             "thinning": self.thinning is None or self.thinning >= 1,
         }
+
+    @property
+    def predictive(self) -> Predictive:
+        return Predictive(PredictiveKind.CHAIN)
+
+    def prior(self, values: ModelValues) -> GaussianPrior:
+        return GaussianPrior(values.get(self, "prior_std"))
+
+    def search_space(self) -> SearchSpace:
+        # eta of eps_t = (eta / N)(1 + t / tau)^-gamma; the paper gives no SGLD settings at all
+        return {"prior_std": PRIOR_STD_RANGE, "step_size": (1e-3, 1.0)}
 
     @property
     def resolved_burn_in(self) -> int:
@@ -272,6 +411,57 @@ class VIConfig(AdamConfig):
     @property
     def method(self) -> str:
         return self.family
+
+    @property
+    def predictive(self) -> Predictive:
+        return Predictive(PredictiveKind.DRAWS, self.test_samples)
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.train_samples
+
+    def prior(self, values: ModelValues) -> GaussianPrior:
+        return GaussianPrior(values.get(self, "prior_std"))
+
+    def objective_terms(
+        self,
+        model: nn.Module,
+        likelihood: Likelihood,
+        prior: GaussianPrior | None,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        noise: NoiseSource,
+    ) -> dict[str, torch.Tensor]:
+        """The ELBO E_q[log p(y | x, w)] - kl_weight KL(q || p), its expectation estimated
+        from ``train_samples`` draws (``training.objectives.elbo``)."""
+        return elbo(model, likelihood, prior, x, y, noise, self.kl_weight, self.train_samples)
+
+    def role_learning_rates(self) -> dict[ParameterRole, float | None]:
+        return {ParameterRole.CORRELATION: self.correlation_learning_rate}
+
+    def layer_options(self, values: ModelValues) -> dict[str, Any]:
+        """The posterior std (per model from ``values``) under the family's name for it
+        (``FamilySpec.std_option``: ``init_std``, or ``std`` for ``gd``).
+
+        Raises:
+            ValueError: ``posterior_std`` differs from its default for a family whose layers
+                have no posterior std (``point``, the variational dropout families, ...).
+        """
+        spec = family_spec(self.family)
+        option = spec.std_option()
+        if option in spec.accepted_options():
+            return {option: values.get(self, "posterior_std")}
+        if self.posterior_std != VIConfig.posterior_std:
+            raise ValueError(
+                f"{self.family}: its layers have no posterior std to set, got posterior_std="
+                f"{self.posterior_std}; leave it at its default"
+            )
+        return {}
+
+    def search_space(self) -> SearchSpace:
+        """The prior std, and what the family adds (``FamilySpec.search_space``: GD's fixed
+        posterior std)."""
+        return {"prior_std": PRIOR_STD_RANGE, **family_spec(self.family).search_space}
 
 
 @dataclass(frozen=True)

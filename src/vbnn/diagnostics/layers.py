@@ -30,11 +30,17 @@ import torch
 from torch import nn
 
 from vbnn.diagnostics.pruning import KL_THRESHOLD, SNR_THRESHOLD, kl_per_weight
+from vbnn.layers.registry import FAMILIES, WeightPosterior
 from vbnn.layers.shell import VariationalLayer
 
-# families whose weights are Gaussian with a free mean, where the pruning rule applies
-GAUSSIAN_FAMILIES = frozenset({"mf", "gd", "fc", "fc-low-rank", "additive"})
-DROPOUT_FAMILIES = frozenset({"vd-layer", "vd-neuron", "vd-weight"})
+# families whose weights are Gaussian with a free mean, where the pruning rule applies, and those
+# whose std is tied to the mean through alpha (``FamilySpec.weights``)
+GAUSSIAN_FAMILIES = frozenset(
+    name for name, spec in FAMILIES.items() if spec.weights is WeightPosterior.GAUSSIAN
+)
+DROPOUT_FAMILIES = frozenset(
+    name for name, spec in FAMILIES.items() if spec.weights is WeightPosterior.DROPOUT
+)
 LOG_ALPHA_THRESHOLD = 3.0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
@@ -25,6 +26,17 @@ from vbnn.layers.shell import VariationalLayer
 from vbnn.layers.uniform_variance import UniformVariance
 from vbnn.layers.variational_dropout import LayerDropout, NeuronDropout, WeightDropout
 from vbnn.layers.zero_mean import ZeroMean
+from vbnn.priors.gaussian import GaussianPrior
+
+
+class WeightPosterior(str, Enum):
+    """The form of a family's distribution over one weight (what a diagnosis may read from its
+    moments)."""
+
+    GAUSSIAN = "gaussian"  # N(mu, sigma^2), mean and std free (correlated or not)
+    DROPOUT = "dropout"  # N(mu, alpha mu^2): the std tied to the mean through alpha
+    SCALE = "scale"  # zero mean, a learned scale (the variance layers)
+    POINT = "point"  # point weights (binary dropout acts on the inputs)
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,15 @@ class FamilySpec:
         variational: whether it has a KL term (False: point weights or the dropout baseline).
         closed_form_kl: whether its KL to a Gaussian prior is finite and in closed form (the
             contract tests compare it with a Monte-Carlo estimate).
+        weights: the form of its distribution over one weight.
+        search_space: hyper-parameters of the family that a search varies besides the
+            algorithm's: name -> (low, high) on a log scale (GD's fixed posterior std).
+        config_defaults: values of the VI config (``core.runs.VIConfig``) that the UCI engine
+            gives this family where no tuned preset applies (GD's fixed posterior std: the
+            config's 1e-4 makes GD a MAP fit that overfits; the tuned GD stds lie in 0.003-0.05).
+        dense_covariance: whether a dense layer holds a full (I + 1) O x (I + 1) O covariance
+            factor per model (``fc``): its memory grows with the square of the layer's weights
+            (:meth:`covariance_elements`).
     """
 
     name: str
@@ -50,6 +71,22 @@ class FamilySpec:
     convolution: bool = True
     variational: bool = True
     closed_form_kl: bool = True
+    weights: WeightPosterior = WeightPosterior.GAUSSIAN
+    search_space: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    config_defaults: Mapping[str, float] = field(default_factory=dict)
+    dense_covariance: bool = False
+
+    @property
+    def gaussian_prior(self) -> bool:
+        """Whether the family's KL is to the Gaussian N(0, s^2) prior (its layers' default
+        prior), so that a prior std is its hyper-parameter; the variational dropout and
+        variance-layer families keep their log-uniform prior, and point weights have no KL."""
+        return self.variational and isinstance(self.layer.default_prior, GaussianPrior)
+
+    def covariance_elements(self, in_features: int, out_features: int) -> int:
+        """Floats of one model's covariance factor in a dense layer with a bias:
+        ((I + 1) O)^2 for a dense covariance, else 0 (the other families hold O(I O))."""
+        return ((in_features + 1) * out_features) ** 2 if self.dense_covariance else 0
 
     def accepted_options(self) -> set[str]:
         """The keyword options a layer of this family takes: its own (``init_std``, ``std``,
@@ -91,33 +128,78 @@ class FamilySpec:
 
 _SPECS = (
     FamilySpec("mf", MeanField, "mean-field Gaussian, learned variances (LRT)"),
-    FamilySpec("gd", FixedVariance, "mean-field Gaussian with one fixed std (LRT)"),
-    FamilySpec("fc", FullCovariance, "full-covariance Gaussian per layer", convolution=False),
+    FamilySpec(
+        "gd",
+        FixedVariance,
+        "mean-field Gaussian with one fixed std (LRT)",
+        search_space={"posterior_std": (1e-3, 1.0)},
+        config_defaults={"posterior_std": 0.01},
+    ),
+    FamilySpec(
+        "fc",
+        FullCovariance,
+        "full-covariance Gaussian per layer",
+        convolution=False,
+        dense_covariance=True,
+    ),
     FamilySpec(
         "fc-low-rank",
         LowRankCovariance,
         "Gaussian per layer, diagonal plus rank-r covariance (option rank)",
         convolution=False,
     ),
-    FamilySpec("point", Point, "point weights (ES, MAP, SGLD)", variational=False),
-    FamilySpec("vd-layer", LayerDropout, "variational dropout, one alpha per layer"),
-    FamilySpec("vd-neuron", NeuronDropout, "variational dropout, one alpha per output unit"),
-    FamilySpec("vd-weight", WeightDropout, "variational dropout, one alpha per weight"),
+    FamilySpec(
+        "point",
+        Point,
+        "point weights (ES, MAP, SGLD)",
+        variational=False,
+        weights=WeightPosterior.POINT,
+    ),
+    FamilySpec(
+        "vd-layer",
+        LayerDropout,
+        "variational dropout, one alpha per layer",
+        weights=WeightPosterior.DROPOUT,
+    ),
+    FamilySpec(
+        "vd-neuron",
+        NeuronDropout,
+        "variational dropout, one alpha per output unit",
+        weights=WeightPosterior.DROPOUT,
+    ),
+    FamilySpec(
+        "vd-weight",
+        WeightDropout,
+        "variational dropout, one alpha per weight",
+        weights=WeightPosterior.DROPOUT,
+    ),
     FamilySpec("additive", Additive, "N(mu, sigma^2) with the dropout priors' KL through alpha"),
-    FamilySpec("zero-mean", ZeroMean, "Gaussian variance layer N(0, sigma^2)"),
+    FamilySpec(
+        "zero-mean",
+        ZeroMean,
+        "Gaussian variance layer N(0, sigma^2)",
+        weights=WeightPosterior.SCALE,
+    ),
     FamilySpec(
         "bernoulli-variance",
         BernoulliVariance,
         "variance layer theta (2 Bernoulli(1/2) - 1)",
         closed_form_kl=False,
+        weights=WeightPosterior.SCALE,
     ),
-    FamilySpec("uniform-variance", UniformVariance, "variance layer theta U(-1, 1)"),
+    FamilySpec(
+        "uniform-variance",
+        UniformVariance,
+        "variance layer theta U(-1, 1)",
+        weights=WeightPosterior.SCALE,
+    ),
     FamilySpec(
         "dropout",
         BinaryDropout,
         "binary dropout (rate 0.5) on the input, point weights",
         {"rate": 0.5},
         variational=False,
+        weights=WeightPosterior.POINT,
     ),
 )
 

@@ -24,17 +24,17 @@ import torch
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import (
     PER_MODEL_SETTINGS,
-    ESConfig,
+    EarlyStopping,
     ModelValues,
+    PredictiveKind,
     RunResult,
-    SGLDConfig,
     SplitResult,
     TrainConfig,
-    VIConfig,
 )
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
 from vbnn.data.uci import RegressionDataset
+from vbnn.layers.registry import family
 from vbnn.networks.mlp import MLP
 from vbnn.regression import sgld
 from vbnn.regression.evaluation import PredictiveMetrics, evaluate, metrics_from_predictions
@@ -55,22 +55,24 @@ def choose_chunk_size(config: TrainConfig, train_rows: int, in_features: int, co
     if config.chunk_size is not None:
         return min(config.chunk_size, count)
     width = max((*config.hidden, 1))
-    per_model = train_rows * width * (config.train_samples if isinstance(config, VIConfig) else 1)
+    per_model = train_rows * width * config.samples_per_step
     chunk = CHUNK_ELEMENTS // max(per_model, 1)
-    if config.network_family == "fc":
-        sizes = (in_features, *config.hidden, 1)
-        largest = max((i + 1) * o for i, o in pairwise(sizes))
-        chunk = min(chunk, CHUNK_COVARIANCE_ELEMENTS // largest**2)
+    spec = family(config.network_family)
+    sizes = (in_features, *config.hidden, 1)
+    largest = max(spec.covariance_elements(i, o) for i, o in pairwise(sizes))
+    if largest > 0:  # a dense covariance factor per model (fc)
+        chunk = min(chunk, CHUNK_COVARIANCE_ELEMENTS // largest)
     return max(1, min(count, chunk))
 
 
 def _carve_validation(
-    config: ESConfig, data: StackedSplits, keys: Sequence[int]
+    stopping: EarlyStopping, seed: int, data: StackedSplits, keys: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor, Validation]:
-    """ES: hold out ``validation_fraction`` of each split's training rows (seeded per split)."""
+    """Early stopping: hold out ``validation_fraction`` of each split's training rows (seeded
+    per split)."""
     rows = data.x_train.shape[1]
-    held_out = max(1, round(config.validation_fraction * rows))
-    orders = ModelGenerators.for_keys(config.seed, keys, "validation").permutation(rows)
+    held_out = max(1, round(stopping.validation_fraction * rows))
+    orders = ModelGenerators.for_keys(seed, keys, "validation").permutation(rows)
     order = torch.stack(orders).to(data.x_train.device)  # (M, rows)
     fit_rows, validation_rows = order[:, held_out:], order[:, :held_out]
 
@@ -149,13 +151,15 @@ def train_stack(
     model, likelihood = model.to(device), likelihood.to(device)
     callback = make_callback(model, likelihood) if make_callback is not None else None
     x, y, validation = data.x_train, data.y_train, None
-    if isinstance(config, ESConfig):
-        x, y, validation = _carve_validation(config, data, keys)
+    stopping = config.early_stopping()
+    if stopping is not None:
+        x, y, validation = _carve_validation(stopping, config.seed, data, keys)
     problem = Problem(model, likelihood, x, y)
     train_streams = ModelGenerators.for_keys(config.seed, keys, "train")
     description = f"{config.method} splits {keys[0]}-{keys[-1]}"
     stopped = None
-    if isinstance(config, SGLDConfig):
+    predictive = config.predictive
+    if predictive.kind is PredictiveKind.CHAIN:  # SGLD: the samples its chain kept
         states = sgld.sample(config, problem, train_streams, values=values, progress=progress,
                              description=description)  # fmt: skip
         outputs, noise_stds = sgld.predictions(model, likelihood, states, data.x_test)
@@ -172,8 +176,8 @@ def train_stack(
             data.y_test,
             data.target_scale,
             ModelGenerators.for_keys(config.seed, keys, "eval"),
-            samples=config.test_samples if isinstance(config, VIConfig) else 1,
-            stochastic=isinstance(config, VIConfig),
+            samples=predictive.samples,
+            stochastic=predictive.stochastic,
         )
     metrics = PredictiveMetrics(metrics.log_likelihood.cpu(), metrics.rmse.cpu())
     stopped = None if stopped is None else stopped.cpu()

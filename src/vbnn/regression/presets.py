@@ -5,14 +5,17 @@
 with a validation part carved from them; ``reproductions/overpruning/table1.md`` lists them),
 rounded to 4 significant digits. They are a sensible start, not a protocol: split 0's training
 rows overlap the test rows of other splits, so a paper-grade evaluation tunes per split
-(``vbnn reproduce overpruning --tune per-split``). Where no preset exists, GD gets the stated
-default ``GD_POSTERIOR_STD`` (its ``VIConfig`` default 1e-4 makes GD a MAP fit that
-overfits), and every other value is the config's default (the paper's settings).
+(``vbnn reproduce overpruning --tune per-split``). Where no preset exists, a family gets its
+stated defaults (``FamilySpec.config_defaults``: GD's ``GD_POSTERIOR_STD``, as its ``VIConfig``
+default 1e-4 makes GD a MAP fit that overfits), and every other value is the config's default
+(the paper's settings).
 """
 
 from __future__ import annotations
 
-GD_POSTERIOR_STD = 0.01  # the tuned GD stds above lie in 0.003-0.05
+from vbnn.layers.registry import FAMILIES
+
+GD_POSTERIOR_STD = FAMILIES["gd"].config_defaults["posterior_std"]
 
 # SGLD: prior std and step size (eta) tuned together.
 
@@ -71,9 +74,11 @@ PRESETS: dict[str, dict[str, dict[str, float]]] = {
 def preset(dataset: str, method: str) -> tuple[dict[str, float], str]:
     """(values, where they come from) for ``dataset`` and ``method`` (a Table 1 name or any
     family); empty when none apply."""
-    values = PRESETS.get(dataset, {}).get(str(method))
+    name = str(method)
+    values = PRESETS.get(dataset, {}).get(name)
     if values:
         return dict(values), "tuned by the Table 1 reproduction on split 0"
-    if method == "gd":
-        return {"posterior_std": GD_POSTERIOR_STD}, "vbnn's stated GD default"
+    stated = FAMILIES[name].config_defaults if name in FAMILIES else {}
+    if stated:
+        return dict(stated), f"vbnn's stated {name.upper()} default"
     return {}, ""

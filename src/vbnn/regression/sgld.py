@@ -27,7 +27,6 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import ModelValues, SGLDConfig
 from vbnn.networks.mlp import MLP
-from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.batches import StackedBatches
 from vbnn.training.full_batch import Problem
 from vbnn.training.likelihoods import GaussianLikelihood
@@ -71,7 +70,7 @@ def sample(
     """
     model, likelihood, x, y = problem.model, problem.likelihood, problem.x, problem.y
     values = values or ModelValues()
-    prior = GaussianPrior(values.get(config, "prior_std"))
+    prior = config.prior(values)
     modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
     num_examples = y.shape[1]
     per_model = None if values.step_size is None else values.step_size / num_examples

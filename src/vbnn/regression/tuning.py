@@ -38,13 +38,7 @@ import optuna
 import torch
 
 from vbnn.core.randomness import derive_seed
-from vbnn.core.runs import (
-    PER_MODEL_SETTINGS,
-    Algorithm,
-    ESConfig,
-    ModelValues,
-    TrainConfig,
-)
+from vbnn.core.runs import PER_MODEL_SETTINGS, ModelValues, TrainConfig
 from vbnn.data.splits import StackedSplits, standardise
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.engine import choose_chunk_size, shared_settings, train_stack
@@ -61,26 +55,6 @@ from vbnn.training.full_batch import NonFiniteLossError
 class TuneProtocol(str, Enum):
     ONCE = "once"
     PER_SPLIT = "per-split"
-
-
-# Searched hyper-parameters per algorithm: name -> (low, high), all on a log scale.
-SEARCH_SPACES: dict[Algorithm, dict[str, tuple[float, float]]] = {
-    Algorithm.ES: {"learning_rate": (1e-4, 0.1)},
-    Algorithm.MAP: {"prior_std": (0.01, 10.0)},
-    Algorithm.VI: {"prior_std": (0.01, 10.0)},
-    # eta of eps_t = (eta / N)(1 + t / tau)^-gamma; the paper gives no SGLD settings at all
-    Algorithm.SGLD: {"prior_std": (0.01, 10.0), "step_size": (1e-3, 1.0)},
-}
-# Searched besides, for VI with these families: GD's fixed posterior std.
-FAMILY_SEARCH_SPACES = {"gd": {"posterior_std": (1e-3, 1.0)}}
-
-
-def search_space(config: TrainConfig) -> dict[str, tuple[float, float]]:
-    """What a search of ``config``'s method varies: name -> (low, high) on a log scale."""
-    space = dict(SEARCH_SPACES[config.algorithm])
-    if config.algorithm is Algorithm.VI:
-        space |= FAMILY_SEARCH_SPACES.get(config.network_family, {})
-    return space
 
 
 def hidden_label(hidden: Sequence[int]) -> str:
@@ -238,7 +212,7 @@ def tune(
     name: str | None = None,
     sole_writer: bool = True,
 ) -> dict[str, float]:
-    """Search ``search_space(config)`` on split ``split``'s training data.
+    """Search ``config.search_space()`` on split ``split``'s training data.
 
     Args:
         storage: Optuna storage (e.g. ``sqlite:///results.sqlite``); None keeps it in memory.
@@ -261,7 +235,7 @@ def tune(
         The best candidate's values, e.g. {"prior_std": 0.8}; a sharing worker that found the
         rest of the budget in others' hands before any trial was scored returns {}.
     """
-    space = search_space(config)
+    space = config.search_space()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         study_name=name or study_name(dataset.name, split, config, tuning.seed),
@@ -279,7 +253,8 @@ def tune(
     data = tuning_problem(
         dataset, split, tuning.validation_fraction, tuning.seed, config.torch_dtype
     )
-    batch = 1 if isinstance(config, ESConfig) else tuning.batch
+    # a round's candidates train as one stack only where all they vary may differ per model
+    batch = tuning.batch if set(space) <= set(PER_MODEL_SETTINGS) else 1
     while True:
         if not sole_writer:  # the other workers' rounds count too
             done = spent_budget(study.trials)

@@ -1,9 +1,9 @@
 """Full-batch training of a model stack: one Adam over all models, independent in every element.
 
 The loss is sum_m ( -objective_m / N ): Adam's update is elementwise, so model m follows exactly
-the trajectory it would follow alone. The steps are ``loop.train_loop``'s; this module adds the
-objective of each method (ES, MAP, VI; SGLD has its own optimizer in ``regression.sgld``), the
-compiled objective, and early stopping.
+the trajectory it would follow alone. The steps are ``loop.train_loop``'s; the objective is the
+config's (``AdamConfig.objective_terms``: ES, MAP, VI; SGLD has its own optimizer in
+``regression.sgld``); this module adds the compiled objective and early stopping.
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vbnn.core.contracts import ForwardMode, ParameterRole
+from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators, NoiseSource, NoiseTape
-from vbnn.core.runs import AdamConfig, Algorithm, ESConfig, ModelValues, VIConfig
+from vbnn.core.runs import AdamConfig, ModelValues
 from vbnn.core.runtime import one_core_for_noise
 from vbnn.layers.modes import variational_layers
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import GaussianLikelihood, inputs_checked
 from vbnn.training.loop import NonFiniteLossError, StepCallback, train_loop
-from vbnn.training.objectives import elbo, log_joint, log_likelihood
 from vbnn.training.optimizer import learning_rate_groups
 
 __all__ = ["FitInfo", "NonFiniteLossError", "Problem", "StepCallback", "Validation", "fit"]
@@ -46,7 +45,8 @@ def noise_draws_per_step(model: nn.Module, x: torch.Tensor) -> int:
 
 @dataclass(frozen=True)
 class Validation:
-    """ES only: held-out rows of each model's training data, (M, N_val, I) and (M, N_val)."""
+    """Early stopping (ES): held-out rows of each model's training data, (M, N_val, I) and
+    (M, N_val)."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -72,31 +72,21 @@ class Problem:
     y: torch.Tensor
 
 
-def _prior(config: AdamConfig, values: ModelValues) -> GaussianPrior | None:
-    """The Gaussian prior (per-model stds from ``values``); ES has none."""
-    if config.algorithm is Algorithm.ES:
-        return None
-    return GaussianPrior(values.get(config, "prior_std"))
-
-
 def make_objective(
     config: AdamConfig, problem: Problem, noise: ModelGenerators, values: ModelValues
 ) -> Objective:
-    """The closure computing this algorithm's objective terms on the problem's data."""
-    prior = _prior(config, values)
+    """The closure computing the config's objective terms on the problem's data."""
+    prior = config.prior(values)
     return lambda: objective_terms(config, problem, prior, noise)
 
 
 def objective_terms(
     config: AdamConfig, problem: Problem, prior: GaussianPrior | None, noise: NoiseSource
 ) -> dict[str, torch.Tensor]:
-    """This algorithm's objective terms: ES log-likelihood, MAP log joint, or VI's ELBO."""
+    """The config's objective terms (``AdamConfig.objective_terms``: ES's log-likelihood, MAP's
+    log joint, VI's ELBO) on the problem's data."""
     model, likelihood, x, y = problem.model, problem.likelihood, problem.x, problem.y
-    if isinstance(config, VIConfig):
-        return elbo(model, likelihood, prior, x, y, noise, config.kl_weight, config.train_samples)
-    if config.algorithm is Algorithm.MAP:
-        return log_joint(model, likelihood, prior, x, y)
-    return log_likelihood(model, likelihood, x, y)
+    return config.objective_terms(model, likelihood, prior, x, y, noise)
 
 
 def compiled_objective(
@@ -110,7 +100,7 @@ def compiled_objective(
     elementwise passes into a few loops (benchmarks/README.md); results agree with the eager
     objective to float rounding.
     """
-    prior = _prior(config, values)
+    prior = config.prior(values)
 
     def with_noise(*blocks: torch.Tensor) -> dict[str, torch.Tensor]:
         return objective_terms(config, problem, prior, NoiseTape(blocks))
@@ -145,11 +135,10 @@ def parameter_groups(config: AdamConfig, modules: nn.Module) -> list[dict]:
     Monte-Carlo noise, so at the paper's rate they random-walk until the off-diagonal part alone
     gives each weight about the prior's variance, and the fit does not recover (measured:
     reproductions/overpruning/README.md, "FC and Adam").
-    VI's ``correlation_learning_rate`` sets their rate apart; None keeps the paper's single rate.
+    VI's ``correlation_learning_rate`` sets their rate apart (``role_learning_rates``); None
+    keeps the paper's single rate.
     """
-    rate = config.correlation_learning_rate if isinstance(config, VIConfig) else None
-    rates = {ParameterRole.CORRELATION: rate}
-    return learning_rate_groups(modules, config.learning_rate, rates)
+    return learning_rate_groups(modules, config.learning_rate, config.role_learning_rates())
 
 
 def _describe_non_finite(
@@ -190,8 +179,9 @@ def fit(
     """Optimise every model of the stack for ``config.iterations`` full-batch steps.
 
     With ``validation`` (ES), the held-out log-likelihood of the mean network is checked every
-    ``config.eval_every`` steps and each model keeps the weights of its best check. ``values``
-    holds per-model settings (tuning candidates).
+    ``config.early_stopping().eval_every`` steps (every step for a config without early
+    stopping) and each model keeps the weights of its best check. ``values`` holds per-model
+    settings (tuning candidates).
 
     Raises:
         NonFiniteLossError: at the first step whose loss is NaN or inf.
@@ -219,7 +209,8 @@ def fit(
     callbacks = [] if callback is None else [callback]
     best = _BestState(modules, validation) if validation is not None else None
     if best is not None:
-        eval_every = config.eval_every if isinstance(config, ESConfig) else 1
+        stopping = config.early_stopping()
+        eval_every = 1 if stopping is None else stopping.eval_every
 
         def check(iteration: int, terms: dict[str, torch.Tensor]) -> None:
             if iteration % eval_every == 0 or iteration == iterations:
