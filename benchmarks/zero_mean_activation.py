@@ -35,7 +35,7 @@ def main() -> None:
     for activation in args.activations:
         model = LeNet5(LeNetConfig(families, activation), ModelGenerators.for_keys(0, [0], "init"))
         began = time.perf_counter()
-        settings = ClassifierConfig(epochs=args.epochs, seed=0)
+        settings = ClassifierConfig(epochs=args.epochs, batch_size=100, seed=0)
         train_classifier(model, LogUniformPrior(), train_x, train_y, settings, progress=False)
         model.eval()
         scores = accuracies(model, test_x[:1000], test_y[:1000], 10, 0, PREDICTIONS)

@@ -8,7 +8,7 @@ from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 
 import vbnn
-from vbnn.regression.estimator import DEFAULT_POSTERIOR_STD
+from vbnn.core.defaults import ESTIMATOR_INIT_STD
 
 
 def linear_data(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -106,6 +106,6 @@ def test_with_the_defaults_the_posterior_std_moves_from_its_initial_value(defaul
         [p.detach().exp().numpy().ravel()
          for name, p in default_fit.model_.named_parameters() if name.endswith("log_std")]
     )  # fmt: skip
-    initial = DEFAULT_POSTERIOR_STD
+    initial = ESTIMATOR_INIT_STD
     assert default_fit.config_.posterior_std == initial
     assert np.median(stds) > 10 * initial

@@ -20,6 +20,7 @@ import torch
 from vbnn.classification.estimator import BayesianClassifier
 from vbnn.comparison import command as compare_command
 from vbnn.core.contracts import Activation
+from vbnn.core.defaults import EARLY_STOPPING_ITERATIONS, ESTIMATOR_ITERATIONS, UCI_ITERATIONS
 from vbnn.core.runs import TABLE1_METHODS, RunResult, SGLDConfig, TrainConfig, VIConfig
 from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
 from vbnn.data.cifar import CifarDataset, download_cifar
@@ -242,7 +243,12 @@ def command_check(args: argparse.Namespace) -> None:
 def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     defaults, sgld = VIConfig(), SGLDConfig()
     parser.add_argument("--splits", type=parse_splits, default=None, help="e.g. 0-19 (all)")
-    parser.add_argument("--iterations", type=int, default=None, help="5000; ES 2000")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help=f"{UCI_ITERATIONS}; ES {EARLY_STOPPING_ITERATIONS}",
+    )
     preset_note = "default: the data set's tuned preset, else"
     parser.add_argument("--learning-rate", type=float, default=None,
                         help=f"Adam step ({preset_note} {defaults.learning_rate})")  # fmt: skip
@@ -364,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--target", required=True, metavar="COLUMN", help="the column to predict")
     fit.add_argument("--family", choices=list(FAMILIES), default="mf")
     fit.add_argument("--hidden", type=int, nargs="*", default=[50], help="hidden widths")
-    fit.add_argument("--iterations", type=int, default=2000)
+    fit.add_argument("--iterations", type=int, default=ESTIMATOR_ITERATIONS)
     fit.add_argument("--test-fraction", type=float, default=0.2, help="rows held out (seeded)")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--save", default=None, metavar="DIR", help="save the fitted estimator")

@@ -14,7 +14,7 @@ accuracy: model selection (``cross_val_score``, grid searches) then maximises it
 follow scikit-learn's rules (stored as given, checked in ``fit``), so ``clone`` works.
 
 Defaults. The initial posterior std is 0.01, as in ``BayesianRegressor``
-(``regression.estimator.DEFAULT_POSTERIOR_STD``): Adam moves a log std by at most about one
+(``core.defaults.ESTIMATOR_INIT_STD``): Adam moves a log std by at most about one
 learning rate a step, and from the layers' own 1e-4 the default 100 epochs on a few hundred
 rows (a few hundred steps) leave a near-point posterior, its mutual information below 0.001
 nats on the data and far from it; from 0.01 it is about 7x larger far from the data than on it.
@@ -34,6 +34,7 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from vbnn.classification.training import ClassifierConfig, train_classifier
+from vbnn.core.defaults import BATCH_SIZE, TABLE_EPOCHS, TABLE_LEARNING_RATE
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.data.splits import standard_scale
 from vbnn.layers.registry import family as family_spec
@@ -99,9 +100,9 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         *,
         hidden: tuple[int, ...] = (50,),
         activation: str = "tanh",
-        epochs: int = 100,
-        batch_size: int = 128,
-        learning_rate: float = 0.01,
+        epochs: int = TABLE_EPOCHS,
+        batch_size: int = BATCH_SIZE,
+        learning_rate: float = TABLE_LEARNING_RATE,
         prior_std: float | None = None,
         posterior_std: float | None = None,
         samples: int = 32,

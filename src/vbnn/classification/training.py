@@ -23,6 +23,7 @@ from torch import nn
 
 from vbnn.classification.inference import PREDICTIONS, predict
 from vbnn.core.contracts import ParameterRole
+from vbnn.core.defaults import BATCH_SIZE, EPOCHS, LEARNING_RATE
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import as_input, stack_size
 from vbnn.metrics import accuracy
@@ -59,9 +60,9 @@ class ClassifierConfig:
             ``eval_every``-th epoch and after the last one.
     """
 
-    epochs: int = 10
-    batch_size: int = 100
-    learning_rate: float = 1e-3
+    epochs: int = EPOCHS
+    batch_size: int = BATCH_SIZE
+    learning_rate: float = LEARNING_RATE
     kl_weight: float = 1.0
     seed: int = 0
     log_alpha_learning_rate: float | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vbnn.comparison.folds import Task
+from vbnn.core.defaults import BATCH_SIZE, EPOCHS, LEARNING_RATE, TABLE_EPOCHS, TABLE_LEARNING_RATE
 from vbnn.layers.registry import FAMILIES
 
 REGRESSION_ONLY = ("es", "map", "sgld")
@@ -46,9 +47,9 @@ class CompareConfig:
 
     hidden: tuple[int, ...] = (50,)
     iterations: int | None = None
-    epochs: int = 100
-    batch_size: int = 128
-    learning_rate: float = 0.01
+    epochs: int = TABLE_EPOCHS
+    batch_size: int = BATCH_SIZE
+    learning_rate: float = TABLE_LEARNING_RATE
     test_samples: int = 100
     tune: bool = True
     trials: int = 20
@@ -117,9 +118,9 @@ class NetworkConfig:
             sample (per replicate and member, ``core.randomness.derive_seed``).
     """
 
-    epochs: int = 20
-    batch_size: int | None = 128
-    learning_rate: float = 1e-3
+    epochs: int = EPOCHS
+    batch_size: int | None = BATCH_SIZE
+    learning_rate: float = LEARNING_RATE
     test_samples: int = 20
     ensemble_size: int = 5
     level: float = 0.95

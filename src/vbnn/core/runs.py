@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import Activation, ParameterRole
+from vbnn.core.defaults import EARLY_STOPPING_ITERATIONS, INIT_STD, UCI_ITERATIONS
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.registry import family as family_spec
 from vbnn.priors.gaussian import GaussianPrior
@@ -120,7 +121,7 @@ class TrainConfig:
 
     hidden: tuple[int, ...] = (50,)
     activation: Activation = Activation.TANH
-    iterations: int = 5000
+    iterations: int = UCI_ITERATIONS
     noise_std: float | None = None
     noise_std_init: float = 1.0
     seed: int = 0
@@ -256,7 +257,7 @@ class ESConfig(AdamConfig):
 
     algorithm: ClassVar[Algorithm] = Algorithm.ES
 
-    iterations: int = 2000
+    iterations: int = EARLY_STOPPING_ITERATIONS
     validation_fraction: float = 0.1
     eval_every: int = 10
 
@@ -386,7 +387,7 @@ class VIConfig(AdamConfig):
 
     family: str = "mf"
     prior_std: float = 1.0
-    posterior_std: float = 1e-4
+    posterior_std: float = INIT_STD
     correlation_learning_rate: float | None = None
     kl_weight: float = 1.0
     train_samples: int = 1

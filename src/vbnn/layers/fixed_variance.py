@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ParameterRole, Prior
+from vbnn.core.defaults import INIT_STD
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
 
@@ -37,7 +38,7 @@ class FixedVariance(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        std: float | torch.Tensor = 1e-4,
+        std: float | torch.Tensor = INIT_STD,
         dtype: torch.dtype | None = None,
         **shell,
     ) -> None:

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ParameterRole, Prior
+from vbnn.core.defaults import INIT_STD
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
 
@@ -80,7 +81,7 @@ class JointGaussianLayer(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        init_std: float = 1e-4,
+        init_std: float = INIT_STD,
         dtype: torch.dtype | None = None,
         **shell,
     ) -> None:
@@ -157,7 +158,7 @@ class FullCovariance(JointGaussianLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        init_std: float = 1e-4,
+        init_std: float = INIT_STD,
         dtype: torch.dtype | None = None,
         **shell,
     ) -> None:

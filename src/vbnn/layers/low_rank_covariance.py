@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ParameterRole, Prior
+from vbnn.core.defaults import INIT_STD
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.full_covariance import JointGaussianLayer
 from vbnn.layers.shell import Moments
@@ -69,7 +70,7 @@ class LowRankCovariance(JointGaussianLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        init_std: float = 1e-4,
+        init_std: float = INIT_STD,
         dtype: torch.dtype | None = None,
         rank: int = 10,
         **shell,

@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn import functional
 
 from vbnn.core.contracts import ParameterRole, Prior
+from vbnn.core.defaults import INIT_STD
 from vbnn.core.kernels import local_reparameterization_sample
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
@@ -71,7 +72,7 @@ class MeanField(VariationalLayer):
         in_features: int,
         out_features: int,
         generators: ModelGenerators | torch.Generator | None = None,
-        init_std: float | torch.Tensor = 1e-4,
+        init_std: float | torch.Tensor = INIT_STD,
         dtype: torch.dtype | None = None,
         *,
         parameterization: StdParameterization | str = StdParameterization.LOG,

@@ -14,6 +14,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
+from vbnn.core.defaults import GD_POSTERIOR_STD
 from vbnn.layers.additive import Additive
 from vbnn.layers.bernoulli_variance import BernoulliVariance
 from vbnn.layers.binary_dropout import BinaryDropout
@@ -133,7 +134,7 @@ _SPECS = (
         FixedVariance,
         "mean-field Gaussian with one fixed std (LRT)",
         search_space={"posterior_std": (1e-3, 1.0)},
-        config_defaults={"posterior_std": 0.01},
+        config_defaults={"posterior_std": GD_POSTERIOR_STD},
     ),
     FamilySpec(
         "fc",

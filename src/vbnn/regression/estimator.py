@@ -16,7 +16,7 @@ Defaults. ReLU, because the epistemic std should grow away from the data: far fr
 network is linear in x, so the spread of the sampled functions grows in proportion to the
 distance, while tanh units saturate, every sampled function flattens and the spread stays near
 its value on the data (200 points on [-1, 1]: the epistemic std at x = 4 is about 60x that at
-x = 0 with ReLU, 1.3x with tanh). The initial posterior std is 0.01 (``DEFAULT_POSTERIOR_STD``):
+x = 0 with ReLU, 1.3x with tanh). The initial posterior std is 0.01 (``ESTIMATOR_INIT_STD``):
 small enough that the first steps fit the means of a near-point network, large enough that
 Adam, which moves a log std by at most about one learning rate a step, moves the stds far from
 it within the default 2000 steps (on the 1-D example the median weight std ends 26x above it),
@@ -35,6 +35,7 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from vbnn.core.contracts import ForwardMode
+from vbnn.core.defaults import ESTIMATOR_INIT_STD, ESTIMATOR_ITERATIONS
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import VIConfig
 from vbnn.data.splits import standard_scale
@@ -93,11 +94,10 @@ def as_arrays(
 
 
 # The estimators' initial posterior std (and gd's fixed one); the module docstring says why.
-DEFAULT_POSTERIOR_STD = 0.01
 
 
 def initial_posterior_std(family: str, given: float | None) -> float | None:
-    """``given``, else ``DEFAULT_POSTERIOR_STD`` for a family with a posterior std (learned, or
+    """``given``, else ``ESTIMATOR_INIT_STD`` for a family with a posterior std (learned, or
     fixed as in ``gd``); None for a family without one (``point``, ``vd-*``, ``dropout``).
 
     Raises:
@@ -106,7 +106,7 @@ def initial_posterior_std(family: str, given: float | None) -> float | None:
     if given is not None:
         return given
     spec = family_spec(family)
-    return DEFAULT_POSTERIOR_STD if spec.std_option() in spec.accepted_options() else None
+    return ESTIMATOR_INIT_STD if spec.std_option() in spec.accepted_options() else None
 
 
 class BayesianRegressor(RegressorMixin, BaseEstimator):
@@ -122,7 +122,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         prior_std: std of the N(0, s^2) prior the engine gives every family (the dropout and
             variance families too, through their KL to it).
         posterior_std: initial posterior std (GD: its fixed std); None: 0.01
-            (``DEFAULT_POSTERIOR_STD``, module docstring) for a family that has one (point,
+            (``ESTIMATOR_INIT_STD``, module docstring) for a family that has one (point,
             vd-* and dropout have none and take no value).
         kl_weight: multiplies the KL (1: the ELBO).
         samples: K, predictive samples in ``predict`` and ``score``.
@@ -137,7 +137,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         family: str = "mf",
         hidden: tuple[int, ...] = (50,),
         activation: str = "relu",
-        iterations: int = 2000,
+        iterations: int = ESTIMATOR_ITERATIONS,
         learning_rate: float = 0.005,
         prior_std: float = 1.0,
         posterior_std: float | None = None,

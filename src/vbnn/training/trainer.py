@@ -36,6 +36,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vbnn.core.contracts import Prior
+from vbnn.core.defaults import BATCH_SIZE, EPOCHS, LEARNING_RATE
 from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.core.runtime import keep_freed_memory
@@ -117,9 +118,9 @@ def train(
     likelihood: nn.Module | None = None,
     objective: Objective | str = "elbo",
     prior: Prior | None = None,
-    epochs: int = 20,
-    batch_size: int | None = 128,
-    learning_rate: float = 1e-3,
+    epochs: int = EPOCHS,
+    batch_size: int | None = BATCH_SIZE,
+    learning_rate: float = LEARNING_RATE,
     validation: Any = None,
     patience: int | None = None,
     device: str | torch.device | None = None,
