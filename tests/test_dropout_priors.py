@@ -10,6 +10,7 @@ import torch
 from scipy import integrate, stats
 from torch.distributions import Normal, kl_divergence
 
+from vbnn.layers.registry import FAMILIES
 from vbnn.priors.dropout import (
     ARDPrior,
     KLEstimator,
@@ -21,6 +22,7 @@ from vbnn.priors.dropout import (
     kl_student_t_one_sample,
     log_uniform_kl_by_quadrature,
 )
+from vbnn.priors.gaussian import GaussianPrior
 
 GRID = np.linspace(-8.0, 10.0, 37)  # log alpha
 
@@ -166,3 +168,58 @@ def test_log_uniform_prior_estimators_agree_on_average() -> None:
 def test_invalid_student_t_nu_is_named() -> None:
     with pytest.raises(ValueError, match="nu must be > 0"):
         StudentTPrior(nu=0.0)
+
+
+def _uniform_kl_by_quadrature(theta: float, log_density) -> float:
+    """KL(U(-theta, theta) || p) = -log(2 theta) - (1 / 2 theta) int log p(w) dw."""
+    cross = integrate.quad(log_density, -theta, theta, points=[0.0], limit=200)[0] / (2 * theta)
+    return -math.log(2 * theta) - cross
+
+
+@pytest.mark.parametrize(("theta", "nu"), [(0.05, 3.0), (1.0, 1.0), (4.0, 0.5), (0.3, 30.0)])
+def test_uniform_kl_to_the_student_t_is_its_closed_form(theta: float, nu: float) -> None:
+    log_theta = torch.full((1, 1), math.log(theta), dtype=torch.float64)
+    got = float(StudentTPrior(nu).kl_uniform(log_theta))
+    expected = _uniform_kl_by_quadrature(theta, lambda w: stats.t.logpdf(w, nu))
+    assert got == pytest.approx(expected, abs=1e-9)
+
+
+def test_uniform_kl_to_the_gaussian_is_its_closed_form_per_model() -> None:
+    # a (M,) prior std gives every model its own KL
+    log_theta = torch.log(torch.tensor([[0.2, 0.4], [1.5, 0.1]], dtype=torch.float64))
+    got = GaussianPrior(torch.tensor([0.5, 2.0])).kl_uniform(log_theta)
+    for model, std in enumerate((0.5, 2.0)):
+        expected = sum(
+            _uniform_kl_by_quadrature(t, lambda w, s=std: stats.norm.logpdf(w, 0.0, s))
+            for t in log_theta[model].exp().tolist()
+        )
+        assert float(got[model]) == pytest.approx(expected, abs=1e-9)
+
+
+def test_uniform_kl_depends_on_the_scale_only_for_priors_that_are_not_scale_invariant() -> None:
+    # the uniform variance layer's KL: 0 for log-uniform and ARD, a function of theta for the
+    # Student-t (it was 0 for the Student-t too, dropping a term its gradient needs); as nu -> 0
+    # the Student-t's dependence on theta vanishes
+    small, large = (torch.full((1, 3), math.log(t), dtype=torch.float64) for t in (0.01, 3.0))
+    for prior in (LogUniformPrior(), ARDPrior()):
+        assert prior.scale_invariant and float(prior.kl_uniform(large)) == 0.0
+    student = StudentTPrior(3.0)
+    assert not student.scale_invariant
+    assert abs(float(student.kl_uniform(large) - student.kl_uniform(small))) > 1.0
+    vanishing = StudentTPrior(1e-16)  # what remains: (nu + 1) pi sqrt(nu) / (2 theta) a weight
+    remains = 0.5 * 3 * math.pi * 1e-8 / 0.01
+    difference = float(vanishing.kl_uniform(small) - vanishing.kl_uniform(large))
+    assert difference == pytest.approx(remains, rel=0.01)
+
+
+def test_variance_layers_take_their_kl_from_the_prior() -> None:
+    uniform = FAMILIES["uniform-variance"].build(4, 3)
+    torch.testing.assert_close(
+        uniform.kl(StudentTPrior(3.0)), StudentTPrior(3.0).kl_uniform(uniform.weight_log_scale)
+    )
+    assert float(uniform.kl(LogUniformPrior())) == 0.0
+    bernoulli = FAMILIES["bernoulli-variance"].build(4, 3)
+    assert float(bernoulli.kl(ARDPrior())) == 0.0
+    for prior in (StudentTPrior(3.0), GaussianPrior(1.0)):  # a discrete q: infinite KL
+        with pytest.raises(TypeError, match=f"KL to {type(prior).__name__} is infinite"):
+            bernoulli.kl(prior)

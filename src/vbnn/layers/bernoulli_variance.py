@@ -10,7 +10,8 @@ pre-activation is then drawn from the Gaussian with the exact mean (0) and varia
 Gaussian variance layer"). The +-1 noise is sign(z) for z ~ N(0, 1) from the model's noise source.
 
 KL: q is discrete, so its KL to any density is infinite but does not depend on theta; with the
-log-uniform or ARD prior we drop it (return 0, like the Gaussian variance layer); others raise.
+log-uniform or ARD prior (scale-invariant: ``scale_invariant``) we drop it (return 0, like the
+Gaussian variance layer); others raise, the Student-t among them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
-from vbnn.core.contracts import DropoutPrior, ParameterRole
+from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer
 from vbnn.priors.dropout import LogUniformPrior
@@ -83,7 +84,10 @@ class BernoulliVariance(VariationalLayer):
         return scale * self.unit_noise(noise, scale)
 
     def kl(self, prior: object) -> torch.Tensor:
-        if isinstance(prior, DropoutPrior):
+        """0 for a scale-invariant prior (log-uniform, ARD), where the infinite KL of a discrete q
+        does not depend on theta; an error for any other (its KL is infinite and, e.g. for the
+        Student-t, the part that depends on theta is not a constant to drop)."""
+        if getattr(prior, "scale_invariant", False):
             return self.weight_log_scale.new_zeros(self.num_models)
         raise TypeError(
             f"{type(self).__name__}: KL to {type(prior).__name__} is infinite (discrete q); "

@@ -5,9 +5,10 @@ the examples (``moment_matching=True`` draws the pre-activation from the Gaussia
 exact moments instead, see ``bernoulli_variance``). U(-1, 1) noise is erf(z / sqrt 2), z ~ N(0, 1),
 which is exactly uniform.
 
-KL: against the log-uniform (scale-invariant) prior, KL(theta U || LogU) = -log(2 theta)
-+ E log|theta eps| + C does not depend on theta: returned as 0. Against N(0, s^2), the closed form
-KL = -log(2 theta) + 1/2 log(2 pi s^2) + theta^2 / (6 s^2).
+KL: each prior's ``kl_uniform``. Against the log-uniform or ARD (scale-invariant) prior,
+KL(theta U || LogU) = -log(2 theta) + E log|theta eps| + C does not depend on theta: returned as
+0. Against N(0, s^2) and the Student-t, closed forms (``GaussianPrior.kl_uniform``,
+``StudentTPrior.kl_uniform``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import math
 
 import torch
 
-from vbnn.core.contracts import DropoutPrior
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.bernoulli_variance import BernoulliVariance
 from vbnn.priors.dropout import LogUniformPrior
@@ -37,15 +37,9 @@ class UniformVariance(BernoulliVariance):
         return torch.erf(draw / math.sqrt(2.0))
 
     def kl(self, prior: object) -> torch.Tensor:
-        if isinstance(prior, DropoutPrior):
-            return self.weight_log_scale.new_zeros(self.num_models)
-        if hasattr(prior, "std"):
-            prior_var = float(prior.std) ** 2
-            scale = self.weight_log_scale
-            terms = (
-                -(math.log(2.0) + scale)
-                + 0.5 * math.log(2.0 * math.pi * prior_var)
-                + torch.exp(2.0 * scale) / (6.0 * prior_var)
-            )
-            return terms.reshape(self.num_models, -1).sum(1)
-        raise TypeError(f"UniformVariance: no KL to {type(prior).__name__}")
+        """KL(theta U(-1, 1) || prior), (M,): the prior's ``kl_uniform`` (0 for a scale-invariant
+        prior, closed forms for the Gaussian and the Student-t)."""
+        if not hasattr(prior, "kl_uniform"):
+            raise TypeError(f"UniformVariance: {type(prior).__name__} has no KL to a uniform q "
+                            "(kl_uniform)")  # fmt: skip
+        return prior.kl_uniform(self.weight_log_scale)

@@ -47,6 +47,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import pairwise
+from typing import ClassVar
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -159,6 +160,9 @@ class LogUniformPrior:
             docstring).
     """
 
+    # KL(theta q0 || prior) of a scaled fixed q0 does not depend on theta (module docstring)
+    scale_invariant: ClassVar[bool] = True
+
     estimator: KLEstimator = KLEstimator.APPROXIMATION
     seed: int = 0
     generator: torch.Generator = field(init=False, compare=False, repr=False)
@@ -179,6 +183,11 @@ class LogUniformPrior:
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
         """Constant in sigma (Neklyudov et al. 2019 appendix F); 0 under this normalisation."""
         return std.new_zeros(std.shape[0])
+
+    def kl_uniform(self, log_scale: torch.Tensor) -> torch.Tensor:
+        """KL(U(-theta, theta) || LogU) = -log(2 theta) + E log|theta u| + C = -log 2 - 1 + C:
+        constant in theta, dropped (0), as for the zero-mean layer."""
+        return log_scale.new_zeros(log_scale.shape[0])
 
     def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """For N(mean, std^2): alpha = std^2 / mean^2."""
@@ -203,6 +212,8 @@ class StudentTPrior:
             docstring).
     """
 
+    scale_invariant: ClassVar[bool] = False
+
     nu: float = 1e-16
     seed: int = 0
     generator: torch.Generator = field(init=False, compare=False, repr=False)
@@ -223,6 +234,28 @@ class StudentTPrior:
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
         return self.kl_diagonal(torch.zeros_like(std), std)
 
+    def kl_uniform(self, log_scale: torch.Tensor) -> torch.Tensor:
+        """KL(U(-theta, theta) || t_nu) per model, (M,), from log theta (M, ...), in closed form:
+
+            -log(2 theta) - log c_nu + (nu + 1)/2 E log(1 + w^2 / nu),
+            E log(1 + w^2 / nu) = log(1 + theta^2 / nu) - 2 + 2 (r / theta) atan(theta / r),
+
+        where r = sqrt(nu) and c_nu = Gamma((nu + 1)/2) / (Gamma(nu/2) sqrt(nu pi)) is the
+        density's constant. It depends on theta for every nu > 0; as nu -> 0 (the papers'
+        1e-16) the dependence vanishes, as for the log-uniform prior."""
+        theta = log_scale.exp()
+        root = math.sqrt(self.nu)
+        expected = (
+            torch.log1p((theta / root) ** 2) - 2.0 + 2.0 * (root / theta) * torch.atan(theta / root)
+        )
+        log_constant = (
+            math.lgamma((self.nu + 1.0) / 2.0)
+            - math.lgamma(self.nu / 2.0)
+            - 0.5 * math.log(self.nu * math.pi)
+        )
+        terms = -(math.log(2.0) + log_scale) - log_constant + 0.5 * (self.nu + 1.0) * expected
+        return _sum_per_model(terms)
+
     def kl_correlated(self, mean, trace, log_det) -> torch.Tensor:
         raise TypeError("StudentTPrior has no KL for correlated Gaussians")
 
@@ -240,9 +273,16 @@ class ARDPrior:
     def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
         return _sum_shared(kl_ard(log_alpha), mean.shape)
 
+    scale_invariant: ClassVar[bool] = True  # its variance follows the posterior's scale
+
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor:
         """The optimal prior equals q: KL = 0."""
         return std.new_zeros(std.shape[0])
+
+    def kl_uniform(self, log_scale: torch.Tensor) -> torch.Tensor:
+        """With the optimal lambda^2 = theta^2 / 3, KL(U(-theta, theta) || N(0, lambda^2)) =
+        1/2 log(2 pi / 3) + 1/2 - log 2: constant in theta, dropped (0)."""
+        return log_scale.new_zeros(log_scale.shape[0])
 
     def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """Optimal lambda^2 = mean^2 + std^2: KL = 1/2 log(1 + mean^2 / std^2)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -29,6 +31,8 @@ class GaussianPrior:
     tuner trains hyper-parameter candidates side by side this way).
     """
 
+    scale_invariant: ClassVar[bool] = False
+
     std: float | torch.Tensor = 1.0
 
     def __post_init__(self) -> None:
@@ -50,6 +54,20 @@ class GaussianPrior:
     ) -> torch.Tensor:
         prior_std = per_model(self.std, mean[:, 0])  # (M,): one value per model's KL
         return kl_to_isotropic_gaussian(mean, trace, log_det, prior_std)
+
+    def kl_uniform(self, log_scale: torch.Tensor) -> torch.Tensor:
+        """KL(U(-theta, theta) || N(0, s^2)) per model, (M,), from log theta (M, ...):
+
+            -log(2 theta) + 1/2 log(2 pi s^2) + theta^2 / (6 s^2)
+
+        (E_q log q = -log(2 theta) and E_q w^2 = theta^2 / 3; Neklyudov et al. 2019 section 3.3)."""
+        variance = per_model(self.std, log_scale) ** 2
+        terms = (
+            -(math.log(2.0) + log_scale)
+            + 0.5 * torch.log(2.0 * math.pi * torch.as_tensor(variance, dtype=log_scale.dtype))
+            + torch.exp(2.0 * log_scale) / (6.0 * variance)
+        )
+        return terms.reshape(log_scale.shape[0], -1).sum(1)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         log_density = gaussian_log_prob(value, 0.0, per_model(self.std, value))
