@@ -25,7 +25,7 @@ from vbnn.data.uci import RegressionDataset, load_uci
 from vbnn.regression.studies import RUNNING, requeue_unfinished, used_budget
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, config_hash
-from vbnn.sweeps.driver import Plan, Runs, train_missing
+from vbnn.sweeps.driver import Pending, Runs, train_missing
 from vbnn.sweeps.executors import Unit, add_executor_arguments, run_sweep, settings_from
 from vbnn.sweeps.grid import Grid, Search, load_grid
 from vbnn.sweeps.uci import SplitUnits, stored_trials
@@ -140,9 +140,12 @@ def run(args: argparse.Namespace) -> None:
     build = SplitUnits(datasets, values=_searched_per_split, splits_per_unit=grid.splits_per_unit,
                        cpus=args.cpus_per_unit)  # fmt: skip
 
-    def announce(plan: Plan) -> None:
-        print(f"{args.grid}: {len(runs)} configurations, {plan.total} runs, "
-              f"{plan.missing} to train in {len(plan.units)} units", file=sys.stderr)  # fmt: skip
+    def announce(pending: Pending) -> None:
+        print(
+            f"{args.grid}: {len(runs)} configurations, {pending.total} runs, "
+            f"{pending.missing} to train in {len(pending.units)} units",
+            file=sys.stderr,
+        )
 
     settings = settings_from(args, {config.device for _, config in grid.runs()})
     with ResultsDatabase(args.out / "results.sqlite") as database:

@@ -34,7 +34,7 @@ class Runs:
     Attributes:
         dataset: the data set's name (the first part of a row's key).
         config: the run config; its ``method`` and ``seed`` and its hash key the rows.
-        replicates: the splits, folds or seeds to run, in the order they are read back.
+        replicates: the splits, folds or seeds to run (read back by ascending id).
         extra: stored with every row and part of its key (e.g. the tuning protocol and the
             values it chose); None for none.
         label: names the configuration's units (progress bar, failure summary, Ray task
@@ -80,7 +80,7 @@ UnitBuilder = Callable[[Runs, list[int]], Sequence[Unit]]
 
 
 @dataclass(frozen=True)
-class Plan:
+class Pending:
     """What :func:`train_missing` is about to train: the units and the replicates they cover.
 
     Attributes:
@@ -96,7 +96,9 @@ class Plan:
     total: int
 
 
-def plan_units(database: ResultsDatabase, runs: Sequence[Runs], build_units: UnitBuilder) -> Plan:
+def pending_units(
+    database: ResultsDatabase, runs: Sequence[Runs], build_units: UnitBuilder
+) -> Pending:
     """The units of the replicates ``database`` lacks (none for a complete configuration)."""
     units: list[Unit] = []
     owners: list[int] = []
@@ -109,7 +111,7 @@ def plan_units(database: ResultsDatabase, runs: Sequence[Runs], build_units: Uni
         units.extend(built)
         owners.extend([index] * len(built))
     total = sum(len(entry.replicates) for entry in runs)
-    return Plan(tuple(units), tuple(owners), missing_count, total)
+    return Pending(tuple(units), tuple(owners), missing_count, total)
 
 
 # Parameters: what to run, then where and how it shows, then two optional hooks
@@ -121,7 +123,7 @@ def train_missing(
     *,
     description: str = "training",
     progress: bool = False,
-    before_training: Callable[[Plan], None] | None = None,
+    before_training: Callable[[Pending], None] | None = None,
     on_stored: Callable[[Unit, Any], None] | None = None,
 ) -> list[StoredRuns]:
     """Train the replicates ``database`` lacks, store each unit as it finishes, read all back.
@@ -134,7 +136,7 @@ def train_missing(
             executor to use as it is (left open: e.g. ``LocalExecutor(raise_errors=True)``).
         description: the progress bar's label.
         progress: show the progress bar of units.
-        before_training: called with the :class:`Plan` before any unit runs.
+        before_training: called with the :class:`Pending` before any unit runs.
         on_stored: called with each unit and its value after its rows are committed.
 
     Returns:
@@ -145,10 +147,11 @@ def train_missing(
         SweepError: some units failed (``sweeps.executors.drive``); the others are stored.
         ValueError: a unit returned a result for a replicate its configuration did not ask for.
     """
-    plan = plan_units(database, runs, build_units)
-    owner = {id(unit): index for unit, index in zip(plan.units, plan.owners, strict=True)}
+    pending = pending_units(database, runs, build_units)
+    # every executor hands back the Unit objects it was given: their ids name their owners
+    owner = {id(unit): index for unit, index in zip(pending.units, pending.owners, strict=True)}
     if before_training is not None:
-        before_training(plan)
+        before_training(pending)
 
     def store(unit: Unit, value: tuple[Sequence[SplitResult], Mapping[int, Any]]) -> None:
         entry = runs[owner[id(unit)]]
@@ -161,11 +164,11 @@ def train_missing(
         if on_stored is not None:
             on_stored(unit, value)
 
-    if plan.units:
+    if pending.units:
         if executor is None or isinstance(executor, ExecutorSettings):
-            run_sweep(executor or ExecutorSettings(), plan.units, store, description, progress)
+            run_sweep(executor or ExecutorSettings(), pending.units, store, description, progress)
         else:
-            drive(executor, plan.units, store, description, progress)
+            drive(executor, pending.units, store, description, progress)
     return [read_back(database, entry) for entry in runs]
 
 
