@@ -17,6 +17,8 @@ from vbnn.comparison.classification import ClassifierRun, classification_stack
 from vbnn.comparison.folds import Task, infer_task, k_folds
 from vbnn.comparison.report import paired_gaps, verdict
 from vbnn.data.uci import DataError
+from vbnn.sweeps import driver as driver_module
+from vbnn.sweeps import uci as uci_module
 
 FAST = {"iterations": 60, "hidden": (8,), "test_samples": 8}
 
@@ -106,14 +108,16 @@ def no_training(*args, **kwargs):
     ],
 )  # fmt: skip
 def test_bad_input_is_an_error_before_any_training(call, message, monkeypatch) -> None:
-    monkeypatch.setattr(run_module, "run_sweep", no_training)
+    monkeypatch.setattr(run_module, "run_sweep", no_training)  # the searches
+    monkeypatch.setattr(driver_module, "run_sweep", no_training)  # the training
     x, y = regression_data()
     with pytest.raises(ValueError, match=message):
         call(x, y)
 
 
 def test_a_bad_csv_cell_is_named_before_any_training(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(run_module, "run_sweep", no_training)
+    monkeypatch.setattr(run_module, "run_sweep", no_training)  # the searches
+    monkeypatch.setattr(driver_module, "run_sweep", no_training)  # the training
     table = tmp_path / "data.csv"
     table.write_text("a,y\n1,2\n3,oops\n")
     with pytest.raises(DataError, match=r"line 3, column 'y': non-numeric value 'oops'"):
@@ -130,13 +134,13 @@ def test_regression_resumes_only_the_missing_fold(tmp_path: Path, monkeypatch) -
     with sqlite3.connect(database) as connection:
         connection.execute("DELETE FROM runs WHERE method = 'mf' AND split = 1")
     trained = []
-    real = run_module.train_unit
+    real = uci_module.train_unit
 
     def spy(dataset, chunk, config, *rest):
         trained.append((config.method, list(chunk)))
         return real(dataset, chunk, config, *rest)
 
-    monkeypatch.setattr(run_module, "train_unit", spy)
+    monkeypatch.setattr(uci_module, "train_unit", spy)
     second = vbnn.compare(x, y, **settings, **FAST)
     assert trained == [("mf", [1])]
     columns = ["family", "fold", "log_likelihood", "rmse", "coverage"]

@@ -10,7 +10,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from stored_rows import stored_runs
+import torch
+from stored_rows import driven_rows, stored_runs
 
 from vbnn.cli import main
 from vbnn.core.runs import SplitResult
@@ -43,6 +44,23 @@ def test_grid_in_two_processes_stores_the_local_rows(data_dir: Path, tmp_path: P
         assert main(command) == 0
         rows[name] = stored_runs(tmp_path / name / "results.sqlite")
     assert len(rows["local"]) == 8 and rows["processes"] == rows["local"]
+
+
+def test_a_unit_gives_the_same_digits_here_and_in_a_worker_process(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Units declare no CPUs: each runs on one torch thread on both executors, here too although
+    this process runs on two (and gets its two back)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        local = driven_rows(tmp_path / "local.sqlite", data_dir, ExecutorSettings())
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    processes = ExecutorSettings(kind=ExecutorKind.PROCESSES, workers=1)
+    assert len(local) == 2
+    assert driven_rows(tmp_path / "processes.sqlite", data_dir, processes) == local
 
 
 def _result(folder: Path, index: int) -> SplitResult:

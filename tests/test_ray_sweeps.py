@@ -1,6 +1,7 @@
 """Sweeps on a real local Ray cluster (started here, 2 CPUs, shared by the module): a Ray sweep
-stores exactly the local sweep's rows; a worker SIGKILLed mid-unit is retried and its unit
-stored once; a driver SIGKILLed mid-sweep resumes, ending with the local executor's database.
+stores exactly the local sweep's rows (and a unit the local executor's digits, whatever this
+process's torch threads); a worker SIGKILLed mid-unit is retried and its unit stored once; a
+driver SIGKILLed mid-sweep resumes, ending with the local executor's database.
 The papers' reproductions on Ray are tested beside them, in the lab
 (lab/tests/test_ray_reproductions.py, with this module's cluster)."""
 
@@ -17,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stored_rows import stored_runs
+import torch
+from stored_rows import driven_rows, stored_runs
 
 from vbnn.cli import main
 from vbnn.core.runs import SplitResult
@@ -98,6 +100,22 @@ def test_ray_sweep_stores_the_local_rows(cluster: str, local_rows: list, tmp_pat
                "--executor", "ray"]  # fmt: skip
     assert main(command) == 0
     assert stored_runs(tmp_path / "results.sqlite") == local_rows
+
+
+def test_a_unit_gives_the_same_digits_here_and_on_ray(
+    cluster: str, data_dir: Path, tmp_path: Path
+) -> None:
+    """Units that declare no CPUs run on one torch thread on Ray and here, although this
+    process runs on two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        local = driven_rows(tmp_path / "local.sqlite", data_dir, ExecutorSettings())
+    finally:
+        torch.set_num_threads(before)
+    on_ray = ExecutorSettings(kind=ExecutorKind.RAY)
+    assert len(local) == 2
+    assert driven_rows(tmp_path / "ray.sqlite", data_dir, on_ray) == local
 
 
 def _pid_then_sleep(folder: Path, index: int) -> SplitResult:

@@ -5,8 +5,8 @@ the task follows the targets: integer classes 0 .. C-1 make a classification (th
 output is C logits), floating targets a regression (one output, a learned Gaussian noise). The
 replicates are the seeds when ``test=`` is given (each seed trains on all of (x, y) and tests on
 ``test``), else the (fold, seed) pairs of K folds or given splits. Every (entry, replicate) is a
-unit of the results database (``comparison.units``) under a name that hashes the network (its
-architecture and initial weights), the data, the replicates and the settings.
+row of the results database (trained through ``sweeps.driver``) under a name that hashes the
+network (its architecture and initial weights), the data, the replicates and the settings.
 
 Scores per replicate (``score``): classification test log-likelihood, accuracy, ECE and Brier of
 the predictive p(y | x) = 1/K sum_k softmax(f_k(x)) (``classification.fold_metrics``); with
@@ -51,6 +51,7 @@ from vbnn.metrics import (
     rmse,
 )
 from vbnn.networks.predictive import class_probabilities, predictive_probabilities
+from vbnn.sweeps.driver import Runs, UnitBuilder
 from vbnn.sweeps.executors import Unit
 
 DEFAULT_ENTRIES = {
@@ -226,7 +227,7 @@ class Prepared:
     runs: dict[str, EntryRun]
     replicate_ids: tuple[int, ...]
     over: str
-    build_units: Callable[[str, Any, list[int]], list[Unit]]
+    build_units: UnitBuilder
 
 
 # Parameters: ``compare``'s arguments for the network form, resolved here (one call site)
@@ -295,15 +296,15 @@ def prepare(
     name = data_key(source.label, np.concatenate([a.ravel().astype(np.float64) for a in arrays]),
                     np.asarray([a.size for a in arrays]), splits_key, settings)  # fmt: skip
 
-    def build_units(entry: str, run: EntryRun, missing: list[int]) -> list[Unit]:
+    def build_units(entry: Runs, missing: list[int]) -> list[Unit]:
         units = []
         for k in missing:
             train_rows, test_rows = chosen.rows[k]
             training = (x[train_rows], y[train_rows])
             testing = test_pair if test_rows is None else (x[test_rows], y[test_rows])
-            units.append(Unit(f"{entry} replicate {k}", entry_unit,
-                              (source, run, k, training, testing, ood_x, task, config.level),
-                              cpus))  # fmt: skip
+            units.append(Unit(f"{entry.label} replicate {k}", entry_unit,
+                              (source, entry.config, k, training, testing, ood_x, task,
+                               config.level), cpus))  # fmt: skip
         return units
 
     return Prepared(task, reason, name, runs, chosen.ids, chosen.over, build_units)

@@ -9,15 +9,15 @@ batched stacks (``compare.regression``, ``compare.classification``; the regressi
 training. Both store each (entry, replicate) in a results database (``stores.results_db``) under
 a name that hashes the data, the replicates and the settings (and the network), so a comparison
 killed part way resumes and an identical second call trains nothing; both run their units on the
-executor of the sweeps (``local``, ``processes``, ``ray``; ``compare.units``: the driver alone
-writes) and share the report: mean +- SEM, paired gaps, the verdict and the figure
-(``compare.report``).
+executor of the sweeps (``local``, ``processes``, ``ray``) through the driver of every stored
+run (``sweeps.driver``: the driver alone writes) and share the report: mean +- SEM, paired
+gaps, the verdict and the figure (``compare.report``).
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -55,13 +55,13 @@ from vbnn.comparison.report import (
     summary_frame,
     verdict,
 )
-from vbnn.comparison.units import stored_rows
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.tuning import TuningConfig, study_name, tune
 from vbnn.stores.markdown import markdown_table
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+from vbnn.sweeps.driver import Runs, UnitBuilder, train_missing
 from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
-from vbnn.sweeps.uci import split_units, study_units, train_unit, trial_keeper
+from vbnn.sweeps.uci import SplitUnits, study_units, trial_keeper
 
 
 @dataclass(frozen=True)
@@ -252,6 +252,30 @@ def _result(
     )
 
 
+# Parameters: where the runs are stored and what they are, then the executor (two call sites)
+def _replicate_rows(
+    path: Path,
+    dataset: str,
+    runs: Mapping[str, Any],
+    replicates: tuple[int, ...],
+    build_units: UnitBuilder,
+    settings: ExecutorSettings,
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Train what the database at ``path`` lacks (``sweeps.driver``), then one row per (entry,
+    replicate): ``{"family": name, "fold": replicate, "seconds": training seconds, **metrics}``
+    with the metrics the units stored, entries in the order of ``runs``."""
+    entries = [Runs(dataset, run, replicates, label=name) for name, run in runs.items()]
+    with ResultsDatabase(path) as database:
+        stored = train_missing(database, entries, build_units, settings, progress=progress)
+    return [
+        {"family": entry.runs.label, "fold": r.split, "seconds": r.train_seconds,
+         **entry.metrics[r.split]}
+        for entry in stored
+        for r in entry.results
+    ]  # fmt: skip
+
+
 # Parameters: ``compare``'s arguments for the network form (one call site)
 def _compare_network(
     network: Any,
@@ -280,8 +304,8 @@ def _compare_network(
                        run_settings.cpus_per_unit)  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(database) if database is not None else Path(scratch) / "compare.sqlite"
-        rows = stored_rows(path, prepared.name, prepared.runs, prepared.replicate_ids,
-                           prepared.build_units, run_settings, progress)  # fmt: skip
+        rows = _replicate_rows(path, prepared.name, prepared.runs, prepared.replicate_ids,
+                               prepared.build_units, run_settings, progress)  # fmt: skip
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
     columns = ["family", "fold", *METRICS[prepared.task], "seconds", "tuning_seconds"]
     columns += [c for c in OUT_OF_DISTRIBUTION if c in frame.columns]
@@ -316,54 +340,39 @@ def _regression_folds(
         studies = [(dataset, k, c) for c in configs.values() for k in fold_ids]
         units = study_units(studies, tuning, storage, remote, settings.cpus_per_unit)
         run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
+    values = {  # the studies are complete: each fold's values read back
+        name: {k: tune(dataset, k, train, tuning, storage) for k in fold_ids} if config.tune else {}
+        for name, train in configs.items()
+    }
+    runs = [Runs(dataset.name, train, tuple(fold_ids), provenance(config, values[name]), name)
+            for name, train in configs.items()]  # fmt: skip
     coverage = partial(interval_coverages, level=config.level)
+    build = SplitUnits(
+        {dataset.name: dataset},
+        values=(lambda entry: values[entry.label]) if config.tune else None,
+        stack_metrics=lambda entry: coverage,
+        cpus=settings.cpus_per_unit,
+    )
     with ResultsDatabase(path) as database:
-        units, extras = [], {}
-        for name, train in configs.items():  # the studies are complete: values read back
-            values = (
-                {k: tune(dataset, k, train, tuning, storage) for k in fold_ids}
-                if (config.tune)
-                else {}
-            )
-            extras[name] = provenance(config, values)
-            missing = database.missing_splits(dataset.name, fold_ids, train, extras[name])
-            for chunk in split_units(dataset, train, missing, None):
-                per_split = {k: values[k] for k in chunk} if config.tune else None
-                units.append(
-                    Unit(
-                        f"{name} folds {chunk}",
-                        train_unit,
-                        (dataset, chunk, train, per_split, coverage),
-                        settings.cpus_per_unit,
-                    )
+        stored = train_missing(database, runs, build, settings, progress=progress)
+    rows = []
+    for entry in stored:
+        rows.extend(
+            {
+                "family": entry.runs.label,
+                "fold": r.split,
+                "log_likelihood": r.test_log_likelihood,
+                "rmse": r.test_rmse,
+                "coverage": entry.metrics[r.split].get(COVERAGE),
+                "seconds": r.train_seconds,
+                "tuning_seconds": search_seconds(
+                    storage, study_name(dataset.name, r.split, entry.runs.config, tuning.seed)
                 )
-
-        def store(unit: Unit, value: tuple) -> None:
-            results, metrics = value
-            name = unit.key.split()[0]
-            database.write_results(dataset.name, configs[name], results, extras[name], metrics)
-
-        run_sweep(settings, units, store, "training", progress)
-        rows = []
-        for name, train in configs.items():
-            stored = database.read_results(dataset.name, train, fold_ids, extras[name])
-            metrics = database.read_metrics(dataset.name, train, fold_ids, extras[name])
-            rows.extend(
-                {
-                    "family": name,
-                    "fold": r.split,
-                    "log_likelihood": r.test_log_likelihood,
-                    "rmse": r.test_rmse,
-                    "coverage": metrics[r.split].get(COVERAGE),
-                    "seconds": r.train_seconds,
-                    "tuning_seconds": search_seconds(
-                        storage, study_name(dataset.name, r.split, train, tuning.seed)
-                    )
-                    if config.tune
-                    else 0.0,
-                }
-                for r in stored
-            )
+                if config.tune
+                else 0.0,
+            }
+            for r in entry.results
+        )
     return pd.DataFrame(rows).astype({"coverage": float})
 
 
@@ -380,28 +389,27 @@ def _classification_folds(
     progress: bool,
 ) -> pd.DataFrame:
     """One unit per stack of folds the database lacks (folds of equal sizes; one fold a unit
-    when tuned, the folds' learning rates differing); one row per (family, fold)
-    (``compare.units``)."""
+    when tuned, the folds' learning rates differing); one row per (family, fold)."""
     _, labels = np.unique(values, return_inverse=True)
     runs = {family: classifier_run(family, config) for family in names}
 
-    def build_units(family: str, run: Any, missing: list[int]) -> list[Unit]:
+    def build_units(entry: Runs, missing: list[int]) -> list[Unit]:
         groups: dict[tuple[int, ...], list[int]] = {}
         for k in missing:
-            key = (k,) if run.trials else tuple(len(part) for part in splits[k])
+            key = (k,) if entry.config.trials else tuple(len(part) for part in splits[k])
             groups.setdefault(key, []).append(k)
         return [
             Unit(
-                f"{family} folds {group}",
+                f"{entry.label} folds {group}",
                 classification_stack,
-                (x, labels, [splits[k] for k in group], run, group),
+                (x, labels, [splits[k] for k in group], entry.config, group),
                 settings.cpus_per_unit,
             )
             for group in groups.values()
         ]
 
-    rows = stored_rows(path, name, runs, list(range(len(splits))), build_units, settings,
-                       progress)  # fmt: skip
+    rows = _replicate_rows(path, name, runs, tuple(range(len(splits))), build_units, settings,
+                           progress)  # fmt: skip
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
     return frame[["family", "fold", *METRICS[Task.CLASSIFICATION], "seconds",
                   "tuning_seconds"]]  # fmt: skip

@@ -41,6 +41,8 @@ from vbnn.regression.evaluation import PredictiveMetrics, evaluate, metrics_from
 from vbnn.regression.saved_models import save_model
 from vbnn.regression.stack import build_stack
 from vbnn.stores.results_db import ResultsDatabase
+from vbnn.sweeps.driver import Runs, StoredRuns, train_missing
+from vbnn.sweeps.executors import LocalExecutor, Unit
 from vbnn.training.full_batch import Problem, StepCallback, Validation, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 
@@ -259,6 +261,27 @@ def _save(trained: TrainedStack, folder: Path, dataset: RegressionDataset) -> Pa
     )
 
 
+def stack_chunks(
+    dataset: RegressionDataset,
+    config: TrainConfig,
+    split_ids: Sequence[int],
+    per_split: Overrides | None = None,
+) -> list[list[int]]:
+    """The stacks ``run_splits`` trains, in order: splits of equal size in chunks of
+    ``choose_chunk_size``; one split a stack when ``per_split`` values disagree on a setting
+    one Adam cannot vary per model (``shared_settings``)."""
+    separate = per_split is not None and (
+        len({tuple(sorted(shared_settings(v).items())) for v in per_split.values()}) > 1
+    )
+    chunks = []
+    for group in group_by_size(dataset, split_ids):
+        train_rows = len(dataset.split(group[0])[0])
+        chunk = choose_chunk_size(config, train_rows, dataset.inputs.shape[1], len(group))
+        chunk = 1 if separate else chunk
+        chunks.extend(group[begin : begin + chunk] for begin in range(0, len(group), chunk))
+    return chunks
+
+
 # Parameters: the one entry point of UCI training: what trains, then independent options; the
 # keyword-only ones say where the runs are stored and what is stored with them
 def run_splits(
@@ -285,7 +308,8 @@ def run_splits(
         on_stack: called with every trained chunk (after it is stored and saved).
         database: resume from this results database: train only the splits it lacks, write
             every chunk in one transaction, and return all requested splits as read back from
-            it (``stores.results_db``).
+            it (through the driver of every stored run, ``sweeps.driver``, in this process
+            and on this process's torch threads).
         extra: with ``database``, stored with the runs and part of their key (e.g. the tuning
             protocol and the values it chose).
         stack_metrics: with ``database``, further metrics of a trained chunk (split id ->
@@ -306,28 +330,57 @@ def run_splits(
     for k in to_train:
         if per_split is not None and k not in per_split:
             raise ValueError(f"run_splits: no hyper-parameter values for split {k}")
-    # splits that disagree on a setting one Adam cannot vary per model train one at a time
-    separate = per_split is not None and (
-        len({tuple(sorted(shared_settings(v).items())) for v in per_split.values()}) > 1
-    )
-    results: list[SplitResult] = []
-    for group in group_by_size(dataset, to_train):
-        train_rows = len(dataset.split(group[0])[0])
-        chunk = choose_chunk_size(config, train_rows, dataset.inputs.shape[1], len(group))
-        chunk = 1 if separate else chunk
-        for begin in range(0, len(group), chunk):
-            data = stack_splits(dataset, group[begin : begin + chunk], config.torch_dtype)
-            trained = _train_with_split_values(config, data, progress, per_split)
-            if database is not None:
-                metrics = stack_metrics(trained) if stack_metrics is not None else None
-                database.write_results(dataset.name, config, trained.results, extra, metrics)
-            if save_models is not None:
-                trained.saved_to = _save(trained, Path(save_models), dataset)
-            if on_stack is not None:
-                on_stack(trained)
-            results.extend(trained.results)
-    if database is not None:
-        results = database.read_results(dataset.name, config, split_ids, extra)
-    results.sort(key=lambda r: r.split)
     notes = () if per_split is None else (f"per-split values: {dict(per_split)}",)
+
+    def train(chunk: list[int]) -> TrainedStack:
+        data = stack_splits(dataset, chunk, config.torch_dtype)
+        return _train_with_split_values(config, data, progress, per_split)
+
+    def handle(trained: TrainedStack) -> None:
+        if save_models is not None:
+            trained.saved_to = _save(trained, Path(save_models), dataset)
+        if on_stack is not None:
+            on_stack(trained)
+
+    if database is not None:
+        runs = Runs(dataset.name, config, tuple(split_ids), extra)
+        (stored,) = _train_stored(dataset, runs, database, per_split, stack_metrics, train, handle)
+        return RunResult(dataset=dataset.name, config=config, splits=stored.results, notes=notes)
+    results: list[SplitResult] = []
+    for chunk in stack_chunks(dataset, config, to_train, per_split):
+        trained = train(chunk)
+        handle(trained)
+        results.extend(trained.results)
+    results.sort(key=lambda r: r.split)
     return RunResult(dataset=dataset.name, config=config, splits=tuple(results), notes=notes)
+
+
+# Parameters: ``run_splits``' pieces for a database (one call site)
+def _train_stored(
+    dataset: RegressionDataset,
+    runs: Runs,
+    database: ResultsDatabase,
+    per_split: Overrides | None,
+    stack_metrics: StackMetrics | None,
+    train: Callable[[list[int]], TrainedStack],
+    handle: Callable[[TrainedStack], None],
+) -> list[StoredRuns]:
+    """``run_splits(database=...)`` through the driver: one unit a stack, run here (the local
+    executor, on this process's torch threads, a unit's exception raised as it is); each stack
+    is stored as it finishes, then saved and handed to ``on_stack``."""
+    trained_stacks: dict[tuple[int, ...], TrainedStack] = {}
+
+    def train_chunk(chunk: list[int]) -> tuple[list[SplitResult], Mapping[int, Any]]:
+        trained = trained_stacks[tuple(chunk)] = train(chunk)
+        return trained.results, stack_metrics(trained) if stack_metrics is not None else {}
+
+    def build_units(runs: Runs, missing: list[int]) -> list[Unit]:
+        threads = torch.get_num_threads()
+        return [Unit(f"{runs.name} splits {chunk[0]}-{chunk[-1]}", train_chunk, (chunk,), threads)
+                for chunk in stack_chunks(dataset, runs.config, missing, per_split)]  # fmt: skip
+
+    def stored(unit: Unit, _: Any) -> None:
+        handle(trained_stacks.pop(tuple(unit.arguments[0])))
+
+    executor = LocalExecutor(raise_errors=True)
+    return train_missing(database, [runs], build_units, executor, on_stored=stored)

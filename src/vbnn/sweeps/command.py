@@ -2,7 +2,8 @@
 ``OUT/results.sqlite`` by the driver alone.
 
 The units: for each (data set, config), the splits the database still lacks, cut into groups of
-``splits_per_unit`` (default: the engine's chunks), each trained as one stack. With
+``splits_per_unit`` (default: the engine's chunks), each trained as one stack (the driver of
+every stored run, ``sweeps.driver``, with the UCI builder ``sweeps.uci.SplitUnits``). With
 ``[search]``, first ``workers`` search units per (data set, config) whose study is short of
 ``trials`` (``regression.tuning.tune`` on a shared Optuna study), then the evaluation units with
 the best values. A killed sweep re-run with the same command trains only what is missing; a
@@ -16,18 +17,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 import optuna
 
-from vbnn.core.runs import SplitResult, TrainConfig
+from vbnn.core.runs import TrainConfig
 from vbnn.data.uci import RegressionDataset, load_uci
 from vbnn.regression.studies import RUNNING, requeue_unfinished, used_budget
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, config_hash
+from vbnn.sweeps.driver import Pending, Runs, train_missing
 from vbnn.sweeps.executors import Unit, add_executor_arguments, run_sweep, settings_from
 from vbnn.sweeps.grid import Grid, Search, load_grid
-from vbnn.sweeps.uci import split_units, stored_trials, train_unit
+from vbnn.sweeps.uci import SplitUnits, stored_trials
 
 DESCRIPTION = "run a GRID.toml of UCI runs (or an Optuna search) locally or on a Ray cluster"
 
@@ -128,35 +129,33 @@ def run(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     datasets = {name: load_uci(name, args.data_dir) for name in grid.datasets}
     values = _searched_values(grid, datasets, args) if grid.search else {}
-    with ResultsDatabase(args.out / "results.sqlite") as database:
-        extras: dict[str, dict[str, Any] | None] = {}
-        units = []
-        for name, config in grid.runs():
-            found = values.get((name, config))
-            extra = (
-                None
-                if found is None
-                else {"search": "optuna", "values": found, "trials": grid.search.trials}
-            )
-            splits = list(grid.splits or range(datasets[name].num_splits))
-            missing = database.missing_splits(name, splits, config, extra)
-            for chunk in split_units(datasets[name], config, missing, grid.splits_per_unit):
-                key = f"{name} {config.method} seed {config.seed} splits {chunk[0]}-{chunk[-1]}"
-                extras[key] = extra
-                per_split = None if found is None else {k: found for k in chunk}
-                arguments = (datasets[name], chunk, config, per_split)
-                units.append(Unit(key, train_unit, arguments, args.cpus_per_unit))
-        total = sum(len(grid.splits or range(datasets[n].num_splits)) for n, _ in grid.runs())
+    runs = []
+    for name, config in grid.runs():
+        found = values.get((name, config))
+        extra = None
+        if found is not None:
+            extra = {"search": "optuna", "values": found, "trials": grid.search.trials}
+        runs.append(Runs(name, config, tuple(grid.splits or range(datasets[name].num_splits)),
+                         extra))  # fmt: skip
+    build = SplitUnits(datasets, values=_searched_per_split, splits_per_unit=grid.splits_per_unit,
+                       cpus=args.cpus_per_unit)  # fmt: skip
+
+    def announce(pending: Pending) -> None:
         print(
-            f"{args.grid}: {len(grid.runs())} configurations, {total} runs, "
-            f"{sum(len(u.arguments[1]) for u in units)} to train in {len(units)} units",
+            f"{args.grid}: {len(runs)} configurations, {pending.total} runs, "
+            f"{pending.missing} to train in {len(pending.units)} units",
             file=sys.stderr,
         )
 
-        def store(unit: Unit, outcome: tuple[list[SplitResult], dict]) -> None:
-            dataset, _, config, _ = unit.arguments
-            database.write_results(dataset.name, config, outcome[0], extras[unit.key])
-
-        settings = settings_from(args, {config.device for _, config in grid.runs()})
-        run_sweep(settings, units, store, "sweep", not args.no_progress)
+    settings = settings_from(args, {config.device for _, config in grid.runs()})
+    with ResultsDatabase(args.out / "results.sqlite") as database:
+        train_missing(database, runs, build, settings, description="sweep",
+                      progress=not args.no_progress, before_training=announce)  # fmt: skip
         print(f"stored {len(database.runs_frame())} runs in {args.out / 'results.sqlite'}")
+
+
+def _searched_per_split(runs: Runs) -> dict[int, dict[str, float]] | None:
+    """A searched configuration's best values for each of its splits (None: not searched)."""
+    if runs.extra is None:
+        return None
+    return dict.fromkeys(runs.replicates, runs.extra["values"])

@@ -6,13 +6,18 @@ shows one progress bar (units done / total, time left), hands every result to th
 ``on_result`` (the only writer of the results database or unit store) and ends with a summary of
 the units that failed.
 
-- :class:`LocalExecutor`: this process, one unit after another, in order: what every command
-  did before executors existed.
+- :class:`LocalExecutor`: this process, one unit after another, in order.
 - :class:`ProcessExecutor`: ``workers`` processes of this machine, spawned (not forked: torch
-  and JAX are multithreaded once imported), each unit on ``cpus`` torch threads; no Ray needed.
+  and JAX are multithreaded once imported); no Ray needed.
 - ``RayExecutor`` (``vbnn.sweeps.ray_executor``, loaded by :func:`make_executor` only when asked
   for, so Ray stays an optional dependency): every unit a Ray task with ``num_cpus`` declared and
   ``max_retries``, so a worker process that dies mid-unit is retried and its unit runs once.
+
+Every executor runs a unit on the same number of torch intra-op threads, :attr:`Unit.threads`
+(its ``cpus``, one when it declares none), set around the unit (:func:`call_with_threads`; the
+local executor puts back this process's count afterwards). A float sum can round differently
+when it is split over another number of threads, so this is what makes a unit give the same
+digits here, in worker processes and on Ray.
 """
 
 from __future__ import annotations
@@ -50,14 +55,19 @@ class Unit:
         function: a module-level function (Ray pickles it by reference), called as
             ``function(*arguments)`` on a worker; it returns the result and writes nothing shared.
         arguments: picklable arguments.
-        cpus: CPU cores the unit uses: torch runs on as many threads, and Ray schedules by it.
-            None: torch's default threads locally, one on Ray.
+        cpus: CPU cores the unit uses: torch runs on as many intra-op threads on every
+            executor, and Ray schedules by it. None: one.
     """
 
     key: str
     function: Callable[..., Any]
     arguments: tuple[Any, ...] = ()
     cpus: int | None = None
+
+    @property
+    def threads(self) -> int:
+        """Torch intra-op threads the unit runs on, whichever executor runs it."""
+        return 1 if self.cpus is None else self.cpus
 
 
 @dataclass(frozen=True)
@@ -77,31 +87,41 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def call_with_threads(function: Callable[..., Any], threads: int, *arguments: Any) -> Any:
+    """Run one unit on ``threads`` torch intra-op threads (a worker's, or here and put back)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return function(*arguments)
+    finally:
+        torch.set_num_threads(before)
+
+
 class LocalExecutor:
-    """This process, one unit after another in the given order (the default everywhere)."""
+    """This process, one unit after another in the given order (the default everywhere).
+
+    Args:
+        raise_errors: a unit that raises ends the run with its own exception (the units before
+            it are handed to the driver); False: it is reported in the summary and the others
+            go on, as on the other executors.
+    """
+
+    def __init__(self, raise_errors: bool = False) -> None:
+        self.raise_errors = raise_errors
 
     def run(self, units: Sequence[Unit]) -> Iterator[Outcome]:
         for unit in units:
-            threads = torch.get_num_threads()
             try:
-                if unit.cpus is not None:
-                    torch.set_num_threads(unit.cpus)
-                value = unit.function(*unit.arguments)
+                value = call_with_threads(unit.function, unit.threads, *unit.arguments)
             except Exception:  # reported in the summary; the sweep goes on
+                if self.raise_errors:
+                    raise
                 yield Outcome(unit, error=traceback.format_exc(limit=-3).strip())
             else:
                 yield Outcome(unit, value)
-            finally:
-                torch.set_num_threads(threads)
 
     def close(self) -> None:
         pass
-
-
-def call_with_threads(function: Callable[..., Any], cpus: int, *arguments: Any) -> Any:
-    """Run one unit in a worker process, torch limited to the unit's declared CPUs."""
-    torch.set_num_threads(cpus)
-    return function(*arguments)
 
 
 class ProcessExecutor:
@@ -118,7 +138,7 @@ class ProcessExecutor:
     def run(self, units: Sequence[Unit]) -> Iterator[Outcome]:
         submit = self.pool.submit
         futures = {
-            submit(call_with_threads, unit.function, unit.cpus or 1, *unit.arguments): unit
+            submit(call_with_threads, unit.function, unit.threads, *unit.arguments): unit
             for unit in units
         }
         for future in as_completed(futures):
@@ -139,10 +159,9 @@ class ExecutorSettings:
         kind: local, processes or ray.
         address: Ray cluster address (e.g. ``127.0.0.1:6379`` from ``ray start --head``, or
             ``auto``); None starts a private Ray instance on this machine.
-        cpus_per_unit: CPUs (torch threads) of a unit; Ray runs ``total CPUs / cpus_per_unit``
-            at once. None: torch's default locally, 1 in worker processes and on Ray. Float sums
-            depend on the thread count, so the executors agree bit for bit at equal
-            ``cpus_per_unit``.
+        cpus_per_unit: CPUs (torch threads) of a unit on every executor; Ray runs ``total
+            CPUs / cpus_per_unit`` at once. None: one. Float sums depend on the thread count,
+            and every executor gives a unit the same count, so they agree bit for bit.
         workers: processes at once for ``processes`` (None: this machine's CPUs divided by
             ``cpus_per_unit``).
         max_retries: Ray retries of a unit whose worker process died.
@@ -231,8 +250,7 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
         "--cpus-per-unit",
         type=int,
         default=None,
-        help="torch threads of a unit, CPUs a Ray task declares (default: "
-        "torch's default locally, 1 in worker processes and on Ray)",
+        help="torch threads of a unit on every executor, CPUs a Ray task declares (default 1)",
     )
     parser.add_argument(
         "--gpus-per-unit",

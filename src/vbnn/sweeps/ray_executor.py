@@ -1,6 +1,7 @@
 """The Ray executor: every unit a Ray task; loaded only for ``--executor ray`` (Ray is optional).
 
-Each unit is submitted as a task with ``num_cpus = unit.cpus`` and ``max_retries``: Ray reruns a
+Each unit is submitted as a task with ``num_cpus = unit.threads`` (torch runs on as many
+threads there, as on every executor: ``executors``) and ``max_retries``: Ray reruns a
 task whose worker process died (killed, out of memory, a lost node), so the unit's result reaches
 the driver once. An exception raised by the unit itself is not retried: it is the unit's outcome
 and goes in the failure summary. Results come back to the driver as they finish
@@ -45,7 +46,7 @@ class RayExecutor:
     def run(self, units: Sequence[Unit]) -> Iterator[Outcome]:
         pending = {}
         for unit in units:
-            cpus = unit.cpus or 1
+            cpus = unit.threads
             options = {
                 "num_cpus": cpus,
                 "max_retries": self.settings.max_retries,

@@ -2,12 +2,13 @@
 return (``sweeps.command`` for ``vbnn sweep``; the lab's ``vbnn reproduce overpruning`` for
 Table 1 and ``vbnn reproduce uci-depth``).
 
-- :func:`split_units` cuts the splits a configuration still lacks into the stacks the engine
-  would train together (``engine.choose_chunk_size``), so a unit is one chunk: a sweep trains
-  and stores the stacks that ``engine.run_splits`` would, chunk by chunk.
-- :func:`train_unit` trains one chunk (``engine.run_splits``) and returns its ``SplitResult`` rows
-  and, given ``stack_metrics``, further per-split metrics of the trained stack (e.g. pruned
-  units per layer), stored with the rows.
+- :class:`SplitUnits` is the unit builder of the driver (``sweeps.driver.train_missing``) that
+  every UCI caller shares: :func:`split_units` cuts the splits a configuration still lacks into
+  the stacks the engine would train together (``engine.stack_chunks``), so a unit is one chunk
+  (a sweep trains and stores the stacks that ``engine.run_splits`` would, chunk by chunk), and
+  :func:`train_unit` trains one chunk (``engine.run_splits``) with each split's tuned values,
+  returning its ``SplitResult`` rows and, given ``stack_metrics``, further per-split metrics of
+  the trained stack (e.g. pruned units per layer), stored with the rows.
 - :func:`add_study_arguments` gives the two UCI reproductions their shared command-line options
   and :func:`uci_jobs` the configurations they cover;
   :func:`print_progress` is their ``--status`` (:func:`progress_table`): how far a resumable
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,11 +40,12 @@ from vbnn.data import load_uci
 from vbnn.data.splits import group_by_size
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.engine import (
+    Overrides,
     StackMetrics,
     TrainedStack,
     add_runtime_arguments,
-    choose_chunk_size,
     run_splits,
+    stack_chunks,
 )
 from vbnn.regression.methods import method_config, method_fields
 from vbnn.regression.studies import (
@@ -55,6 +58,7 @@ from vbnn.regression.studies import (
 )
 from vbnn.regression.tuning import TuningConfig, hidden_label, study_name, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+from vbnn.sweeps.driver import Runs
 from vbnn.sweeps.executors import Unit
 
 Job = tuple[RegressionDataset, TrainConfig, list[int]]  # a configuration and its splits
@@ -117,11 +121,11 @@ def split_units(
     dataset: RegressionDataset, config: TrainConfig, splits: Sequence[int], size: int | None
 ) -> list[list[int]]:
     """``splits`` cut into units of ``size`` splits (None: the engine's chunks for ``config``)."""
+    if size is None:
+        return stack_chunks(dataset, config, splits)
     units = []
     for group in group_by_size(dataset, splits):
-        rows = len(dataset.split(group[0])[0])
-        chunk = size or choose_chunk_size(config, rows, dataset.inputs.shape[1], len(group))
-        units.extend(group[begin : begin + chunk] for begin in range(0, len(group), chunk))
+        units.extend(group[begin : begin + size] for begin in range(0, len(group), size))
     return units
 
 
@@ -143,6 +147,40 @@ def train_unit(
 
     result = run_splits(dataset, splits, config, per_split=per_split, on_stack=measure)
     return list(result.splits), metrics
+
+
+@dataclass(frozen=True)
+class SplitUnits:
+    """The driver's unit builder for the UCI engine: one :func:`train_unit` a chunk of the splits
+    a configuration lacks (``sweeps.driver.UnitBuilder``).
+
+    Attributes:
+        datasets: the data sets by name (a configuration's ``Runs.dataset``).
+        values: a configuration's per-split hyper-parameter values (split -> {name: value}),
+            e.g. read from its ``Runs.extra``; None, or returning None: the config's own.
+        stack_metrics: a configuration's further metrics of every trained stack, stored with
+            its rows (``engine.StackMetrics``); None: none.
+        splits_per_unit: splits a unit (None: the engine's chunks, ``engine.stack_chunks``).
+        cpus: torch threads of a unit on every executor (None: one; ``executors.Unit``).
+    """
+
+    datasets: Mapping[str, RegressionDataset]
+    values: Callable[[Runs], Overrides | None] | None = None
+    stack_metrics: Callable[[Runs], StackMetrics | None] | None = None
+    splits_per_unit: int | None = None
+    cpus: int | None = None
+
+    def __call__(self, runs: Runs, missing: list[int]) -> list[Unit]:
+        dataset = self.datasets[runs.dataset]
+        values = None if self.values is None else self.values(runs)
+        metrics = None if self.stack_metrics is None else self.stack_metrics(runs)
+        units = []
+        for chunk in split_units(dataset, runs.config, missing, self.splits_per_unit):
+            per_split = None if values is None else {k: values[k] for k in chunk}
+            arguments = (dataset, chunk, runs.config, per_split, metrics)
+            key = f"{runs.name} splits {chunk[0]}-{chunk[-1]}"
+            units.append(Unit(key, train_unit, arguments, self.cpus))
+        return units
 
 
 def stored_trials(storage: optuna.storages.BaseStorage | str, name: str) -> list:

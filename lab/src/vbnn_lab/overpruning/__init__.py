@@ -33,20 +33,14 @@ from vbnn.core.runs import TABLE1_METHODS, RunResult
 from vbnn.data.splits import parse_splits
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
-from vbnn.sweeps.executors import (
-    ExecutorKind,
-    Unit,
-    add_executor_arguments,
-    run_sweep,
-    settings_from,
-)
+from vbnn.sweeps.driver import Runs, train_missing
+from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, run_sweep, settings_from
 from vbnn.sweeps.uci import (
     Job,
+    SplitUnits,
     add_study_arguments,
     print_progress,
-    split_units,
     study_units,
-    train_unit,
     trial_keeper,
     uci_jobs,
 )
@@ -200,30 +194,25 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
     studies = [(dataset, k, config) for dataset, config, splits in jobs for k in tuned(splits)]
     units = study_units(studies, tuning, storage, remote, args.cpus_per_unit)
     run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
+    runs = []
+    for dataset, config, splits in jobs:  # the studies are complete: values read back
+        values = tuned_values(dataset, config, splits, protocol=args.tune, tuning=tuning,
+                              storage=storage)  # fmt: skip
+        extra = {"tune": args.tune, "trials": plan.trials, "values": values}
+        runs.append(Runs(dataset.name, config, tuple(splits), extra,
+                         f"{dataset.name} {config.method}"))  # fmt: skip
+    datasets = {dataset.name: dataset for dataset, _, _ in jobs}
+    tuned_per_split = None if args.tune == "none" else (lambda entry: entry.extra["values"])
+    build = SplitUnits(datasets, values=tuned_per_split, cpus=args.cpus_per_unit)
     with ResultsDatabase(database_path) as database:
-        units, extras, extra_of = [], [], {}
-        for dataset, config, splits in jobs:  # the studies are complete: values read back
-            values = tuned_values(dataset, config, splits, protocol=args.tune, tuning=tuning,
-                                  storage=storage)  # fmt: skip
-            extras.append({"tune": args.tune, "trials": plan.trials, "values": values})
-            missing = database.missing_splits(dataset.name, splits, config, extras[-1])
-            for chunk in split_units(dataset, config, missing, None):
-                per_split = {k: values[k] for k in chunk} if args.tune != "none" else None
-                key = f"{dataset.name} {config.method} splits {chunk}"
-                extra_of[key] = extras[-1]
-                units.append(Unit(key, train_unit, (dataset, chunk, config, per_split),
-                                  args.cpus_per_unit))  # fmt: skip
-
-        def store(unit: Unit, outcome: tuple) -> None:
-            dataset, _, config, _ = unit.arguments
-            database.write_results(dataset.name, config, outcome[0], extra_of[unit.key])
-
-        run_sweep(settings, units, store, "table 1", progress)
-        results = []
-        for (dataset, config, splits), extra in zip(jobs, extras, strict=True):
-            stored = database.read_results(dataset.name, config, splits, extra)
-            result = RunResult(dataset=dataset.name, config=config, splits=tuple(stored))
-            results.append(replace(result, notes=(json.dumps(extra["values"][splits[0]]),)))
+        stored = train_missing(database, runs, build, settings, description="table 1",
+                               progress=progress)  # fmt: skip
+    results = []
+    for entry in stored:
+        result = RunResult(dataset=entry.runs.dataset, config=entry.runs.config,
+                           splits=entry.results)  # fmt: skip
+        shown = entry.runs.extra["values"][entry.runs.replicates[0]]
+        results.append(replace(result, notes=(json.dumps(shown),)))
     return results
 
 

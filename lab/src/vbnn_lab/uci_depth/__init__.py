@@ -35,20 +35,14 @@ from vbnn.core.runs import RunResult
 from vbnn.data.splits import parse_splits
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
-from vbnn.sweeps.executors import (
-    ExecutorKind,
-    Unit,
-    add_executor_arguments,
-    run_sweep,
-    settings_from,
-)
+from vbnn.sweeps.driver import Runs, train_missing
+from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, run_sweep, settings_from
 from vbnn.sweeps.uci import (
     Job,
+    SplitUnits,
     add_study_arguments,
     print_progress,
-    split_units,
     study_units,
-    train_unit,
     trial_keeper,
     uci_jobs,
 )
@@ -179,36 +173,29 @@ def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
     units = study_units([(d, 0, c) for d, c, _ in jobs], tuning, storage, remote,
                         args.cpus_per_unit)  # fmt: skip
     run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
-    records, outputs = [], []
+    runs, chosen_values = [], []
+    for dataset, config, splits in jobs:  # the studies are complete: values read back
+        chosen = tune(dataset, 0, config, tuning, storage)
+        chosen_values.append(chosen)
+        label = f"{dataset.name} {config.method} depth {len(config.hidden)}"
+        runs.append(Runs(dataset.name, config, tuple(splits), provenance(chosen, splits, plan),
+                         label))  # fmt: skip
+    build = SplitUnits(
+        {dataset.name: dataset for dataset, _, _ in jobs},
+        values=lambda entry: entry.extra["values"],
+        stack_metrics=lambda entry: pruned_counts_metric(entry.config, entry.extra["values"]),
+        cpus=args.cpus_per_unit,
+    )
     with ResultsDatabase(database_path) as database:
-        units, extra_of = [], {}
-        for dataset, config, splits in jobs:  # the studies are complete: values read back
-            chosen = tune(dataset, 0, config, tuning, storage)
-            values = {k: chosen for k in splits}
-            extra = provenance(chosen, splits, plan)
-            records.append((dataset, config, splits, chosen, extra))
-            metric = pruned_counts_metric(config, values)
-            for chunk in split_units(dataset, config, database.missing_splits(
-                    dataset.name, splits, config, extra), None):  # fmt: skip
-                key = f"{dataset.name} {config.method} depth {len(config.hidden)} {chunk}"
-                extra_of[key] = extra
-                arguments = (dataset, chunk, config, {k: chosen for k in chunk}, metric)
-                units.append(Unit(key, train_unit, arguments, args.cpus_per_unit))
-
-        def store(unit: Unit, outcome: tuple) -> None:
-            dataset, _, config, _, _ = unit.arguments
-            results, metrics = outcome
-            database.write_results(dataset.name, config, results, extra_of[unit.key], metrics)
-
-        run_sweep(settings, units, store, "uci depth", progress)
-        for record in records:
-            dataset, config, splits, chosen, extra = record
-            stored = database.read_results(dataset.name, config, splits, extra)
-            result = RunResult(dataset=dataset.name, config=config, splits=tuple(stored))
-            metrics = database.read_metrics(dataset.name, config, splits, extra)
-            outputs.append({"dataset": dataset.name, "method": config.method,
-                            "depth": len(config.hidden), "values": chosen, "result": result,
-                            "metrics": metrics})  # fmt: skip
+        stored = train_missing(database, runs, build, settings, description="uci depth",
+                               progress=progress)  # fmt: skip
+    outputs = []
+    for entry, chosen in zip(stored, chosen_values, strict=True):
+        dataset, config = entry.runs.dataset, entry.runs.config
+        result = RunResult(dataset=dataset, config=config, splits=entry.results)
+        outputs.append({"dataset": dataset, "method": config.method, "depth": len(config.hidden),
+                        "values": chosen, "result": result,
+                        "metrics": dict(entry.metrics)})  # fmt: skip
     return outputs
 
 
