@@ -879,7 +879,7 @@ def test_processes_sharing_a_unit_make_its_record_once(tmp_path, monkeypatch) ->
     settings = units.UnitSettings(Activation.RELU, depth=1, repeat=0, points=40, budget=30)
     dimension = units.parameter_count(list(settings.architecture().sizes))
     draws = np.random.default_rng(0).normal(size=(4, 40, dimension)).astype(np.float32)
-    unit_store.save(tmp_path / "samples", settings.to_dict(), {"samples": draws}, {"rhat": 1.0})
+    unit_store.save(tmp_path / "samples", settings, {"samples": draws}, {"rhat": 1.0})
     store = units.chain_store(settings, tmp_path)
     claim = store / f"{unit_store.settings_key(units.RECORD_CLAIM)}.claim"
     elsewhere = {"depth": 1, "made": "by the other process"}
@@ -894,7 +894,7 @@ def test_processes_sharing_a_unit_make_its_record_once(tmp_path, monkeypatch) ->
         return look
 
     def other_stores_it() -> None:  # its record first, then its chain store goes
-        unit_store.save(tmp_path / "units", settings.to_dict(), None, elsewhere)
+        unit_store.save(tmp_path / "units", settings, None, elsewhere)
         shutil.rmtree(store)
 
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) as other:
@@ -903,7 +903,7 @@ def test_processes_sharing_a_unit_make_its_record_once(tmp_path, monkeypatch) ->
         monkeypatch.setattr(unit_store, "claimed", while_waiting(other_stores_it))
         assert units.run_unit(settings, tmp_path) == elsewhere  # waited for, not made twice
 
-        unit_store.remove(tmp_path / "units", settings.to_dict())
+        unit_store.remove(tmp_path / "units", settings)
         store.mkdir(parents=True)
         claim.write_text(f"{socket.gethostname()} {other.pid}")
         monkeypatch.setattr(
@@ -962,8 +962,8 @@ def test_the_sampler_enters_the_unit_key(tmp_path) -> None:
     nuts = UnitSettings(Activation.RELU, depth=1, repeat=0, points=100)
     mams = dataclasses.replace(nuts, sampler=Sampler.MAMS)
     assert nuts.to_dict()["sampler"] == "nuts" and mams.to_dict()["sampler"] == "mams"
-    assert settings_key(nuts.to_dict()) != settings_key(mams.to_dict())
-    unit_store.save(tmp_path / "units", nuts.to_dict(), None, {"depth": 1})
+    assert settings_key(nuts) != settings_key(mams)
+    unit_store.save(tmp_path / "units", nuts, None, {"depth": 1})
     assert stored_record(nuts, tmp_path) == {"depth": 1}
     assert stored_record(mams, tmp_path) is None  # another sampler's unit is not this one
 

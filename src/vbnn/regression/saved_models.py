@@ -29,7 +29,7 @@ from vbnn.stores.atomic import write_folder_atomic
 from vbnn.training.likelihoods import GaussianLikelihood
 
 FORMAT = "vbnn-model"
-FORMAT_VERSION = 3  # a folder of an older version is migrated by ``python -m vbnn.migrate``
+FORMAT_VERSION = 3  # a folder of another version is refused
 CONFIG_FILE = "model.json"
 STATE_FILE = "state.pt"
 
@@ -122,8 +122,8 @@ def load_model(folder: str | Path) -> SavedModel:
         )
     if version != FORMAT_VERSION:
         raise ModelFileError(
-            f"{config_path}: format version {version!r}, this vbnn reads {FORMAT_VERSION}; "
-            f"an older folder is brought up to date by `python -m vbnn.migrate {folder}`"
+            f"{config_path}: format version {version!r}, this vbnn reads {FORMAT_VERSION} only; "
+            "load it with the vbnn that saved it, or train the model anew"
         )
     try:
         config = config_from_dict(description["config"])

@@ -4,17 +4,21 @@ One file holds the table ``runs`` (one row per dataset x split x method x config
 and, through :func:`optuna_storage`, Optuna's own tables (``studies``, ``trials``, ...; none
 named ``runs``), so the tuning of a method and the results it produced travel together.
 
-A run's configuration is identified by :func:`config_hash`: a SHA-256 of its hyper-parameters as
-sorted JSON (``TrainConfig.to_dict``, the algorithm included), leaving out ``seed`` (a key column of
-its own), ``chunk_size`` (every model draws from its own random streams, so chunking never changes a
-number), ``compile`` and ``device`` (float rounding only). The UNIQUE key (dataset, split, method,
+A run's configuration is identified by :func:`config_hash`: a SHA-256 of the identity of its
+config (``stores.keys.identity``: the fields that differ from their defaults, and the algorithm) as
+sorted JSON, leaving out ``seed`` (a key column of its own), ``chunk_size`` (every model draws from
+its own random streams, so chunking never changes a number), ``compile`` and ``device`` (float
+rounding only). A new config field with a default therefore keeps every stored key. The full
+hyper-parameters (``TrainConfig.to_dict``) are stored beside each run; a run found by its key whose
+stored hyper-parameters disagree with today's config on a field both have (a default that changed
+its value) is an error naming the file and the field. The UNIQUE key (dataset, split, method,
 config_hash, seed) makes a second write of the same run an error instead of a duplicate;
 ``regression.engine.run_splits(database=...)`` asks :meth:`ResultsDatabase.missing_splits` first and
 trains only those, writing every finished chunk in one transaction.
 
 The file records the version of this key scheme (``KEY_VERSION``, table ``vbnn_meta``; the Optuna
-study names of ``regression.tuning.study_name`` belong to it). A file of another version is not
-read: ``python -m vbnn.migrate FILE`` brings its keys up to date.
+study names of ``regression.tuning.study_name`` belong to it). A file of another version is refused
+with a message naming it.
 """
 
 from __future__ import annotations
@@ -34,13 +38,14 @@ from typing import Any
 import pandas as pd
 
 from vbnn.core.runs import SplitResult
+from vbnn.stores.keys import first_difference, identity, plain
 
 # Execution settings, not part of what a run is: chunking never changes a number; compiling
 # changes the last digits only, like the thread count (which is not recorded either).
 LEFT_OUT_OF_HASH = ("seed", "chunk_size", "compile", "device")
-# The version of the run keys and study names; raise it with every change of either, and teach
-# ``vbnn.migrate`` to bring older files up to it.
-KEY_VERSION = 2
+# The version of the run keys and study names; raise it with every change of either (a file of
+# another version is refused).
+KEY_VERSION = 3
 META_SCHEMA = "CREATE TABLE IF NOT EXISTS vbnn_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
 RUN_COLUMNS = (
     "id", "dataset", "split", "method", "config_hash", "seed", "hyperparameters",
@@ -67,39 +72,30 @@ CREATE TABLE IF NOT EXISTS runs (
 
 
 class ResultsDatabaseError(RuntimeError):
-    """The file is not a vbnn results database (corrupt, or another program's); names the path."""
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as JSON holds it (dict keys as strings: a split id 3 is "3"), so that a key
-    hashed from it and one hashed from its stored JSON agree."""
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
+    """The file is not a vbnn results database (corrupt, another program's, or of another key
+    version), or a stored run disagrees with today's config; names the path."""
 
 
 def config_dict(config: Any) -> dict[str, Any]:
-    """The hyper-parameters of a frozen config (TrainConfig or any dataclass) as plain JSON."""
-    if hasattr(config, "to_dict"):
-        return _plain(config.to_dict())
-    if dataclasses.is_dataclass(config):
-        return _plain(dataclasses.asdict(config))
+    """The hyper-parameters of a frozen config (TrainConfig or any dataclass) as plain JSON,
+    every field included (``TrainConfig.to_dict``, the algorithm included)."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return plain(config)
     raise TypeError(f"config: expected a dataclass config, got {type(config).__name__}")
 
 
 def config_hash(config: Any, extra: Mapping[str, Any] | None = None) -> str:
-    """16 hex digits of SHA-256 over the sorted JSON of the config (without seed, chunk size).
+    """16 hex digits of SHA-256 over the sorted JSON of the config's identity (its fields that
+    differ from their defaults, and its algorithm; without seed, chunk size, compile, device).
 
     ``extra`` (e.g. ``{"tune": "per-split"}``) is hashed with it, to tell apart runs whose
     configs match but whose provenance differs.
     """
-    values = {k: v for k, v in config_dict(config).items() if k not in LEFT_OUT_OF_HASH}
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"config: expected a dataclass config, got {type(config).__name__}")
+    values = {k: v for k, v in identity(config).items() if k not in LEFT_OUT_OF_HASH}
     if extra:
-        values["extra"] = _plain(dict(extra))
+        values["extra"] = identity(dict(extra))
     text = json.dumps(values, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -165,8 +161,8 @@ class ResultsDatabase:
             self.connection.close()
             raise ResultsDatabaseError(
                 f"{self.path}: its runs and studies are keyed by vbnn's key version {version}, "
-                f"this vbnn reads version {KEY_VERSION}; bring the file up to date with "
-                f"`python -m vbnn.migrate {self.path}` (or move it aside to start anew)"
+                f"this vbnn reads version {KEY_VERSION} only; move the file aside to start anew, "
+                "or read it with the vbnn that wrote it"
             )
 
     def key_version(self) -> int:
@@ -212,11 +208,7 @@ class ResultsDatabase:
         self, dataset: str, config: Any, extra: Mapping[str, Any] | None = None
     ) -> set[int]:
         """Splits of ``dataset`` already stored for this method, configuration and seed."""
-        rows = self.connection.execute(
-            "SELECT split FROM runs WHERE dataset=? AND method=? AND config_hash=? AND seed=?",
-            (dataset, _method(config), config_hash(config, extra), int(config.seed)),
-        )
-        return {int(r[0]) for r in rows}
+        return {split for split, _, _ in self._runs(dataset, config, extra)}
 
     def has_run(
         self, dataset: str, split: int, config: Any, extra: Mapping[str, Any] | None = None
@@ -249,10 +241,7 @@ class ResultsDatabase:
         Raises:
             sqlite3.IntegrityError: a run with the same key is already stored.
         """
-        values = config_dict(config)
-        if extra:
-            values["extra"] = _plain(dict(extra))
-        hyperparameters = json.dumps(values, sort_keys=True)
+        hyperparameters = json.dumps(_hyperparameters(config, extra), sort_keys=True)
         key = (dataset, _method(config), config_hash(config, extra), int(config.seed))
         created = datetime.now(UTC).isoformat(timespec="seconds")
         rows = []
@@ -285,17 +274,11 @@ class ResultsDatabase:
         extra: Mapping[str, Any] | None = None,
     ) -> list[SplitResult]:
         """Stored splits of this configuration (all, or those in ``split_ids``), by split."""
-        rows = self.connection.execute(
-            "SELECT split, metrics, wall_seconds FROM runs WHERE dataset=? AND method=? "
-            "AND config_hash=? AND seed=? ORDER BY split",
-            (dataset, _method(config), config_hash(config, extra), int(config.seed)),
-        ).fetchall()
         wanted = None if split_ids is None else set(split_ids)
         out = []
-        for split, metrics, seconds in rows:
+        for split, values, seconds in self._runs(dataset, config, extra):
             if wanted is not None and split not in wanted:
                 continue
-            values = json.loads(metrics)
             out.append(
                 SplitResult(
                     split=int(split),
@@ -315,21 +298,54 @@ class ResultsDatabase:
         extra: Mapping[str, Any] | None = None,
     ) -> dict[int, dict[str, Any]]:
         """Every stored metric of this configuration's splits (all, or ``split_ids``), by split."""
-        rows = self.connection.execute(
-            "SELECT split, metrics FROM runs WHERE dataset=? AND method=? AND config_hash=? "
-            "AND seed=? ORDER BY split",
-            (dataset, _method(config), config_hash(config, extra), int(config.seed)),
-        ).fetchall()
         wanted = None if split_ids is None else set(split_ids)
         return {
-            int(split): json.loads(metrics)
-            for split, metrics in rows
+            split: values
+            for split, values, _ in self._runs(dataset, config, extra)
             if wanted is None or split in wanted
         }
+
+    def _runs(
+        self, dataset: str, config: Any, extra: Mapping[str, Any] | None
+    ) -> list[tuple[int, dict[str, Any], float]]:
+        """(split, metrics, wall seconds) of the runs stored under this configuration's key, by
+        split.
+
+        Raises:
+            ResultsDatabaseError: a run's stored hyper-parameters differ from ``config``'s on a
+                field both have (a default that changed its value: the key is the same, the run
+                is not); names the file and the field.
+        """
+        rows = self.connection.execute(
+            "SELECT split, hyperparameters, metrics, wall_seconds FROM runs WHERE dataset=? "
+            "AND method=? AND config_hash=? AND seed=? ORDER BY split",
+            (dataset, _method(config), config_hash(config, extra), int(config.seed)),
+        ).fetchall()
+        today = _hyperparameters(config, extra)
+        for name in LEFT_OUT_OF_HASH:
+            today.pop(name, None)
+        for split, stored, _, _ in rows:
+            field = first_difference(json.loads(stored), today)
+            if field is not None:
+                raise ResultsDatabaseError(
+                    f"{self.path}: the stored {dataset} split {split} run of this "
+                    f"{_method(config)} configuration has other hyper-parameters at {field!r} "
+                    "than today's config (a default changed its value, so the key is the same "
+                    "but the run is not); move the file aside to compute the runs anew"
+                )
+        return [(int(split), json.loads(metrics), float(s)) for split, _, metrics, s in rows]
 
     def runs_frame(self) -> pd.DataFrame:
         """Every stored run as a DataFrame (one row per run)."""
         return pd.read_sql_query("SELECT * FROM runs ORDER BY id", self.connection)
+
+
+def _hyperparameters(config: Any, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a run stores of its settings: the config's every field, and ``extra``."""
+    values = config_dict(config)
+    if extra:
+        values["extra"] = plain(dict(extra))
+    return values
 
 
 def _method(config: Any) -> str:

@@ -1,14 +1,18 @@
 """Finished units of work on disk, keyed by the settings that made them: how runs resume.
 
 A unit (a NUTS chain, a trained network, one cell of an experiment) is stored as
-``<directory>/<key>.json`` holding ``{"settings": ..., "info": ...}`` (the settings and any
-JSON-serialisable result) and, when it has arrays (samples, a state dict), as
-``<directory>/<key>.npz`` too. ``key`` is the first 16 hex digits of the SHA-256 of the settings as
-sorted JSON, with the version of this key scheme (``KEY_VERSION``). A unit stored under another
-version is never read as this one's: a directory that holds such units is reported, and ``python -m
-vbnn.migrate DIRECTORY`` re-keys them. Every file is written by ``atomic.write_atomic`` and the JSON
-goes last, so a unit exists only when complete: a killed run loses the unit in flight and nothing
-else, and re-running the same command skips every stored unit. (UCI runs resume through the results
+``<directory>/<key>.json`` holding ``{"settings": ..., "identity": ..., "info": ...}`` (the full
+settings, the part of them that identifies the unit, and any JSON-serialisable result) and, when it
+has arrays (samples, a state dict), as ``<directory>/<key>.npz`` too. Settings are a JSON dict, a
+frozen dataclass, or a dict holding dataclasses; ``key`` is the first 16 hex digits of the SHA-256
+of their identity (``stores.keys.identity``: a dataclass's fields at their defaults left out, so a
+new field with a default keeps every stored key) as sorted JSON, with the version of this key
+scheme (``KEY_VERSION``). A unit found by its key whose stored settings disagree with today's on a
+field both have (a default that changed its value) is an error naming the file and the field; a
+unit stored under another key version, or the same settings stored under another key, is refused
+with a message naming the file. Every file is written by ``atomic.write_atomic`` and the JSON goes
+last, so a unit exists only when complete: a killed run loses the unit in flight and nothing else,
+and re-running the same command skips every stored unit. (UCI runs resume through the results
 database instead, where they sit beside the Optuna studies that tuned them.)
 
 Processes on one machine can share a directory's units: ``claim`` marks a unit as being computed
@@ -29,26 +33,36 @@ from typing import Any
 import numpy as np
 
 from vbnn.stores.atomic import write_atomic
+from vbnn.stores.keys import first_difference, identity, plain
 
 Arrays = dict[str, np.ndarray]
-# Raise with every change of what a unit's settings hold, and teach ``vbnn.migrate`` the change.
+# The version of how a key is computed from settings; a store of another version is refused.
 KEY_VERSION = 2
 
 
 class StaleUnitsError(ValueError):
-    """A directory holds units keyed under another key version (it names the directory)."""
+    """A directory holds units keyed otherwise than this vbnn keys them (it names the file)."""
 
 
-def settings_key(settings: dict[str, Any]) -> str:
-    """16 hex digits identifying ``settings`` (must be JSON-serialisable) under ``KEY_VERSION``."""
-    text = json.dumps({"key_version": KEY_VERSION, "settings": settings}, sort_keys=True,
-                      default=str)  # fmt: skip
+class ChangedDefaultError(ValueError):
+    """A unit found by its key was made with settings that differ from today's on a field both
+    have: a default changed its value (it names the file and the field)."""
+
+
+def settings_key(settings: Any) -> str:
+    """16 hex digits identifying ``settings`` (a JSON dict, a dataclass, or a dict holding
+    dataclasses) under ``KEY_VERSION``: the hash of their ``keys.identity``."""
+    text = json.dumps({"key_version": KEY_VERSION, "settings": identity(settings)},
+                      sort_keys=True, default=str)  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def save(
-    directory: Path, settings: dict[str, Any], arrays: Arrays | None, info: dict[str, Any]
-) -> Path:
+def _as_json(value: Any) -> Any:
+    """``value`` as it reads back from a record (what ``json`` makes of it)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def save(directory: Path, settings: Any, arrays: Arrays | None, info: dict[str, Any]) -> Path:
     """Store ``info`` (and ``arrays``, if any) under the key of ``settings``; returns the JSON."""
     key = settings_key(settings)
     if arrays is not None:
@@ -59,21 +73,22 @@ def save(
 
         write_atomic(Path(directory) / f"{key}.npz", write_arrays)
     record = {
-        "settings": settings, "info": info, "arrays": arrays is not None,
-        "key_version": KEY_VERSION,
+        "settings": plain(settings), "identity": identity(settings), "info": info,
+        "arrays": arrays is not None, "key_version": KEY_VERSION,
     }  # fmt: skip
     text = json.dumps(record, indent=2, sort_keys=True, default=str)
     return write_atomic(Path(directory) / f"{key}.json", text)  # last: the unit is complete
 
 
-def load(directory: Path, settings: dict[str, Any]) -> tuple[Arrays | None, dict[str, Any]] | None:
+def load(directory: Path, settings: Any) -> tuple[Arrays | None, dict[str, Any]] | None:
     """(arrays or None, info) stored for ``settings``, or None when the unit is not stored.
 
     Raises:
-        ValueError: the stored settings differ from ``settings`` (a key collision or an edit),
-            or the unit's arrays are missing; the message names the file.
+        ChangedDefaultError: the stored settings differ from ``settings`` on a field both have
+            (a changed default, or a key collision); the message names the file and the field.
+        ValueError: the unit's arrays are missing; the message names the file.
         StaleUnitsError: the unit is not stored, and ``directory`` holds units of another key
-            version (migrate them rather than compute them again).
+            version, or these settings under another key (the message names the file).
     """
     found = _record(directory, settings)
     if found is None:
@@ -89,32 +104,57 @@ def load(directory: Path, settings: dict[str, Any]) -> tuple[Arrays | None, dict
     return arrays, record["info"]
 
 
-def load_info(directory: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+def load_info(directory: Path, settings: Any) -> dict[str, Any] | None:
     """The info stored for ``settings``, without reading its arrays; None when the unit is not
     stored. Raises ``load``'s errors, but for missing arrays."""
     found = _record(directory, settings)
     return None if found is None else found[1]["info"]
 
 
-def _record(directory: Path, settings: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+def _record(directory: Path, settings: Any) -> tuple[Path, dict[str, Any]] | None:
     """(path, record) of the unit of ``settings``, or None when it is not stored (``load``)."""
-    record_path = Path(directory) / f"{settings_key(settings)}.json"
+    key = settings_key(settings)
+    record_path = Path(directory) / f"{key}.json"
+    today = _as_json(plain(settings))
     if not record_path.is_file():
-        stale = _stale_units(Path(directory).resolve())
+        stale, keyed_otherwise = _stored_units(Path(directory).resolve())
         if stale:
             raise StaleUnitsError(
                 f"{directory}: {stale} stored unit(s) are keyed by an older vbnn (key version "
-                f"other than {KEY_VERSION}); re-key them with `python -m vbnn.migrate "
-                f"{directory}`, or move them aside to compute them anew"
+                f"other than {KEY_VERSION}), which this vbnn does not read; move them aside to "
+                "compute them anew, or read them with the vbnn that wrote them"
+            )
+        other = keyed_otherwise.get(json.dumps(today, sort_keys=True))
+        if other is not None and other != key:
+            raise StaleUnitsError(
+                f"{Path(directory) / other}.json: holds these settings under the key {other}, "
+                f"which an older vbnn computed (this one keys them {key}); move it aside to "
+                "compute the unit anew, or read it with the vbnn that wrote it"
             )
         return None
     record = json.loads(record_path.read_text())
-    if record.get("settings") != json.loads(json.dumps(settings, default=str)):
-        raise ValueError(f"unit store {record_path}: stored settings differ from the key's")
+    field = first_difference(record.get("settings"), today)
+    if field is not None:
+        raise ChangedDefaultError(
+            f"unit store {record_path}: stored settings differ from today's at {field!r} "
+            f"(stored {_at(record.get('settings'), field)!r}, today {_at(today, field)!r}): a "
+            "default changed its value, or the key collides; move the unit aside to compute it "
+            "anew"
+        )
     return record_path, record
 
 
-def claim(directory: Path, settings: dict[str, Any]) -> bool:
+def _at(settings: Any, field: str) -> Any:
+    """The value at a dotted ``field`` path of ``first_difference`` (``a.b[2]``)."""
+    value = settings
+    for part in field.replace("[", ".[").split("."):
+        if not part or part == "(the whole settings)":
+            continue
+        value = value[int(part[1:-1])] if part.startswith("[") else value[part]
+    return value
+
+
+def claim(directory: Path, settings: Any) -> bool:
     """Mark the unit of ``settings`` as computed by this process: True if it now holds the claim
     (or held it), False if a process that is alive, or one on another host (which cannot be
     checked), holds it. A claim of an ended process on this host is taken over. Two processes
@@ -136,7 +176,7 @@ def claim(directory: Path, settings: dict[str, Any]) -> bool:
     return False
 
 
-def remove(directory: Path, settings: dict[str, Any]) -> None:
+def remove(directory: Path, settings: Any) -> None:
     """Delete the unit of ``settings`` (none is fine): its record first, so that a kill between
     the two files leaves no unit rather than one whose arrays are missing."""
     key = settings_key(settings)
@@ -144,13 +184,13 @@ def remove(directory: Path, settings: dict[str, Any]) -> None:
         (Path(directory) / f"{key}{suffix}").unlink(missing_ok=True)
 
 
-def claimed(directory: Path, settings: dict[str, Any]) -> bool:
+def claimed(directory: Path, settings: Any) -> bool:
     """Whether another process that may still run holds the claim on the unit of ``settings``
     (one on another host always may: it cannot be checked from here)."""
     return _claimed_elsewhere(Path(directory) / f"{settings_key(settings)}.claim")
 
 
-def release(directory: Path, settings: dict[str, Any]) -> None:
+def release(directory: Path, settings: Any) -> None:
     """Drop this process's claim on the unit of ``settings`` (none is fine)."""
     (Path(directory) / f"{settings_key(settings)}.claim").unlink(missing_ok=True)
 
@@ -177,15 +217,17 @@ def _claimed_elsewhere(path: Path) -> bool:
 
 
 @cache
-def _stale_units(directory: Path) -> int:
-    """How many unit records in ``directory`` carry another key version (read once a process:
-    units written meanwhile carry this one)."""
-    count = 0
-    for path in directory.glob("*.json") if directory.is_dir() else ():
+def _stored_units(directory: Path) -> tuple[int, dict[str, str]]:
+    """(how many unit records in ``directory`` carry another key version, their full settings
+    as sorted JSON -> the key they are stored under), read once a process: units written
+    meanwhile are keyed by this vbnn."""
+    stale, keyed = 0, {}
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
         try:
             record = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
         if isinstance(record, dict) and "settings" in record:
-            count += record.get("key_version", 1) != KEY_VERSION
-    return count
+            stale += record.get("key_version", 1) != KEY_VERSION
+            keyed[json.dumps(record["settings"], sort_keys=True)] = path.stem
+    return stale, keyed

@@ -93,7 +93,9 @@ class RecordClaimed(RuntimeError):
 
 @dataclass(frozen=True)
 class UnitSettings:
-    """Everything that determines one unit's numbers (hashed into its cache key)."""
+    """Everything that determines one unit's numbers. A unit is stored under the key of this
+    dataclass (``unit_store.settings_key``: the fields that differ from their defaults), so a
+    new field with a default keeps every stored unit's key."""
 
     activation: Activation
     depth: int
@@ -128,12 +130,20 @@ class UnitSettings:
         return activation.value
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as stored and hashed into the unit's key."""
+        """The settings as stored beside the unit (every field)."""
         out = dataclasses.asdict(self)
         out["activation"] = Activation(self.activation).value
         out["chains"] = self.chains.to_dict()
         out["sampler"] = self.sampler.value
         return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> UnitSettings:
+        """Inverse of :meth:`to_dict`: the settings a stored unit's record holds."""
+        values = dict(values)
+        values["pretrain"] = PretrainConfig(**values["pretrain"])
+        values["chains"] = ChainsConfig(**values["chains"])
+        return cls(**{**values, "activation": Activation(values["activation"])})
 
 
 def two_moons(points: int, noise: float, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -155,7 +165,7 @@ class UnitOutcome:
 
 def load_samples(settings: UnitSettings, out: Path) -> tuple[Any, dict[str, Any]] | None:
     """(samples, diagnostics) of a unit whose chains are stored, else None."""
-    cached = unit_store.load(out / "samples", settings.to_dict())
+    cached = unit_store.load(out / "samples", settings)
     return None if cached is None else (cached[0]["samples"], cached[1])
 
 
@@ -332,7 +342,7 @@ def software_versions(sampler: Sampler = Sampler.NUTS) -> str:
 
 def chain_store(settings: UnitSettings, out: Path) -> Path:
     """Where a unit in flight keeps its finished chains: ``<out>/chains/<unit key>``."""
-    return out / "chains" / unit_store.settings_key(settings.to_dict())
+    return out / "chains" / unit_store.settings_key(settings)
 
 
 def chain_ends(out: Path) -> Path:
@@ -345,15 +355,15 @@ def store_unit(settings: UnitSettings, out: Path, outcome: UnitOutcome) -> dict[
     """Store a computed unit (its new samples first, the record last) and drop its chains in
     flight (now in its samples); returns the record."""
     if outcome.samples is not None:
-        unit_store.save(out / "samples", settings.to_dict(), outcome.samples, outcome.diagnostics)
-    unit_store.save(out / "units", settings.to_dict(), None, outcome.record)
+        unit_store.save(out / "samples", settings, outcome.samples, outcome.diagnostics)
+    unit_store.save(out / "units", settings, None, outcome.record)
     shutil.rmtree(chain_store(settings, out), ignore_errors=True)
     return outcome.record
 
 
 def stored_record(settings: UnitSettings, out: Path) -> dict[str, Any] | None:
     """The record of a finished unit, or None."""
-    return unit_store.load_info(out / "units", settings.to_dict())
+    return unit_store.load_info(out / "units", settings)
 
 
 def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
@@ -366,7 +376,7 @@ def run_unit(settings: UnitSettings, out: Path) -> dict[str, Any]:
         if cached is not None:
             seed = unit_seed(settings)
             record = {**record, **chain_floor(cached[0], settings.jitter, seed)}
-            unit_store.save(out / "units", settings.to_dict(), None, record)
+            unit_store.save(out / "units", settings, None, record)
     if record is not None:
         return record
     store, ends = chain_store(settings, out), chain_ends(out)

@@ -135,11 +135,13 @@ class NetworkRun:
 
 
 def run_key(run: NetworkRun) -> dict[str, Any]:
-    """The settings a stored network (and its checkpoint) is keyed by. A run on an accelerator
-    draws its training noise from that device's generators (other numbers than on the CPU), so
-    the device type is part of the key."""
+    """The settings a stored network (and its checkpoint) is keyed by: the budget and the
+    network's ``LeNetConfig`` as dataclasses, so that their fields at the defaults stay out of
+    the key (``unit_store.settings_key``). A run on an accelerator draws its training noise from
+    that device's generators (other numbers than on the CPU), so the device type is part of the
+    key."""
     config = protocol_config(network_specs()[run.name], run.budget)
-    key = {"name": run.name, "budget": asdict(run.budget), "config": repr(config), "seed": run.seed}
+    key = {"name": run.name, "budget": run.budget, "config": config, "seed": run.seed}
     return {**key, "device": torch.device(run.device).type}
 
 
