@@ -7,8 +7,6 @@ import dataclasses
 import json
 import math
 import os
-import runpy
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +23,13 @@ from vbnn_lab import depth
 from vbnn_lab.depth.models import PretrainConfig, depth_widths, parameter_count
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-SCRIPTS = Path(__file__).resolve().parents[2] / "reproductions" / "depth"
+
+
+def depth_command(*flags: str) -> None:
+    """``vbnn reproduce depth`` with ``flags``, raising (``vbnn.cli.main`` prints the error)."""
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    depth.run(parser.parse_args(list(flags)))
 
 
 @pytest.fixture
@@ -173,20 +177,32 @@ def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> Non
         depth.run(parser.parse_args(flags))
 
 
-def test_status_names_a_record_it_cannot_read(tmp_path, monkeypatch) -> None:
+def test_status_names_a_record_it_cannot_read(tmp_path) -> None:
     (tmp_path / "units").mkdir()
-    with pytest.raises(SystemExit, match="no unit records"):
-        monkeypatch.setattr(sys, "argv", ["status.py", str(tmp_path)])
-        runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+    with pytest.raises(FileNotFoundError, match="no unit records"):
+        depth_command("--status", str(tmp_path))
     single = {"info": {"depth": 2, "settings": {"nuts": {"samples": 1000}}}}  # one Pyro chain
     (tmp_path / "units" / "abc.json").write_text(json.dumps(single))
-    with pytest.raises(SystemExit, match=r"abc\.json: not a unit record of a multi-chain run"):
-        runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+    with pytest.raises(ValueError, match=r"abc\.json: not a unit record of a multi-chain run"):
+        depth_command("--status", str(tmp_path))
 
 
-def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
-    tmp_path, capsys, monkeypatch
-) -> None:
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--best"], "--best: goes with --status"),
+        (["--mixing-reasons", "run", "--per-chain", "5"], "--per-chain: goes with --curvature"),
+        (["--status", "run", "--new"], "--new: goes with --mixing-reasons or --gap-by-draws"),
+        (["--compare-runs", "a", "b", "c"], "--compare-runs: one or two run folders, got 3"),
+        (["--curvature", "run", "--per-chain", "1"], "--per-chain 1: at least 2"),
+    ],
+)
+def test_an_analysis_option_out_of_place_is_named(flags, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        depth_command(*flags)
+
+
+def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_path, capsys) -> None:
     """``--chains-only`` leaves the unit's chains in its chain store and nothing else, saying on
     stderr how each chain went; the same command without it makes the record from those chains
     without sampling again."""
@@ -230,10 +246,8 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
     first, second = sorted(stored, key=lambda draws: draws.shape[1])
     assert first.shape[:2] == (2, 12) and second.shape[:2] == (2, 20)
     np.testing.assert_array_equal(second[:, :12], first)
-    # the analysis scripts tell the two units apart by their draws a chain
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    monkeypatch.setattr(sys, "argv", ["mixing_reasons.py", str(tmp_path)])
-    runpy.run_path(str(SCRIPTS / "mixing_reasons.py"), run_name="__main__")
+    # the analysis options tell the two units apart by their draws a chain
+    assert main(["reproduce", "depth", "--mixing-reasons", str(tmp_path)]) == 0
     assert sorted(pd.read_csv(tmp_path / "mixing.csv")["chain_draws"]) == [12, 20]
     per_chain = pd.read_csv(tmp_path / "mixing_chains.csv")  # each chain left out in turn
     assert sorted(zip(per_chain["chain_draws"], per_chain["chain"], strict=True)) == [
@@ -244,8 +258,7 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
     table = pd.read_csv(tmp_path / "mixing.csv")
     table[table["chain_draws"] == 12].to_csv(tmp_path / "mixing.csv", index=False)
     capsys.readouterr()
-    monkeypatch.setattr(sys, "argv", ["mixing_reasons.py", str(tmp_path), "--new"])
-    runpy.run_path(str(SCRIPTS / "mixing_reasons.py"), run_name="__main__")
+    assert main(["reproduce", "depth", "--mixing-reasons", str(tmp_path), "--new"]) == 0
     assert capsys.readouterr().out.count("measured already, skipped") == 1
     again = pd.read_csv(tmp_path / "mixing.csv")
     order = ["chain_draws"]
@@ -258,9 +271,7 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
 
 
 @pytest.mark.slow
-def test_tiny_end_to_end_run_writes_every_output(
-    tmp_path, data_dir_or_none, monkeypatch, capsys
-) -> None:
+def test_tiny_end_to_end_run_writes_every_output(tmp_path, data_dir_or_none, capsys) -> None:
     parser = argparse.ArgumentParser()
     depth.add_arguments(parser)
     flags = [
@@ -316,44 +327,36 @@ def test_tiny_end_to_end_run_writes_every_output(
     depth.run(parser.parse_args([*flags, "--no-fashion"]))
     info = json.loads(record_path.read_text())["info"]
     assert [info[name] for name in measures] == values
-    # the stored chains say which transitions diverged, and the run's analysis scripts read them
+    # the stored chains say which transitions diverged, and the run's analysis options read them
     with np.load(sorted((tmp_path / "samples").glob("*.npz"))[0]) as arrays:
         assert arrays["diverging"].shape == (2, 12) and arrays["diverging"].dtype == bool
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    for script, written in [
-        ("mixing_reasons.py", "mixing.csv"),
-        ("gap_by_draws.py", "gap_by_subset.csv"),
-    ]:
-        monkeypatch.setattr(sys, "argv", [script, str(tmp_path)])
-        runpy.run_path(str(SCRIPTS / script), run_name="__main__")
+    for option, written in [("--mixing-reasons", "mixing.csv"),
+                            ("--gap-by-draws", "gap_by_subset.csv")]:  # fmt: skip
+        depth_command(option, str(tmp_path))
         table = pd.read_csv(tmp_path / written)
-        assert len(table) >= 4, script
+        assert len(table) >= 4, option
         # the rows of a unit whose chains are not here (another machine's) survive a rerun
         pd.concat([table, table.assign(depth=9)]).to_csv(tmp_path / written, index=False)
-        runpy.run_path(str(SCRIPTS / script), run_name="__main__")
+        depth_command(option, str(tmp_path))
         again = pd.read_csv(tmp_path / written)
-        assert len(again) == 2 * len(table) and (again["depth"] == 9).sum() == len(table), script
+        assert len(again) == 2 * len(table) and (again["depth"] == 9).sum() == len(table), option
     if units["sampler_divergences"].sum() > 0:  # where they started, one row per feature
         assert len(pd.read_csv(tmp_path / "divergences.csv")) >= 5
     # the status table reads the records alone and agrees with the run's verdicts
     capsys.readouterr()
-    command = ["status.py", str(tmp_path), "--out", str(tmp_path / "s.csv"), "--best",
-               "--figure", str(tmp_path / "s.png")]  # fmt: skip
-    monkeypatch.setattr(sys, "argv", command)
-    runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+    depth_command("--status", str(tmp_path), "--out", str(tmp_path / "status"), "--best")
     printed = capsys.readouterr().out
     assert printed.count("\n| ") == 4  # after the header, one unit a depth
     assert "| repeats (mixed / trusted) |" in printed  # one repeat a depth here
     assert all(line.endswith((" | 1 (1 / 1) |", " | 1 (1 / 0) |", " | 1 (0 / 0) |"))
                for line in printed.strip().splitlines()[2:])  # fmt: skip
-    assert (tmp_path / "s.png").stat().st_size > 0
-    status = pd.read_csv(tmp_path / "s.csv").sort_values(["activation", "depth"])
+    assert (tmp_path / "status" / "status.png").stat().st_size > 0
+    status = pd.read_csv(tmp_path / "status" / "status.csv").sort_values(["activation", "depth"])
     verdicts = pd.read_csv(tmp_path / "depth_units.csv").sort_values(["activation", "depth"])
     assert status["trusted"].tolist() == verdicts["trusted"].tolist()
     assert (status["mixed"] >= status["trusted"]).all() and (status["chain_draws"] == 12).all()
     # a run against itself: every unit finds its posterior, and the same draws agree exactly
-    monkeypatch.setattr(sys, "argv", ["compare_runs.py", str(tmp_path), str(tmp_path)])
-    runpy.run_path(str(SCRIPTS / "compare_runs.py"), run_name="__main__")
+    depth_command("--compare-runs", str(tmp_path), str(tmp_path))
     agreement = pd.read_csv(tmp_path / "agreement.csv")
     assert len(agreement) == 4
     assert (agreement[["parameter_mean_z_max", "logit_variance_z_max"]] == 0).all(axis=None)
@@ -361,7 +364,8 @@ def test_tiny_end_to_end_run_writes_every_output(
 
 
 def test_best_units_counts_each_data_set_once_and_prefers_the_longest_mixed_chains():
-    best_units = runpy.run_path(str(SCRIPTS / "status.py"))["best_units"]
+    from vbnn_lab.depth.status import best_units
+
     rows = [  # (run, seed, repeat, mixed, trusted, R-hat, draws): one configuration, 3 data sets
         ("short", 0, 0, False, False, 1.20, 1500),
         ("long", 0, 0, True, False, 1.04, 4000),  # the same data set sampled longer: counts once
