@@ -187,6 +187,11 @@ def test_status_names_a_record_it_cannot_read(tmp_path) -> None:
         (["--status", "run", "--new"], "--new: goes with --mixing-reasons or --gap-by-draws"),
         (["--compare-runs", "a", "b", "c"], "--compare-runs: one or two run folders, got 3"),
         (["--curvature", "run", "--per-chain", "1"], "--per-chain 1: at least 2"),
+        (["--gap-by-draws", "run", "--out", "x"], "--out: with an analysis option, for --status"),
+        (
+            ["--status", "run", "--depths", "2"],
+            "--depths: with an analysis option, for --curvature",
+        ),
     ],
 )
 def test_an_analysis_option_out_of_place_is_named(flags, message) -> None:

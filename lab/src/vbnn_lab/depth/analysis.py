@@ -99,6 +99,11 @@ def chosen_mode(args: argparse.Namespace) -> str | None:
     for option, (given, modes_of) in needs.items():
         if given and mode not in modes_of:
             raise ValueError(f"{option}: goes with {' or '.join(modes_of)}")
+    # run flags that one analysis reads too
+    shared = {"--out": (args.out, "--status"), "--depths": (args.depths, "--curvature")}
+    for option, (value, mode_of) in shared.items():
+        if mode is not None and value is not None and mode != mode_of:
+            raise ValueError(f"{option}: with an analysis option, for {mode_of} only")
     if mode == "--compare-runs" and len(args.compare_runs) > 2:
         raise ValueError(f"--compare-runs: one or two run folders, got {len(args.compare_runs)}")
     if args.per_chain is not None and args.per_chain < 2:

@@ -65,7 +65,7 @@ def status(runs: list[Path]) -> pd.DataFrame:
     for run in runs:
         records = records_of(run)
         frame = trusted_units(records, ConvergenceCriterion())
-        # mixed: the same verdict with divergences left out (the criterion)
+        # mixed: the same verdict with divergences left out (R-hat and ESS alone)
         frame["mixed"] = trusted_units(records, ConvergenceCriterion(max_divergences=None))[
             "trusted"
         ]
