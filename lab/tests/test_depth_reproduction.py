@@ -23,6 +23,7 @@ from vbnn_lab import depth
 from vbnn_lab.depth.models import PretrainConfig, depth_widths, parameter_count
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+REPRODUCTION = Path(__file__).resolve().parents[2] / "reproductions" / "depth"  # committed runs
 
 
 def depth_command(*flags: str) -> None:
@@ -177,6 +178,21 @@ def test_status_names_a_record_it_cannot_read(tmp_path) -> None:
     (tmp_path / "units" / "abc.json").write_text(json.dumps(single))
     with pytest.raises(ValueError, match=r"abc\.json: not a unit record of a multi-chain run"):
         depth_command("--status", str(tmp_path))
+
+
+def test_status_of_a_committed_run_gives_its_rows_of_the_committed_table(tmp_path, capsys):
+    """``--status`` on the committed records of one run writes, beside the run, that run's rows
+    of the committed ``status.csv`` (made from every run), to the printed digit."""
+    import shutil
+
+    committed = REPRODUCTION / "mams-1000"
+    shutil.copytree(committed / "units", tmp_path / committed.name / "units")
+    depth_command("--status", str(tmp_path / committed.name))
+    rows = (REPRODUCTION / "status.csv").read_text().splitlines()
+    written = (tmp_path / "status.csv").read_text().splitlines()
+    assert written == [rows[0], *(row for row in rows if row.startswith("mams-1000,"))]
+    assert len(written) == 11 and (tmp_path / "status.png").stat().st_size > 0
+    assert capsys.readouterr().out.count("\n| mams-1000 |") == 10
 
 
 @pytest.mark.parametrize(

@@ -161,7 +161,8 @@ def plot_limits(best: pd.DataFrame, path: Path) -> None:
         axis.set_xlabel("hidden layers")
         axis.set_ylabel("KL(q_diag || q_full) above the chain floor,\nextrapolated (nats)")
         axis.set_title(f"{points:,} two-moons points", fontsize=10)
-        axis.legend(fontsize=8)
+        if axis.get_legend_handles_labels()[0]:  # a panel whose units have no limit has none
+            axis.legend(fontsize=8)
     figure.suptitle(
         "The posterior's diagonal gap, one unit a depth (error bar: the extrapolation's drift; "
         "hollow: not mixed; label: draws a chain)", fontsize=10,
