@@ -1,10 +1,10 @@
-"""Seconds of the depth chains' analysis (``reproductions/depth/mixing_reasons.py``) in its three
-costly parts, before and after a change.
+"""Seconds of the depth chains' analysis (``vbnn reproduce depth --mixing-reasons``) in its
+three costly parts, before and after a change.
 
 **network_outputs.**
 ``network_outputs`` evaluates every draw of a unit's chains on its training points (which hidden
 units switch off) and on test points (the logits); on the 10,000-point units it was ~90 % of
-``reproductions/depth/mixing_reasons.py``'s time. For ReLU depths 1, 3 and 5 (the depth units'
+``--mixing-reasons``' time. For ReLU depths 1, 3 and 5 (the depth units'
 widths, 10,000 two-moons points, N(0, 0.7^2) parameters, 4 chains x ``--draws``), this times the
 working tree's function and the one at git revision ``--baseline`` (its ``mixing.py`` loaded as a
 module beside today's package), alternating, ``--rounds`` times each, and checks that both give

@@ -7,8 +7,6 @@ import dataclasses
 import json
 import math
 import os
-import runpy
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,15 +23,14 @@ from vbnn_lab import depth
 from vbnn_lab.depth.models import PretrainConfig, depth_widths, parameter_count
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-SCRIPTS = Path(__file__).resolve().parents[2] / "reproductions" / "depth"
+REPRODUCTION = Path(__file__).resolve().parents[2] / "reproductions" / "depth"  # committed runs
 
 
-@pytest.fixture
-def data_dir_or_none() -> Path | None:
-    """The data directory holding Fashion-MNIST, or None (that part of the run is skipped)."""
-    candidate = Path(os.environ.get("VBNN_DATA_DIR", SHARED_DATA))
-    found = (candidate / "fashion-mnist" / "t10k-labels-idx1-ubyte.gz").is_file()
-    return candidate if found else None
+def depth_command(*flags: str) -> None:
+    """``vbnn reproduce depth`` with ``flags``, raising (``vbnn.cli.main`` prints the error)."""
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    depth.run(parser.parse_args(list(flags)))
 
 
 @pytest.mark.parametrize(("layers", "width"), [(1, 249), (2, 29), (3, 20), (5, 14)])
@@ -173,20 +170,52 @@ def test_stored_only_with_no_finished_unit_says_where_it_looked(tmp_path) -> Non
         depth.run(parser.parse_args(flags))
 
 
-def test_status_names_a_record_it_cannot_read(tmp_path, monkeypatch) -> None:
+def test_status_names_a_record_it_cannot_read(tmp_path) -> None:
     (tmp_path / "units").mkdir()
-    with pytest.raises(SystemExit, match="no unit records"):
-        monkeypatch.setattr(sys, "argv", ["status.py", str(tmp_path)])
-        runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+    with pytest.raises(FileNotFoundError, match="no unit records"):
+        depth_command("--status", str(tmp_path))
     single = {"info": {"depth": 2, "settings": {"nuts": {"samples": 1000}}}}  # one Pyro chain
     (tmp_path / "units" / "abc.json").write_text(json.dumps(single))
-    with pytest.raises(SystemExit, match=r"abc\.json: not a unit record of a multi-chain run"):
-        runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+    with pytest.raises(ValueError, match=r"abc\.json: not a unit record of a multi-chain run"):
+        depth_command("--status", str(tmp_path))
 
 
-def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
-    tmp_path, capsys, monkeypatch
-) -> None:
+def test_status_of_a_committed_run_gives_its_rows_of_the_committed_table(tmp_path, capsys):
+    """``--status`` on the committed records of one run writes, beside the run, that run's rows
+    of the committed ``status.csv`` (made from every run), to the printed digit."""
+    import shutil
+
+    committed = REPRODUCTION / "mams-1000"
+    shutil.copytree(committed / "units", tmp_path / committed.name / "units")
+    depth_command("--status", str(tmp_path / committed.name))
+    rows = (REPRODUCTION / "status.csv").read_text().splitlines()
+    written = (tmp_path / "status.csv").read_text().splitlines()
+    assert written == [rows[0], *(row for row in rows if row.startswith("mams-1000,"))]
+    assert len(written) == 11 and (tmp_path / "status.png").stat().st_size > 0
+    assert capsys.readouterr().out.count("\n| mams-1000 |") == 10
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--best"], "--best: goes with --status"),
+        (["--mixing-reasons", "run", "--per-chain", "5"], "--per-chain: goes with --curvature"),
+        (["--status", "run", "--new"], "--new: goes with --mixing-reasons or --gap-by-draws"),
+        (["--compare-runs", "a", "b", "c"], "--compare-runs: one or two run folders, got 3"),
+        (["--curvature", "run", "--per-chain", "1"], "--per-chain 1: at least 2"),
+        (["--gap-by-draws", "run", "--out", "x"], "--out: with an analysis option, for --status"),
+        (
+            ["--status", "run", "--depths", "2"],
+            "--depths: with an analysis option, for --curvature",
+        ),
+    ],
+)
+def test_an_analysis_option_out_of_place_is_named(flags, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        depth_command(*flags)
+
+
+def test_chains_only_samples_here_and_the_record_is_made_later_from_them(tmp_path, capsys) -> None:
     """``--chains-only`` leaves the unit's chains in its chain store and nothing else, saying on
     stderr how each chain went; the same command without it makes the record from those chains
     without sampling again."""
@@ -230,10 +259,8 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
     first, second = sorted(stored, key=lambda draws: draws.shape[1])
     assert first.shape[:2] == (2, 12) and second.shape[:2] == (2, 20)
     np.testing.assert_array_equal(second[:, :12], first)
-    # the analysis scripts tell the two units apart by their draws a chain
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    monkeypatch.setattr(sys, "argv", ["mixing_reasons.py", str(tmp_path)])
-    runpy.run_path(str(SCRIPTS / "mixing_reasons.py"), run_name="__main__")
+    # the analysis options tell the two units apart by their draws a chain
+    assert main(["reproduce", "depth", "--mixing-reasons", str(tmp_path)]) == 0
     assert sorted(pd.read_csv(tmp_path / "mixing.csv")["chain_draws"]) == [12, 20]
     per_chain = pd.read_csv(tmp_path / "mixing_chains.csv")  # each chain left out in turn
     assert sorted(zip(per_chain["chain_draws"], per_chain["chain"], strict=True)) == [
@@ -244,8 +271,7 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
     table = pd.read_csv(tmp_path / "mixing.csv")
     table[table["chain_draws"] == 12].to_csv(tmp_path / "mixing.csv", index=False)
     capsys.readouterr()
-    monkeypatch.setattr(sys, "argv", ["mixing_reasons.py", str(tmp_path), "--new"])
-    runpy.run_path(str(SCRIPTS / "mixing_reasons.py"), run_name="__main__")
+    assert main(["reproduce", "depth", "--mixing-reasons", str(tmp_path), "--new"]) == 0
     assert capsys.readouterr().out.count("measured already, skipped") == 1
     again = pd.read_csv(tmp_path / "mixing.csv")
     order = ["chain_draws"]
@@ -257,111 +283,161 @@ def test_chains_only_samples_here_and_the_record_is_made_later_from_them(
         depth.run(parser.parse_args([*flags[:-1], "nuts", "--chains-only"]))
 
 
-@pytest.mark.slow
-def test_tiny_end_to_end_run_writes_every_output(
-    tmp_path, data_dir_or_none, monkeypatch, capsys
-) -> None:
-    parser = argparse.ArgumentParser()
-    depth.add_arguments(parser)
-    flags = [
-        "--quick", "--out", str(tmp_path), "--depths", "1,3", "--activations", "leaky_relu",
-        "--slopes", "0.01,0.3", "--chains", "2", "--points", "200", "--warmup", "5",
-        "--samples", "12", "--epochs", "1", "--max-tree-depth", "3", "--heatmap-samples", "500",
-        "--sampler", "nuts",
-    ]  # fmt: skip
-    if data_dir_or_none is None:
-        flags.append("--no-fashion")
+# the tiny NUTS run the end-to-end tests share: LeakyReLU (slope 0.3) at depths 1 and 3, one
+# repeat, 2 chains x 12 draws; Fashion-MNIST on 1000 images where the data are here
+TINY_RUN = [
+    "--quick", "--depths", "1,3", "--activations", "leaky_relu", "--slopes", "0.3",
+    "--chains", "2", "--points", "200", "--warmup", "5", "--samples", "12", "--epochs", "1",
+    "--max-tree-depth", "3", "--heatmap-samples", "500", "--sampler", "nuts",
+]  # fmt: skip
+TINY_UNITS = 2
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> tuple[Path, list[str], bool]:
+    """(the run folder, its flags for a rerun (no Fashion-MNIST), whether it ran the
+    Fashion-MNIST part: where the data are) of the tiny NUTS run, made once for the tests of
+    this module that read it."""
+    pytest.importorskip("numpyro")
+    out = tmp_path_factory.mktemp("tiny-depth-run")
+    flags = [*TINY_RUN, "--out", str(out)]
+    data = Path(os.environ.get("VBNN_DATA_DIR", SHARED_DATA))
+    fashion = (data / "fashion-mnist" / "t10k-labels-idx1-ubyte.gz").is_file()
+    if fashion:
+        depth_command(*flags, "--data-dir", str(data), "--fashion-images", "1000",
+                      "--fashion-samples", "300")  # fmt: skip
     else:
-        flags += ["--data-dir", str(data_dir_or_none), "--fashion-images", "1000"]
-        flags += ["--fashion-samples", "300"]
-    depth.run(parser.parse_args(flags))
+        depth_command(*flags, "--no-fashion")
+    return out, [*flags, "--no-fashion"], fashion
+
+
+@pytest.mark.slow
+def test_tiny_end_to_end_run_writes_every_output(tiny_run) -> None:
+    out, _, fashion = tiny_run
     expected = [
         "product_covariance.png", "product_support.csv", "depth_units.csv", "depth_gap.csv",
         "depth_gap.png", "summary.json",
     ]  # fmt: skip
-    if data_dir_or_none is not None:
+    if fashion:
         expected += ["fashion_product_covariance.png", "fashion_product.json"]
     for name in expected:
-        assert (tmp_path / name).stat().st_size > 0, name
-    assert len(list((tmp_path / "units").glob("*.json"))) == 4
-    assert len(list((tmp_path / "samples").glob("*.npz"))) == 4
-    assert "QUICK MODE" in (tmp_path / "summary.json").read_text()
+        assert (out / name).stat().st_size > 0, name
+    assert len(list((out / "units").glob("*.json"))) == TINY_UNITS
+    assert len(list((out / "samples").glob("*.npz"))) == TINY_UNITS
+    assert "QUICK MODE" in (out / "summary.json").read_text()
     jax, numpyro = pytest.importorskip("jax"), pytest.importorskip("numpyro")
-    units = pd.read_csv(tmp_path / "depth_units.csv")
+    units = pd.read_csv(out / "depth_units.csv")
     assert (units["software"] == f"jax {jax.__version__}, numpyro {numpyro.__version__}, "
             f"torch {torch.__version__}").all()  # fmt: skip
-    # a second run re-plots from the cache without sampling again
-    units_before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "units").glob("*.json")}
-    depth.run(parser.parse_args([*flags, "--no-fashion"]))
-    units_after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "units").glob("*.json")}
-    assert units_before == units_after
-    # --stored-only reports the finished units among those named and names the rest
-    figure_before = (tmp_path / "product_covariance.png").stat().st_mtime_ns
-    capsys.readouterr()
-    named = [*flags, "--no-fashion", "--stored-only"]
-    named[named.index("--depths") + 1] = "1-3"
-    depth.run(parser.parse_args(named))
-    assert capsys.readouterr().err.count("--stored-only: not finished, left out") == 2
-    assert pd.read_csv(tmp_path / "depth_units.csv")["depth"].tolist() == [1, 1, 3, 3]
-    assert len(list((tmp_path / "units").glob("*.json"))) == 4
-    assert (tmp_path / "product_covariance.png").stat().st_mtime_ns == figure_before
-    # every unit carries the estimator's floor and its limit; a record stored before it did gets
-    # them back from its chains, the same numbers
+    # every unit carries the estimator's floor and its limit
     measures = ["kl_floor_chains", "kl_above_floor_limit", "kl_above_floor_limit_drift"]
     assert np.isfinite(units[measures]).all(axis=None) and (units["draws"] == 24).all()
-    record_path = sorted((tmp_path / "units").glob("*.json"))[0]
+    # the stored chains say which transitions diverged
+    for path in (out / "samples").glob("*.npz"):
+        with np.load(path) as arrays:
+            assert arrays["diverging"].shape == (2, 12) and arrays["diverging"].dtype == bool
+
+
+@pytest.mark.slow
+def test_a_second_run_reads_the_stored_units_back(tiny_run, capsys) -> None:
+    out, flags, _ = tiny_run
+    # a second run re-plots from the cache without sampling again
+    units_before = {p.name: p.stat().st_mtime_ns for p in (out / "units").glob("*.json")}
+    depth_command(*flags)
+    units_after = {p.name: p.stat().st_mtime_ns for p in (out / "units").glob("*.json")}
+    assert units_before == units_after
+    # --stored-only reports the finished units among those named and names the rest
+    figure_before = (out / "product_covariance.png").stat().st_mtime_ns
+    capsys.readouterr()
+    named = [*flags, "--stored-only"]
+    named[named.index("--depths") + 1] = "1-3"
+    depth_command(*named)
+    said = capsys.readouterr().err
+    assert said.count("--stored-only: not finished, left out") == 1
+    assert "not finished, left out: leaky_relu(0.3) depth 2 repeat 0" in said
+    assert pd.read_csv(out / "depth_units.csv")["depth"].tolist() == [1, 3]
+    assert len(list((out / "units").glob("*.json"))) == TINY_UNITS
+    assert (out / "product_covariance.png").stat().st_mtime_ns == figure_before
+    # a record stored before it carried the estimator's floor and its limit gets them back from
+    # its chains, the same numbers
+    measures = ["kl_floor_chains", "kl_above_floor_limit", "kl_above_floor_limit_drift"]
+    record_path = sorted((out / "units").glob("*.json"))[0]
     stored = json.loads(record_path.read_text())
     values = [stored["info"].pop(name) for name in measures]
     record_path.write_text(json.dumps(stored))
-    depth.run(parser.parse_args([*flags, "--no-fashion"]))
+    depth_command(*flags)
     info = json.loads(record_path.read_text())["info"]
     assert [info[name] for name in measures] == values
-    # the stored chains say which transitions diverged, and the run's analysis scripts read them
-    with np.load(sorted((tmp_path / "samples").glob("*.npz"))[0]) as arrays:
-        assert arrays["diverging"].shape == (2, 12) and arrays["diverging"].dtype == bool
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    for script, written in [
-        ("mixing_reasons.py", "mixing.csv"),
-        ("gap_by_draws.py", "gap_by_subset.csv"),
-    ]:
-        monkeypatch.setattr(sys, "argv", [script, str(tmp_path)])
-        runpy.run_path(str(SCRIPTS / script), run_name="__main__")
-        table = pd.read_csv(tmp_path / written)
-        assert len(table) >= 4, script
-        # the rows of a unit whose chains are not here (another machine's) survive a rerun
-        pd.concat([table, table.assign(depth=9)]).to_csv(tmp_path / written, index=False)
-        runpy.run_path(str(SCRIPTS / script), run_name="__main__")
-        again = pd.read_csv(tmp_path / written)
-        assert len(again) == 2 * len(table) and (again["depth"] == 9).sum() == len(table), script
-    if units["sampler_divergences"].sum() > 0:  # where they started, one row per feature
-        assert len(pd.read_csv(tmp_path / "divergences.csv")) >= 5
-    # the status table reads the records alone and agrees with the run's verdicts
+
+
+@pytest.mark.slow
+def test_the_analysis_of_a_run_keeps_the_rows_of_units_not_here(tiny_run) -> None:
+    """``--mixing-reasons`` and ``--gap-by-draws`` read the stored chains: one row a unit (six
+    cuts of its draws a unit), and the rows of a unit whose chains are not here (another
+    machine's) survive a rerun."""
+    out, _, _ = tiny_run
+    written_by = {
+        "--mixing-reasons": ("mixing.csv", TINY_UNITS),
+        "--gap-by-draws": ("gap_by_subset.csv", 6 * TINY_UNITS),
+    }
+    for option, (written, rows) in written_by.items():
+        depth_command(option, str(out))
+        table = pd.read_csv(out / written)
+        assert len(table) == rows and sorted(table["depth"].unique()) == [1, 3], option
+        pd.concat([table, table.assign(depth=9)]).to_csv(out / written, index=False)
+        depth_command(option, str(out))
+        again = pd.read_csv(out / written)
+        assert len(again) == 2 * rows and (again["depth"] == 9).sum() == rows, option
+    divergent = pd.read_csv(out / "depth_units.csv")["sampler_divergences"].sum()
+    if divergent > 0:  # where they started, one row per feature
+        assert len(pd.read_csv(out / "divergences.csv")) >= 5
+
+
+@pytest.mark.slow
+def test_status_reads_the_records_alone_and_agrees_with_the_runs_verdicts(tiny_run, capsys):
+    out, _, _ = tiny_run
     capsys.readouterr()
-    command = ["status.py", str(tmp_path), "--out", str(tmp_path / "s.csv"), "--best",
-               "--figure", str(tmp_path / "s.png")]  # fmt: skip
-    monkeypatch.setattr(sys, "argv", command)
-    runpy.run_path(str(SCRIPTS / "status.py"), run_name="__main__")
+    depth_command("--status", str(out), "--out", str(out / "status"), "--best")
     printed = capsys.readouterr().out
-    assert printed.count("\n| ") == 4  # after the header, one unit a depth
+    assert printed.count("\n| ") == TINY_UNITS  # after the header, one unit a depth
     assert "| repeats (mixed / trusted) |" in printed  # one repeat a depth here
     assert all(line.endswith((" | 1 (1 / 1) |", " | 1 (1 / 0) |", " | 1 (0 / 0) |"))
                for line in printed.strip().splitlines()[2:])  # fmt: skip
-    assert (tmp_path / "s.png").stat().st_size > 0
-    status = pd.read_csv(tmp_path / "s.csv").sort_values(["activation", "depth"])
-    verdicts = pd.read_csv(tmp_path / "depth_units.csv").sort_values(["activation", "depth"])
+    assert (out / "status" / "status.png").stat().st_size > 0
+    status = pd.read_csv(out / "status" / "status.csv").sort_values(["activation", "depth"])
+    verdicts = pd.read_csv(out / "depth_units.csv").sort_values(["activation", "depth"])
     assert status["trusted"].tolist() == verdicts["trusted"].tolist()
     assert (status["mixed"] >= status["trusted"]).all() and (status["chain_draws"] == 12).all()
-    # a run against itself: every unit finds its posterior, and the same draws agree exactly
-    monkeypatch.setattr(sys, "argv", ["compare_runs.py", str(tmp_path), str(tmp_path)])
-    runpy.run_path(str(SCRIPTS / "compare_runs.py"), run_name="__main__")
-    agreement = pd.read_csv(tmp_path / "agreement.csv")
-    assert len(agreement) == 4
+
+
+@pytest.mark.slow
+def test_a_run_compared_with_itself_agrees_exactly(tiny_run) -> None:
+    """Every unit finds its posterior in the same run, and the same draws agree exactly."""
+    out, _, _ = tiny_run
+    depth_command("--compare-runs", str(out), str(out))
+    agreement = pd.read_csv(out / "agreement.csv")
+    assert len(agreement) == TINY_UNITS
     assert (agreement[["parameter_mean_z_max", "logit_variance_z_max"]] == 0).all(axis=None)
     assert (agreement["sampler"] == "nuts").all() and agreement["chain_draws"].nunique() == 1
 
 
+def test_each_slope_is_a_unit_of_its_own() -> None:
+    """LeakyReLU units, one a slope (their labels and store keys differ); other activations
+    once."""
+    pytest.importorskip("numpyro")
+    pytest.importorskip("blackjax")  # the default sampler, MAMS
+    parser = argparse.ArgumentParser()
+    depth.add_arguments(parser)
+    flags = ["--depths", "1", "--activations", "leaky_relu,relu", "--slopes", "0.01,0.3",
+             "--repeats", "1"]  # fmt: skip
+    units, _ = depth.build_settings(parser.parse_args(flags))
+    assert [unit.label() for unit in units] == ["leaky_relu(0.01)", "leaky_relu(0.3)", "relu"]
+    assert len({json.dumps(unit.to_dict(), sort_keys=True) for unit in units}) == 3
+
+
 def test_best_units_counts_each_data_set_once_and_prefers_the_longest_mixed_chains():
-    best_units = runpy.run_path(str(SCRIPTS / "status.py"))["best_units"]
+    from vbnn_lab.depth.status import best_units
+
     rows = [  # (run, seed, repeat, mixed, trusted, R-hat, draws): one configuration, 3 data sets
         ("short", 0, 0, False, False, 1.20, 1500),
         ("long", 0, 0, True, False, 1.04, 4000),  # the same data set sampled longer: counts once

@@ -10,7 +10,6 @@ fourth moment) with the ESS of the squared deviations; every coordinate must be 
 from __future__ import annotations
 
 import dataclasses
-import runpy
 import sys
 from pathlib import Path
 
@@ -969,11 +968,12 @@ def test_the_sampler_enters_the_unit_key(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path, monkeypatch) -> None:
+def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path) -> None:
     import argparse
 
     import pandas as pd
 
+    from vbnn.cli import main
     from vbnn_lab import depth
 
     parser = argparse.ArgumentParser()
@@ -991,12 +991,8 @@ def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path, mo
     assert "blackjax" in units["software"][0]
     assert not list((tmp_path / "chains").glob("*/*"))  # a stored unit drops its chains in flight
     # the curvature along the chains, from the unit's own potential and tuned step sizes
-    scripts = Path(__file__).resolve().parents[2] / "reproductions" / "depth"
-    monkeypatch.syspath_prepend(str(scripts))
-    monkeypatch.setattr(
-        sys, "argv", ["curvature_along_chains.py", str(tmp_path), "--per-chain", "5"]
-    )
-    runpy.run_path(str(scripts / "curvature_along_chains.py"), run_name="__main__")
+    analysis = ["reproduce", "depth", "--curvature", str(tmp_path)]
+    assert main([*analysis, "--per-chain", "5"]) == 0
     curvature = pd.read_csv(tmp_path / "curvature_points.csv")
     assert len(curvature) >= 10 and (curvature["h"] > 0).all()
     assert (tmp_path / "curvature.png").stat().st_size > 0
@@ -1004,11 +1000,9 @@ def test_reproduce_depth_with_another_sampler_writes_its_unit_table(tmp_path, mo
     summary = pd.read_csv(tmp_path / "curvature.csv")
     other = summary.assign(depth=7)
     pd.concat([summary, other]).to_csv(tmp_path / "curvature.csv", index=False)
-    monkeypatch.setattr(sys, "argv", [*sys.argv, "--depths", "1"])
-    runpy.run_path(str(scripts / "curvature_along_chains.py"), run_name="__main__")
+    assert main([*analysis, "--per-chain", "5", "--depths", "1"]) == 0
     assert pd.read_csv(tmp_path / "curvature.csv")["depth"].tolist() == [1, 7]
     assert len(pd.read_csv(tmp_path / "curvature_points.csv")) == len(curvature)
     (tmp_path / "curvature.png").unlink()
-    monkeypatch.setattr(sys, "argv", ["curvature_along_chains.py", str(tmp_path), "--plot-only"])
-    runpy.run_path(str(scripts / "curvature_along_chains.py"), run_name="__main__")
+    assert main([*analysis, "--plot-only"]) == 0
     assert (tmp_path / "curvature.png").stat().st_size > 0

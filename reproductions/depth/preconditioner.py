@@ -36,12 +36,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from mixing_reasons import settings_of, units_with_chains  # beside this script
 
 from vbnn.references.chain_diagnostics import bulk_ess, rank_rhat, summarise_chains
 from vbnn.references.chain_runner import GRADIENTS_PER_STEP
 from vbnn.references.jax_mclmc import low_rank_preconditioner, run_mams_chains
 from vbnn.references.jax_potential import jax_potential
+from vbnn_lab.depth.stored_chains import settings_of, units_with_chains
 from vbnn_lab.depth.units import two_moons, unit_seed
 
 SLOW_RHAT, SLOW_ESS = 1.05, 100.0  # the trust criterion's thresholds, per coordinate

@@ -10,6 +10,10 @@ Outputs under ``--out``: ``product_covariance.png`` and ``product_support.csv`` 
 repeat, cached); ``depth_units.csv``, ``depth_gap.csv`` (mean +- SEM over repeats),
 ``depth_gap.png``; ``fashion_product_covariance.png`` and ``fashion_product.json``;
 ``summary.json`` with every setting.
+
+Analysis of finished runs instead of a run (``analysis``): ``--status RUN [RUN ...]``,
+``--mixing-reasons RUN``, ``--gap-by-draws RUN``, ``--compare-runs FIRST [SECOND]``,
+``--curvature RUN``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from vbnn.core.contracts import Activation
 from vbnn.data.splits import parse_splits
 from vbnn.sweeps.executors import add_executor_arguments, settings_from
+from vbnn_lab.depth.analysis import add_analysis_arguments, chosen_mode, run_analysis
 from vbnn_lab.depth.models import PretrainConfig
 
 DESCRIPTION = (
@@ -64,7 +69,12 @@ def run_note(units: list, shared: dict, quick: bool) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="about 5 minutes; says so")
-    parser.add_argument("--out", default="results/depth", help="output directory")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default results/depth); with --status, where status.csv and "
+        "status.png go (default: the folder holding the first run)",
+    )
     parser.add_argument("--data-dir", default=None, help="data directory (Fashion-MNIST)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -172,6 +182,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heatmap-samples", type=int, default=10_000, help="Monte Carlo draws for Figure 1"
     )
+    add_analysis_arguments(parser)
 
 
 def _parse_depths(text: str) -> tuple[int, ...]:
@@ -308,6 +319,11 @@ def run_chains_only(units: list, out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    mode = chosen_mode(args)
+    if mode is not None:  # an analysis of finished runs (``analysis``), not a run
+        depths = None if args.depths is None else set(_parse_depths(args.depths))
+        run_analysis(mode, args, depths)
+        return
     _require_jax()
     from vbnn.references.chain_diagnostics import ConvergenceCriterion
     from vbnn_lab.depth.report import (
@@ -319,7 +335,7 @@ def run(args: argparse.Namespace) -> None:
         write_summary,
     )
 
-    out = Path(args.out)
+    out = Path(args.out or "results/depth")
     out.mkdir(parents=True, exist_ok=True)
     units, shared = build_settings(args)
     if args.chains_from is not None:

@@ -1,4 +1,5 @@
-"""Do two depth runs sample the same posterior? ``agreement.csv`` in the second run's folder.
+"""Do two depth runs sample the same posterior? ``vbnn reproduce depth --compare-runs FIRST
+[SECOND]``: ``agreement.csv`` in the second run's folder.
 
 For every unit of the second run whose chains are in its ``samples/`` and that has a unit of the
 first run with the same posterior (same activation, depth, repeat, data, prior and MFVI fit:
@@ -12,31 +13,17 @@ posterior, for example where its transitions diverge, shifts the moments it miss
 rank R-hat of all chains of both runs pooled, and the mean log density of each.
 
 With one run only, ``agreement_within.csv``: in each unit with divergent transitions, the same
-comparison between the chain that diverged most and the unit's other chains.
-
-Run from the repository root: ``python reproductions/depth/compare_runs.py
-reproductions/depth/mams-1000-long-leaky reproductions/depth/mams-1000-long-accept-0.95``
-(or one run: ``... compare_runs.py reproductions/depth/mams-1000-long``); with ``--new``, only
-the units that have no rows yet in the table it writes.
+comparison between the chain that diverged most and the unit's other chains. With ``--new``,
+only the units that have no rows yet in the table it writes.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from mixing_reasons import (  # beside this script
-    NEW_HELP,
-    TEST_INPUTS,
-    measured_units,
-    settings_of,
-    unit_columns,
-    units_with_chains,
-    write_table,
-)
 
 from vbnn.references.chain_diagnostics import (
     max_abs_normal_quantile,
@@ -44,6 +31,14 @@ from vbnn.references.chain_diagnostics import (
     rank_rhat,
 )
 from vbnn.references.mixing import network_outputs
+from vbnn_lab.depth.stored_chains import (
+    TEST_INPUTS,
+    measured_units,
+    settings_of,
+    unit_columns,
+    units_with_chains,
+    write_table,
+)
 from vbnn_lab.depth.units import two_moons, unit_seed
 
 SAMPLER_SETTINGS = ("sampler", "chains")  # what may differ between the compared units
@@ -126,46 +121,31 @@ def within(run: Path, new: bool = False) -> None:
         if new:
             print(f"{run}: no unit with chains and divergent transitions to add")
             return
-        raise SystemExit(f"{run}: no unit with chains and divergent transitions")
+        raise FileNotFoundError(f"{run}: no unit with chains and divergent transitions")
     table = write_table(pd.DataFrame(rows), run / "agreement_within.csv")
     print(table.T.to_string(header=False, float_format=lambda value: f"{value:.4g}"))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("first", type=Path, help="a depth run's output folder")
-    parser.add_argument(
-        "second", type=Path, nargs="?",
-        help="another, where agreement.csv is written; without it, within the first's units",
-    )  # fmt: skip
-    parser.add_argument("--new", action="store_true", help=NEW_HELP)
-    args = parser.parse_args()
-    if args.second is None:
-        within(args.first, args.new)
+def compare_runs(first: Path, second: Path | None = None, new: bool = False) -> None:
+    """``agreement.csv`` in ``second``: its units against those of ``first`` with the same
+    posterior; without ``second``, ``within(first, new)``. With ``new``, only the units of
+    ``second`` without a row compared with ``first`` yet."""
+    if second is None:
+        within(first, new)
         return
-    reference = {
-        posterior_key(record): arrays for record, arrays, _ in units_with_chains(args.first)
-    }
+    reference = {posterior_key(record): arrays for record, arrays, _ in units_with_chains(first)}
     rows = []
-    skip = set()
-    if args.new:
-        skip = measured_units(args.second / "agreement.csv", compared_with=args.first.name)
-    for record, arrays, _ in units_with_chains(args.second, skip):
+    skip = measured_units(second / "agreement.csv", compared_with=first.name) if new else set()
+    for record, arrays, _ in units_with_chains(second, skip):
         key = posterior_key(record)
         if key not in reference:
-            print(f"{record['activation']} depth {record['depth']}: not in {args.first}, skipped")
+            print(f"{record['activation']} depth {record['depth']}: not in {first}, skipped")
             continue
-        rows.append(
-            {"compared_with": args.first.name, **agreement_rows(record, reference[key], arrays)}
-        )
+        rows.append({"compared_with": first.name, **agreement_rows(record, reference[key], arrays)})
     if not rows:
-        if args.new:
-            print(f"{args.second}: no unit to add to agreement.csv")
+        if new:
+            print(f"{second}: no unit to add to agreement.csv")
             return
-        raise SystemExit(f"{args.second}: no unit with chains shares a posterior with {args.first}")
-    table = write_table(pd.DataFrame(rows), args.second / "agreement.csv")
+        raise FileNotFoundError(f"{second}: no unit with chains shares a posterior with {first}")
+    table = write_table(pd.DataFrame(rows), second / "agreement.csv")
     print(table.T.to_string(header=False, float_format=lambda value: f"{value:.4g}"))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,6 @@
-"""Does the gap above its floor depend on how many draws measured it? ``gap_by_draws.csv``.
+"""Does the gap above its floor depend on how many draws measured it? ``vbnn reproduce depth
+--gap-by-draws RUN``: ``gap_by_draws.csv``, ``gap_by_subset.csv`` and ``non_gaussian.csv`` in
+the run folder.
 
 For every unit of ``<run>/units`` whose chains are in ``<run>/samples``: KL(q_diag || q_full)
 of the Gaussian fitted to the first ``n`` kept draws of each chain (n = 250, 500, 1000, ... up
@@ -14,32 +16,27 @@ halves and quarters of the pooled draws (an independent-draws floor: every coord
 on its own), the first half of every chain, and every second draw of every chain. And are the
 draws Gaussian-like, or do the parameters share a scale (``non_gaussian.csv``: the median excess
 kurtosis of the parameters, and the mean correlation between squared standardised parameters)?
-
-Run from the repository root: ``python reproductions/depth/gap_by_draws.py
-reproductions/depth/mams-1000-long``; with ``--new``, only the units that have no rows yet in
-its tables.
+With ``--new``, only the units that have no rows yet in its tables.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from mixing_reasons import (  # beside this script
-    NEW_HELP,
-    measured_units,
-    unit_columns,
-    units_with_chains,
-    write_table,
-)
 
 from vbnn.references.gaussian_gap import (
     empirical_covariance,
     expected_kl_floor,
     kl_closest_diagonal,
     kl_closest_diagonal_chain_null,
+)
+from vbnn_lab.depth.stored_chains import (
+    measured_units,
+    unit_columns,
+    units_with_chains,
+    write_table,
 )
 
 
@@ -97,15 +94,12 @@ def non_gaussian(samples: np.ndarray) -> pd.DataFrame:
     }])  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("run", type=Path, help="a depth run's folder (units/, samples/)")
-    parser.add_argument("--new", action="store_true", help=NEW_HELP)
-    args = parser.parse_args()
-    run = args.run
+def run_gap_by_draws(run: Path, new: bool = False) -> None:
+    """Write the three tables of ``run`` (with ``new``, of its units without rows in
+    ``gap_by_draws.csv`` yet) and print them."""
     measures = {"gap_by_draws": gap_by_draws, "gap_by_subset": gap_by_subset}
     tables: dict[str, list[pd.DataFrame]] = {name: [] for name in [*measures, "non_gaussian"]}
-    skip = measured_units(run / "gap_by_draws.csv") if args.new else set()
+    skip = measured_units(run / "gap_by_draws.csv") if new else set()
     for record, arrays, _ in units_with_chains(run, skip):
         settings = record["settings"]
         seed = settings["seed"] * 1000 + settings["repeat"]  # compute_unit's
@@ -119,14 +113,10 @@ def main() -> None:
                 frame.insert(0, key, value)
             tables[name].append(frame)
     if not tables["gap_by_draws"]:
-        if args.new:
+        if new:
             print(f"{run}: every unit with stored chains is in gap_by_draws.csv already")
             return
-        raise SystemExit(f"{run}: no unit has its chains in samples/")
+        raise FileNotFoundError(f"{run}: no unit has its chains in samples/")
     for name, parts in tables.items():
         table = write_table(pd.concat(parts, ignore_index=True), run / f"{name}.csv")
         print(table.to_string(index=False, float_format="%.4g"))
-
-
-if __name__ == "__main__":
-    main()

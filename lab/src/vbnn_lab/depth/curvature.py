@@ -1,6 +1,6 @@
 """How far does the posterior's curvature vary along a depth run's chains, and do divergent
-transitions start where it is largest? ``curvature.csv``, ``curvature_points.csv`` and
-``curvature.png`` beside the run.
+transitions start where it is largest? ``vbnn reproduce depth --curvature RUN``:
+``curvature.csv``, ``curvature_points.csv`` and ``curvature.png`` in the run folder.
 
 For every unit of ``<run>/units`` whose chains are in ``<run>/samples``: at ``--per-chain``
 evenly spaced draws of each chain (and at every draw from which a transition diverged, where the
@@ -20,34 +20,25 @@ likelihood's Gauss-Newton curvature), whether the stiffest directions of the mos
 the draws are few and shared (which a constant dense preconditioner could fold in) or many, and
 the percentile of h at the divergent starts among the evenly spaced draws.
 
-Run from the repository root: ``python reproductions/depth/curvature_along_chains.py
-reproductions/depth/mams-1000-long``.
+With ``--depths``, only the units of those depths (every table keeps the rows of the others);
+with ``--plot-only``, ``curvature.png`` again from ``curvature_points.csv``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from mixing_reasons import (  # beside this script
-    settings_of,
-    unit_columns,
-    units_with_chains,
-    write_table,
-)
 from scipy.stats import spearmanr
 
+from vbnn.plots import pyplot, save_figure
 from vbnn.references.curvature import largest_curvature
 from vbnn.references.jax_potential import jax_potential
 from vbnn.references.mixing import layer_log_norms, network_outputs
+from vbnn_lab.depth.stored_chains import settings_of, unit_columns, units_with_chains, write_table
 from vbnn_lab.depth.units import two_moons, unit_seed
 
 # a reference mark for h: the leapfrog integrator's stability limit on a quadratic (the two-stage
@@ -159,7 +150,7 @@ def plot(points: pd.DataFrame, path: Path) -> None:
     """h at the evenly spaced draws, one panel per activation and depth, one line per repeat,
     on a shared axis; divergent starts (where stored) filled red."""
     cells = list(points.groupby(["activation", "depth"], sort=True))
-    figure, axes = plt.subplots(
+    figure, axes = pyplot().subplots(
         1, len(cells), figsize=(3.4 * len(cells), 3), squeeze=False, sharex=True
     )
     positive = points["h"][points["h"] > 0]
@@ -182,47 +173,31 @@ def plot(points: pd.DataFrame, path: Path) -> None:
         axis.legend(fontsize=7)
     axes[0, 0].set_ylabel("draws")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    save_figure(figure, path, dpi=120)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("run", type=Path, help="a depth run's folder (units/, samples/)")
-    parser.add_argument("--per-chain", type=int, default=100, help="evenly spaced draws a chain")
-    parser.add_argument(
-        "--depths",
-        default=None,
-        help="measure only the units of these depths, e.g. 2,3 (every table keeps the rows "
-        "of the units not measured now)",
-    )
-    parser.add_argument(
-        "--plot-only", action="store_true", help="redraw curvature.png from curvature_points.csv"
-    )
-    args = parser.parse_args()
-    if args.plot_only:
-        plot(pd.read_csv(args.run / "curvature_points.csv"), args.run / "curvature.png")
+def run_curvature(
+    run: Path, per_chain: int = 100, depths: set[int] | None = None, plot_only: bool = False
+) -> None:
+    """Write the curvature tables and figure of ``run``'s units (of ``depths`` only where
+    given) at ``per_chain`` evenly spaced draws a chain; with ``plot_only``, redraw the figure
+    from ``curvature_points.csv``."""
+    if plot_only:
+        plot(pd.read_csv(run / "curvature_points.csv"), run / "curvature.png")
         return
-    depths = None if args.depths is None else {int(d) for d in args.depths.split(",")}
     rows, tables = [], []
-    for record, arrays, chains in units_with_chains(args.run):
+    for record, arrays, chains in units_with_chains(run):
         if depths is not None and record["depth"] not in depths:
             continue
         if "chain_step_size" not in chains:  # NUTS: its step sizes are not stored
             print(f"{record['sampler']} unit (depth {record['depth']}): no step sizes, skipped")
             continue
-        table, directions = measure_unit(record, arrays, chains, args.per_chain)
+        table, directions = measure_unit(record, arrays, chains, per_chain)
         rows.append(summarise(table, directions, record, chains))
         tables.append(table)
     if not rows:
-        raise SystemExit(f"{args.run}: no unit has its chains in samples/")
-    summary = write_table(pd.DataFrame(rows), args.run / "curvature.csv")
-    points = write_table(
-        pd.concat(tables, ignore_index=True), args.run / "curvature_points.csv", "%.6g"
-    )
-    plot(points, args.run / "curvature.png")
+        raise FileNotFoundError(f"{run}: no unit has its chains in samples/")
+    summary = write_table(pd.DataFrame(rows), run / "curvature.csv")
+    points = write_table(pd.concat(tables, ignore_index=True), run / "curvature_points.csv", "%.6g")
+    plot(points, run / "curvature.png")
     print(summary.to_string(index=False, float_format=lambda value: f"{value:.3g}"))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,26 +1,22 @@
-"""Where the reference chains stand: every stored unit of the depth runs in one table,
-``status.csv`` beside this script, and the same as a Markdown table on stdout.
+"""Where the reference chains stand: ``vbnn reproduce depth --status RUN [RUN ...]``.
 
-One row per unit (run folder, points, activation, depth, repeat, chain budget): its worst
-R-hat and bulk / tail ESS, divergent transitions, whether it is **mixed** by the issue's
-criterion (every parameter's R-hat <= 1.05, bulk and tail ESS >= 100) and **trusted** by the
-runs' stricter rule (mixed and no divergent transition: ``ConvergenceCriterion``'s defaults), its
+Every stored unit of the named depth runs in one table, ``status.csv``, and the same as a
+Markdown table on stdout. One row per unit (run folder, points, activation, depth, repeat, chain
+budget): its worst R-hat and bulk / tail ESS, divergent transitions, whether it is **mixed**
+(every parameter's R-hat <= 1.05, bulk and tail ESS >= 100) and **trusted** by the runs'
+stricter rule (mixed and no divergent transition: ``ConvergenceCriterion``'s defaults), its
 KL(q_diag || q_full) above the chain floor extrapolated to infinitely many draws with that
-extrapolation's drift (``kl_above_floor_limit``; see the README), and its cost. It reads the
-records in ``<run>/units/`` only (committed), so it runs anywhere, without the chains. Means
-over a run's repeats are its ``depth_gap.csv`` (``vbnn_lab.depth.report.aggregate``).
+extrapolation's drift (``kl_above_floor_limit``; see reproductions/depth/README.md), and its
+cost. It reads the records in ``<run>/units/`` only (committed), so it runs anywhere, without
+the chains. Means over a run's repeats are its ``depth_gap.csv`` (``report.aggregate``).
 
 ``status.png`` plots the KL limit against depth of one unit per data size, activation and depth
-(``best_units``). Run from the repository root: ``python reproductions/depth/status.py`` (every
-``mams-*`` run beside it; ``--best`` prints one unit per points, activation and depth, with how
-many repeats that configuration has and how many of them mixed and were trusted), or name run
-folders:
-``python reproductions/depth/status.py reproductions/depth/reduced-1000``.
+(``best_units``); ``--best`` prints those units only, with how many repeats each configuration
+has and how many of them mixed and were trusted.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -32,7 +28,6 @@ from vbnn.plots import pyplot, save_figure
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
 from vbnn_lab.depth.report import trusted_units
 
-HERE = Path(__file__).parent
 COLUMNS = {
     "run": "run", "points": "points", "activation": "activation", "depth": "depth",
     "repeat": "repeat", "budget": "chains x (warm-up + draws)", "step_scale": "step / tuned",
@@ -51,12 +46,12 @@ def records_of(run: Path) -> list[dict]:
     """The unit records (their ``info``) stored in ``run/units``."""
     paths = sorted((run / "units").glob("*.json"))
     if not paths:
-        raise SystemExit(f"{run / 'units'}: no unit records (*.json)")
+        raise FileNotFoundError(f"{run / 'units'}: no unit records (*.json)")
     records = []
     for path in paths:
         info = json.loads(path.read_text())["info"]
         if "chains" not in info.get("settings", {}) or "sampler" not in info:
-            raise SystemExit(
+            raise ValueError(
                 f"{path}: not a unit record of a multi-chain run (no sampler and chain settings; "
                 "single-chain Pyro NUTS records are not covered)"
             )
@@ -70,7 +65,7 @@ def status(runs: list[Path]) -> pd.DataFrame:
     for run in runs:
         records = records_of(run)
         frame = trusted_units(records, ConvergenceCriterion())
-        # mixed: the same verdict with divergences left out (the issue's criterion)
+        # mixed: the same verdict with divergences left out (R-hat and ESS alone)
         frame["mixed"] = trusted_units(records, ConvergenceCriterion(max_divergences=None))[
             "trusted"
         ]
@@ -166,7 +161,8 @@ def plot_limits(best: pd.DataFrame, path: Path) -> None:
         axis.set_xlabel("hidden layers")
         axis.set_ylabel("KL(q_diag || q_full) above the chain floor,\nextrapolated (nats)")
         axis.set_title(f"{points:,} two-moons points", fontsize=10)
-        axis.legend(fontsize=8)
+        if axis.get_legend_handles_labels()[0]:  # a panel whose units have no limit has none
+            axis.legend(fontsize=8)
     figure.suptitle(
         "The posterior's diagonal gap, one unit a depth (error bar: the extrapolation's drift; "
         "hollow: not mixed; label: draws a chain)", fontsize=10,
@@ -190,29 +186,14 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "runs", type=Path, nargs="*", help="depth run folders (default: every mams-* one here)"
-    )
-    parser.add_argument("--out", type=Path, default=HERE / "status.csv", help="the table's CSV")
-    parser.add_argument(
-        "--figure", type=Path, default=HERE / "status.png",
-        help="where the KL limit of one unit a depth is plotted",
-    )  # fmt: skip
-    parser.add_argument(
-        "--best", action="store_true",
-        help="print one unit per points, activation and depth (mixed with the most draws a chain, "
-        "else the lowest R-hat) instead of every unit; the CSV keeps every unit",
-    )  # fmt: skip
-    args = parser.parse_args()
-    runs = args.runs or sorted(path.parent for path in HERE.glob("mams-*/units"))
+def run_status(runs: list[Path], out: Path, best: bool = False) -> pd.DataFrame:
+    """Write ``status.csv`` (every unit of ``runs``) and ``status.png`` (``best_units``) to
+    ``out`` and print the Markdown table of every unit, or with ``best`` of ``best_units``;
+    returns the table of every unit."""
     table = status(runs)
-    table[CSV].to_csv(args.out, index=False, float_format="%.6g")
-    best = best_units(table)
-    plot_limits(best, args.figure)
-    print(markdown(best if args.best else table))
-
-
-if __name__ == "__main__":
-    main()
+    out.mkdir(parents=True, exist_ok=True)
+    table[CSV].to_csv(out / "status.csv", index=False, float_format="%.6g")
+    chosen = best_units(table)
+    plot_limits(chosen, out / "status.png")
+    print(markdown(chosen if best else table))
+    return table
