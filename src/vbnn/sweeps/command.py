@@ -28,7 +28,8 @@ from vbnn.stores.results_db import ResultsDatabase, config_hash
 from vbnn.sweeps.driver import Pending, Runs, train_missing
 from vbnn.sweeps.executors import Unit, add_executor_arguments, run_sweep, settings_from
 from vbnn.sweeps.grid import Grid, Search, load_grid
-from vbnn.sweeps.uci import SplitUnits, stored_trials
+from vbnn.sweeps.tuning_driver import stored_trials
+from vbnn.sweeps.uci import SplitUnits
 
 DESCRIPTION = "run a GRID.toml of UCI runs (or an Optuna search) locally or on a Ray cluster"
 
