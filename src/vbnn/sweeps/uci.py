@@ -35,11 +35,10 @@ from vbnn.regression.engine import (
     Overrides,
     StackMetrics,
     TrainedStack,
-    add_runtime_arguments,
     run_splits,
     stack_chunks,
 )
-from vbnn.regression.methods import method_config, method_fields
+from vbnn.regression.methods import add_runtime_arguments, method_config, method_fields
 from vbnn.regression.studies import used_budget
 from vbnn.regression.tuning import TuningConfig, hidden_label, study_name
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
