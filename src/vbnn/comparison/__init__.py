@@ -11,10 +11,13 @@ without them.
 """
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vbnn.comparison.config import CompareConfig
 from vbnn.comparison.folds import Task
+
+if TYPE_CHECKING:
+    from vbnn.comparison.run import ComparisonResult, compare
 
 _LAZY = {"compare": "vbnn.comparison.run", "ComparisonResult": "vbnn.comparison.run"}
 
