@@ -5,6 +5,9 @@ The UCI engine trains every family under the Gaussian prior N(0, prior_std^2) an
 layer's KL to it in closed form, so a family without one (``FamilySpec.closed_form_kl`` False:
 ``bernoulli-variance``, whose discrete q has an infinite KL to any density) is no method here;
 train it with its own prior (``vbnn.elbo`` with ``prior=None``, or ``BayesianClassifier``).
+
+:func:`add_runtime_arguments` gives a command the flags of the runtime fields of every method's
+config (``--compile``, ``--device``).
 """
 
 from __future__ import annotations
