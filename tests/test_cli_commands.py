@@ -53,6 +53,33 @@ def test_an_installed_command_is_parsed_and_run(monkeypatch: pytest.MonkeyPatch,
     assert "greet someone" in capsys.readouterr().out  # listed with the built-in commands
 
 
+def test_an_installed_command_adds_its_flags_only_when_it_is_parsed(
+    monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``vbnn --help`` and a built-in command do not call an installed command's
+    ``add_arguments`` (whose modules may be slow to import); parsing that command calls it once,
+    and its ``--help`` lists the flags."""
+    calls: list = []
+    target = _command_module(monkeypatch, calls)
+    added: list = []
+    module = sys.modules[target]
+    add_arguments = module.add_arguments
+    module.add_arguments = lambda parser: (added.append(parser.prog), add_arguments(parser))
+    _installed(monkeypatch, EntryPoint("hello", target, GROUP))
+    parser = cli.build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    parser.parse_args(["data", "check"])
+    assert added == []
+    assert parser.parse_args(["hello", "world"]).times == 1
+    assert parser.parse_args(["hello", "you", "--times", "2"]).times == 2
+    assert added == ["vbnn hello"]  # once, however often the command is parsed
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["hello", "--help"])
+    assert "--times" in capsys.readouterr().out
+
+
 def test_without_the_lab_reproduce_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

@@ -18,6 +18,7 @@ from vbnn.comparison.folds import Task, infer_task, k_folds
 from vbnn.comparison.report import paired_gaps, verdict
 from vbnn.data.uci import DataError
 from vbnn.sweeps import driver as driver_module
+from vbnn.sweeps import tuning_driver as tuning_driver_module
 from vbnn.sweeps import uci as uci_module
 
 FAST = {"iterations": 60, "hidden": (8,), "test_samples": 8}
@@ -108,7 +109,7 @@ def no_training(*args, **kwargs):
     ],
 )  # fmt: skip
 def test_bad_input_is_an_error_before_any_training(call, message, monkeypatch) -> None:
-    monkeypatch.setattr(run_module, "run_sweep", no_training)  # the searches
+    monkeypatch.setattr(tuning_driver_module, "run_sweep", no_training)  # the searches
     monkeypatch.setattr(driver_module, "run_sweep", no_training)  # the training
     x, y = regression_data()
     with pytest.raises(ValueError, match=message):
@@ -116,7 +117,7 @@ def test_bad_input_is_an_error_before_any_training(call, message, monkeypatch) -
 
 
 def test_a_bad_csv_cell_is_named_before_any_training(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(run_module, "run_sweep", no_training)  # the searches
+    monkeypatch.setattr(tuning_driver_module, "run_sweep", no_training)  # the searches
     monkeypatch.setattr(driver_module, "run_sweep", no_training)  # the training
     table = tmp_path / "data.csv"
     table.write_text("a,y\n1,2\n3,oops\n")

@@ -82,3 +82,31 @@ def test_every_public_name_resolves() -> None:
         assert "no_such_name" in str(error)
     else:
         raise AssertionError("vbnn.no_such_name did not raise AttributeError")
+
+
+def test_the_command_line_help_loads_none_of_the_heavy_libraries() -> None:
+    """Building ``vbnn``'s parser and printing the help of ``vbnn`` and of every built-in
+    subcommand load none of optuna, pandas, scikit-learn, scipy, matplotlib, ray or jax: the
+    jobs import them when they run. (An installed command's flags come from its own package,
+    ``vbnn reproduce`` from the lab, and are added only when that command is parsed.)"""
+    code = (
+        "import contextlib, io, sys\n"
+        "from vbnn.cli import build_parser, main\n"
+        "parser = build_parser()\n"
+        "commands = [['uci'], ['fit'], ['compare'], ['demo'], ['data', 'download'],\n"
+        "            ['data', 'check'], ['diagnose', 'pruning'], ['diagnose', 'report'],\n"
+        "            ['sweep'], []]\n"
+        "shown = []\n"
+        "for command in commands:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "        try:\n"
+        "            main([*command, '--help'])\n"
+        "        except SystemExit:\n"
+        "            pass\n"
+        "    shown.append(out.getvalue().startswith('usage: vbnn'))\n"
+        f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+        "print(all(shown), len(shown))\n"
+    )
+    heavy, shown = _run(code).splitlines()
+    assert heavy == ""
+    assert shown == "True 10"  # every help was printed

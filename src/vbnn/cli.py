@@ -2,49 +2,33 @@
 ``vbnn sweep``, ``vbnn diagnose pruning|report``, and ``vbnn reproduce`` where the papers'
 reproductions (the lab beside the library) are installed."""
 
+# The docstring above is ``vbnn --help``'s description. This module builds the parser from light
+# modules only: each job (``cli_handlers``, ``comparison.command``, ``sweeps.command``) is
+# imported when its subcommand runs, and an installed command adds its flags when it is parsed,
+# so ``vbnn --help`` loads none of pandas, scikit-learn, SciPy, Optuna or matplotlib.
+
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import entry_points
-from pathlib import Path
+from typing import Any
 
-import numpy as np
-import pandas as pd
-import torch
-
-from vbnn.classification.estimator import BayesianClassifier
-from vbnn.comparison import command as compare_command
+from vbnn.comparison import arguments as compare_arguments
 from vbnn.core.contracts import Activation
 from vbnn.core.defaults import EARLY_STOPPING_ITERATIONS, ESTIMATOR_ITERATIONS, UCI_ITERATIONS
-from vbnn.core.runs import TABLE1_METHODS, RunResult, SGLDConfig, TrainConfig, VIConfig
-from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
-from vbnn.data.cifar import CifarDataset, download_cifar
-from vbnn.data.download import DEFAULT_BASE_URL, check, download
-from vbnn.data.embedded import load_diabetes_splits
-from vbnn.data.paths import resolve_data_dir
-from vbnn.data.splits import parse_splits, standard_scale
-from vbnn.data.table import read_table
-from vbnn.diagnostics.saved import (
-    PAPER_PRUNED,
-    PAPER_UNITS,
-    diagnose_estimator,
-    diagnose_saved,
-    is_paper_setting,
-    write_report,
-)
+from vbnn.core.runs import TABLE1_METHODS, SGLDConfig, VIConfig
+from vbnn.data import DATASETS, DataError
+from vbnn.data.download import DEFAULT_BASE_URL
+from vbnn.data.splits import parse_splits
 from vbnn.layers.registry import FAMILIES
-from vbnn.regression.engine import add_runtime_arguments, run_splits
-from vbnn.regression.estimator import BayesianRegressor
-from vbnn.regression.methods import check_method, method_config, method_fields, method_names
-from vbnn.regression.presets import GD_POSTERIOR_STD, preset
-from vbnn.regression.report import comparison_table, split_table, summary, to_json
-from vbnn.regression.saved_models import load_model
-from vbnn.sweeps import command as sweep_command
+from vbnn.regression.methods import add_runtime_arguments, check_method, method_names
+from vbnn.regression.presets import GD_POSTERIOR_STD
+from vbnn.sweeps import arguments as sweep_arguments
 from vbnn.sweeps.executors import SweepError
 from vbnn.training.full_batch import NonFiniteLossError
 
@@ -60,7 +44,6 @@ PACKAGED_COMMANDS = {
         "repository's root, pip install ./lab (or make install)",
     ),
 }
-CIFAR_NAMES = [d.value for d in CifarDataset]
 
 
 def parse_methods(text: str) -> list[str]:
@@ -81,163 +64,6 @@ def parse_methods(text: str) -> list[str]:
             "or 'all'"
         )
     return names
-
-
-def load_dataset(name: str, data_dir: str | None) -> RegressionDataset:
-    if name == EMBEDDED:
-        return load_diabetes_splits()
-    return load_uci(name, data_dir)
-
-
-# flags that default to a preset
-TUNED = ("learning_rate", "prior_std", "posterior_std", "step_size")
-
-
-# Flags that map one to one onto config fields; a method takes those its config has.
-CONFIG_FLAGS = (
-    "iterations", "noise_std", "kl_weight", "test_samples", "seed", "chunk_size",
-    "correlation_learning_rate", "compile", "device", "burn_in", "thinning",
-)  # fmt: skip
-
-
-def _config_from(args: argparse.Namespace, method: str) -> TrainConfig:
-    """The run's config: explicit flags, else the data set's preset (``regression.presets``),
-    else the config's defaults; says on stderr which preset values it used. A flag that
-    ``method`` does not take (``--burn-in`` for mf) is left out of its config."""
-    accepted = method_fields(method)
-    values, source = preset(getattr(args, "dataset", ""), method)
-    chosen = {name: getattr(args, name) for name in TUNED if getattr(args, name) is not None}
-    used = {name: v for name, v in values.items() if name not in chosen and name in accepted}
-    if used:
-        shown = ", ".join(f"{name}={value:g}" for name, value in used.items())
-        flags = ", ".join(f"--{name.replace('_', '-')}" for name in used)
-        print(f"{method}: {shown} ({source}; {flags} to override)", file=sys.stderr)
-    given = {name: getattr(args, name) for name in CONFIG_FLAGS if getattr(args, name) is not None}
-    given |= {"hidden": tuple(args.hidden), "activation": args.activation, **used, **chosen}
-    return method_config(method, **{k: v for k, v in given.items() if k in accepted})
-
-
-def run_methods(
-    dataset: RegressionDataset, args: argparse.Namespace, methods: list[str]
-) -> list[RunResult]:
-    """Every method on ``args.splits``; with ``--save-model`` every trained stack is saved."""
-    save_models = getattr(args, "save_model", None)
-    results = []
-    for method in methods:
-        config = _config_from(args, method)
-        folders: list[Path | None] = []
-        results.append(
-            run_splits(
-                dataset, args.splits, config, progress=not args.no_progress,
-                on_stack=lambda stack, folders=folders: folders.append(stack.saved_to),
-                save_models=save_models,
-            )
-        )  # fmt: skip
-        if save_models is not None:
-            print("saved: " + ", ".join(str(f) for f in folders), file=sys.stderr)
-    return results
-
-
-def _print_results(results: list[RunResult], as_json: bool, note: str | None) -> None:
-    if as_json:
-        payload = [to_json(r) for r in results]
-        print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
-        return
-    with pd.option_context("display.float_format", "{:.3f}".format, "display.width", 120):
-        if note:
-            print(note)
-        for result in results:
-            stats = summary(result)
-            print(f"\n{result.dataset}, {result.config.method.upper()}")
-            print(split_table(result).to_string())
-            ll, rmse = stats["test_log_likelihood"], stats["test_rmse"]
-            print(
-                f"mean +- standard error over {len(result.splits)} splits: "
-                f"test LL {ll['mean']:.3f} +- {ll['standard_error']:.3f}, "
-                f"RMSE {rmse['mean']:.3f} +- {rmse['standard_error']:.3f}"
-            )
-        if len(results) > 1:
-            print(f"\n{results[0].dataset}: comparison (original target units)")
-            print(comparison_table(results).to_string())
-
-
-def command_uci(args: argparse.Namespace) -> None:
-    dataset = load_dataset(args.dataset, args.data_dir)
-    _print_results(run_methods(dataset, args, args.method), args.json, None)
-
-
-def command_diagnose_pruning(args: argparse.Namespace) -> None:
-    saved = load_model(args.model)
-    dataset, inputs = None, None
-    if args.csv is not None:
-        raise ValueError(f"give the table as --data {args.csv} (as vbnn fit and compare do)")
-    if args.data is not None:
-        if args.target is None:
-            raise ValueError("--data needs --target (the column the model predicts)")
-        x, _, _ = read_table(args.data, args.target)
-        scalers = saved.metadata
-        if "x_mean" in scalers:  # saved by BayesianRegressor / vbnn fit: its own scalers
-            x = (x - np.asarray(scalers["x_mean"])) / np.asarray(scalers["x_scale"])
-        else:
-            mean, scale = standard_scale(x)
-            x = (x - mean) / scale
-        inputs = torch.as_tensor(x)
-    elif saved.dataset is None:
-        raise ValueError(f"{args.model}: the model names no UCI data set; give its training "
-                         "inputs with --data FILE --target COLUMN")  # fmt: skip
-    else:
-        dataset = load_dataset(saved.dataset, args.data_dir)
-    report = diagnose_saved(saved, dataset, args.out, inputs=inputs)
-    with pd.option_context("display.float_format", "{:.4f}".format, "display.width", 160):
-        if args.units:
-            for split, table in report.units.items():
-                print(f"\nmodel {split}: per hidden unit")
-                print(table.to_string())
-        where = saved.dataset or args.data
-        print(f"\n{saved.config.method.upper()} on {where}: pruned hidden units")
-        print(report.counts.to_string(index=False))
-    if is_paper_setting(saved):
-        print(f"(paper, MF on boston: {PAPER_PRUNED} of {PAPER_UNITS})")
-    for path in report.written:
-        print(f"wrote {path}")
-
-
-def command_diagnose_report(args: argparse.Namespace) -> None:
-    report = diagnose_estimator(args.model, args.data, args.target, samples=args.samples)
-    print(report.to_markdown() if args.markdown else report)
-    for path in write_report(report, args.json, args.figure):
-        print(f"wrote {path}")
-
-
-def command_demo(args: argparse.Namespace) -> None:
-    note = None
-    try:
-        dataset = load_uci("boston", args.data_dir)
-    except DataError as error:
-        dataset = load_diabetes_splits()
-        note = (
-            f"boston not available ({error}).\nDemo runs on the embedded default: scikit-learn's "
-            "diabetes data (442 rows, 10 inputs), 20 seeded 90/10 splits."
-        )
-        print(note, file=sys.stderr)
-    args.dataset = dataset.name  # the presets of boston (none for the embedded default)
-    _print_results(run_methods(dataset, args, list(TABLE1_METHODS)), args.json, note)
-
-
-def command_download(args: argparse.Namespace) -> None:
-    names = args.names or list(DATASETS)
-    for name in names:
-        if name in CIFAR_NAMES:  # the official archive from the CIFAR page, md5-checked
-            folder = download_cifar(name, args.data_dir)
-        else:
-            folder = download(name, args.data_dir, args.base_url)
-        print(f"{name}: downloaded and verified -> {folder}")
-
-
-def command_check(args: argparse.Namespace) -> None:
-    print(f"data directory: {resolve_data_dir(args.data_dir)}")
-    for status in check(args.data_dir):
-        print(f"{status.name:<9} {status.status:<40} {status.folder}")
 
 
 def _add_training_flags(parser: argparse.ArgumentParser) -> None:
@@ -289,67 +115,44 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def command_fit(args: argparse.Namespace) -> None:
-    """Seeded train/test split of the user's table, BayesianRegressor (BayesianClassifier when
-    the target column holds class names), test metrics."""
-    if args.csv is not None:
-        raise ValueError(f"give the table as --data {args.csv} (as vbnn compare does)")
-    if args.data is None:
-        raise ValueError("--data FILE: the CSV table to fit")
-    x, y, columns = read_table(args.data, args.target, class_names=True)
-    if not 0 < args.test_fraction < 1:
-        raise ValueError(f"--test-fraction {args.test_fraction}: must be in (0, 1)")
-    order = np.random.default_rng(args.seed).permutation(len(y))
-    test = order[: max(1, round(args.test_fraction * len(y)))]
-    train = order[len(test) :]
-    if len(train) < 2:
-        raise ValueError(f"{args.data}: {len(y)} rows leave too few for training")
-    if y.dtype.kind == "U":
-        _fit_classifier(args, x, y, columns, train, test)
-        return
-    estimator = BayesianRegressor(family=args.family, hidden=tuple(args.hidden),
-                                  iterations=args.iterations, seed=args.seed)  # fmt: skip
-    print(f"fitting {estimator!r} on {len(train)} rows, testing on {len(test)}; inputs "
-          f"{columns}, target {args.target!r}", file=sys.stderr)  # fmt: skip
-    estimator.fit(x[train], y[train])
-    mean = estimator.predict(x[test])
-    rmse = float(np.sqrt(np.mean((mean - y[test]) ** 2)))
-    print(f"test log-likelihood {estimator.score(x[test], y[test]):.3f} nats, RMSE {rmse:.4g} "
-          f"({len(test)} rows)")  # fmt: skip
-    if args.save:
-        print(f"saved to {estimator.save(args.save)}")
+def _run(target: str) -> Callable[[argparse.Namespace], None]:
+    """The handler ``"module:function"``, imported only when its subcommand runs: the jobs load
+    pandas, scikit-learn, SciPy or Optuna, which building the parser (``vbnn --help``) does not."""
+    module, function = target.split(":")
+
+    def handler(args: argparse.Namespace) -> None:
+        getattr(importlib.import_module(module), function)(args)
+
+    return handler
 
 
-# Parameters: the command's arguments and the table and split that ``command_fit`` made
-def _fit_classifier(
-    args: argparse.Namespace,
-    x: np.ndarray,
-    y: np.ndarray,
-    columns: list[str],
-    train: np.ndarray,
-    test: np.ndarray,
-) -> None:
-    """A BayesianClassifier (its default epochs; ``--iterations`` counts regression steps) on a
-    target of class names; prints the test log-likelihood, the accuracy and the class order."""
-    estimator = BayesianClassifier(family=args.family, hidden=tuple(args.hidden), seed=args.seed)
-    print(f"fitting {estimator!r} on {len(train)} rows, testing on {len(test)}; inputs "
-          f"{columns}, target {args.target!r} (class names)", file=sys.stderr)  # fmt: skip
-    estimator.fit(x[train], y[train])
-    unseen = sorted(set(y[test]) - set(estimator.classes_))
-    if unseen:
-        raise ValueError(f"--target {args.target!r}: test rows hold classes {unseen} that no "
-                         "training row holds; use more rows or another --seed")  # fmt: skip
-    accuracy = float(np.mean(estimator.predict(x[test]) == y[test]))
-    print(f"test log-likelihood {estimator.score(x[test], y[test]):.3f} nats, accuracy "
-          f"{accuracy:.3f} ({len(test)} rows); classes, in the order of predict_proba's "
-          f"columns: {', '.join(estimator.classes_)}")  # fmt: skip
-    if args.save:
-        print(f"saved to {estimator.save(args.save)}")
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser that can add its flags when it first parses, not when it is built.
+
+    Args:
+        add_arguments: adds the flags (an installed command's ``add_arguments``, whose modules
+            may be slow to import); None: the flags were added already.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._add_arguments = add_arguments
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self._add_arguments is not None:
+            add_arguments, self._add_arguments = self._add_arguments, None
+            add_arguments(self)
+        return super().parse_known_args(args, namespace)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vbnn", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
 
     uci = commands.add_parser("uci", help="train and evaluate on a UCI data set's splits")
     uci.add_argument("--dataset", required=True, choices=[*DATASETS, EMBEDDED])
@@ -362,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_training_flags(uci)
     uci.add_argument("--save-model", default=None, metavar="DIR", help="save the trained stacks")
-    uci.set_defaults(handler=command_uci)
+    uci.set_defaults(handler=_run("vbnn.cli_handlers:command_uci"))
 
     fit = commands.add_parser("fit", help="fit a BayesianRegressor to your own CSV table")
     fit.add_argument("--data", default=None, metavar="FILE", help="CSV table with a header")
@@ -374,16 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--test-fraction", type=float, default=0.2, help="rows held out (seeded)")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--save", default=None, metavar="DIR", help="save the fitted estimator")
-    fit.set_defaults(handler=command_fit)
+    fit.set_defaults(handler=_run("vbnn.cli_handlers:command_fit"))
 
     compare = commands.add_parser("compare", help="which family for my data? families x folds",
-                                  description=compare_command.DESCRIPTION)  # fmt: skip
-    compare_command.add_arguments(compare)
-    compare.set_defaults(handler=compare_command.run)
+                                  description=compare_arguments.DESCRIPTION)  # fmt: skip
+    compare_arguments.add_arguments(compare)
+    compare.set_defaults(handler=_run("vbnn.comparison.command:run"))
 
     demo = commands.add_parser("demo", help="all six methods on boston's 20 splits")
     _add_training_flags(demo)
-    demo.set_defaults(handler=command_demo)
+    demo.set_defaults(handler=_run("vbnn.cli_handlers:command_demo"))
 
     data = commands.add_parser("data", help="download or check the UCI files")
     data_commands = data.add_subparsers(dest="data_command", required=True)
@@ -393,10 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fetch.add_argument("--base-url", default=DEFAULT_BASE_URL)
     fetch.add_argument("--data-dir", default=None)
-    fetch.set_defaults(handler=command_download)
+    fetch.set_defaults(handler=_run("vbnn.cli_handlers:command_download"))
     status = data_commands.add_parser("check", help="which sets are present and verified")
     status.add_argument("--data-dir", default=None)
-    status.set_defaults(handler=command_check)
+    status.set_defaults(handler=_run("vbnn.cli_handlers:command_check"))
 
     diagnose = commands.add_parser("diagnose", help="diagnostics of a saved model")
     diagnoses = diagnose.add_subparsers(dest="diagnosis", required=True)
@@ -408,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     pruning.add_argument("--data", default=None, metavar="FILE", help="training table (own data)")
     pruning.add_argument("--csv", default=None, help=argparse.SUPPRESS)  # old spelling: an error
     pruning.add_argument("--target", default=None, metavar="COLUMN", help="its target column")
-    pruning.set_defaults(handler=command_diagnose_pruning)
+    pruning.set_defaults(handler=_run("vbnn.cli_handlers:command_diagnose_pruning"))
     report = diagnoses.add_parser(
         "report", help="vbnn.diagnose of a saved BayesianRegressor or BayesianClassifier"
     )
@@ -419,12 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--markdown", action="store_true", help="print the report as markdown")
     report.add_argument("--json", default=None, metavar="FILE", help="write the report as JSON")
     report.add_argument("--figure", default=None, metavar="FILE", help="write the report's plot")
-    report.set_defaults(handler=command_diagnose_report)
+    report.set_defaults(handler=_run("vbnn.cli_handlers:command_diagnose_report"))
 
-    sweep = commands.add_parser("sweep", help=sweep_command.DESCRIPTION,
-                                description=sweep_command.DESCRIPTION)  # fmt: skip
-    sweep_command.add_arguments(sweep)
-    sweep.set_defaults(handler=sweep_command.run)
+    sweep = commands.add_parser("sweep", help=sweep_arguments.DESCRIPTION,
+                                description=sweep_arguments.DESCRIPTION)  # fmt: skip
+    sweep_arguments.add_arguments(sweep)
+    sweep.set_defaults(handler=_run("vbnn.sweeps.command:run"))
     _add_installed_commands(commands)
     return parser
 
@@ -461,9 +264,9 @@ def _add_installed_commands(commands: argparse._SubParsersAction) -> None:
             missing.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
             missing.set_defaults(handler=_not_installed(name, install))
             continue
-        command = commands.add_parser(name, help=module.DESCRIPTION,
-                                      description=module.DESCRIPTION)  # fmt: skip
-        module.add_arguments(command)
+        # its flags when it parses: ``vbnn --help`` need not import what they import
+        command = commands.add_parser(name, help=module.DESCRIPTION, description=module.DESCRIPTION,
+                                      add_arguments=module.add_arguments)  # fmt: skip
         command.set_defaults(handler=module.run)
 
 

@@ -9,8 +9,9 @@ module listed in ``REPRODUCTIONS`` defines, at the top level and without heavy i
 - ``add_arguments(parser: argparse.ArgumentParser) -> None`` - its flags (``--quick``, ``--out``);
 - ``run(args: argparse.Namespace) -> None`` - the job; writes tables and figures to ``args.out``.
 
-The CLI imports every registered module to build its flags, so heavy imports (matplotlib, Pyro,
-Optuna) belong inside the functions that need them.
+``vbnn reproduce`` imports every registered module to build its flags (when it is parsed, not for
+``vbnn --help``), so heavy imports (matplotlib, Pyro, Optuna) belong inside the functions that
+need them.
 """
 
 from __future__ import annotations

@@ -56,12 +56,13 @@ from vbnn.comparison.report import (
     verdict,
 )
 from vbnn.data.uci import RegressionDataset
-from vbnn.regression.tuning import TuningConfig, study_name, tune
+from vbnn.regression.tuning import TuningConfig, study_name
 from vbnn.stores.markdown import markdown_table
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.driver import Runs, UnitBuilder, train_missing
-from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
-from vbnn.sweeps.uci import SplitUnits, study_units, trial_keeper
+from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit
+from vbnn.sweeps.tuning_driver import tune_missing
+from vbnn.sweeps.uci import SplitUnits
 
 
 @dataclass(frozen=True)
@@ -327,7 +328,6 @@ def _regression_folds(
     (family, fold) read back from the database."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna_storage(path)
-    remote = settings.kind is not ExecutorKind.LOCAL
     fold_ids = list(range(dataset.num_splits))
     configs = {name: train_config(name, config, preset_name) for name in names}
     tuning = TuningConfig(
@@ -336,14 +336,11 @@ def _regression_folds(
         validation_fraction=config.validation_fraction,
         seed=config.seed,
     )
-    if config.tune:
-        studies = [(dataset, k, c) for c in configs.values() for k in fold_ids]
-        units = study_units(studies, tuning, storage, remote, settings.cpus_per_unit)
-        run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
-    values = {  # the studies are complete: each fold's values read back
-        name: {k: tune(dataset, k, train, tuning, storage) for k in fold_ids} if config.tune else {}
-        for name, train in configs.items()
-    }
+    values: dict[str, dict[int, dict[str, float]]] = {name: {} for name in configs}
+    if config.tune:  # every fold's study, then each fold's values
+        studies = [(dataset, k, train) for train in configs.values() for k in fold_ids]
+        chosen = iter(tune_missing(storage, studies, tuning, settings, progress=progress))
+        values = {name: {k: next(chosen) for k in fold_ids} for name in configs}
     runs = [Runs(dataset.name, train, tuple(fold_ids), provenance(config, values[name]), name)
             for name, train in configs.items()]  # fmt: skip
     coverage = partial(interval_coverages, level=config.level)

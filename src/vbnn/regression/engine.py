@@ -10,7 +10,6 @@ not depend on the chunking.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -185,17 +184,6 @@ def train_stack(
     stopped = None if stopped is None else stopped.cpu()
     seconds = (time.perf_counter() - start) / len(keys)
     return TrainedStack(model, likelihood, config, data, metrics, stopped, seconds)
-
-
-def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--compile`` and ``--device``: where and how a stack trains (neither changes the config
-    hash of stored runs: ``stores.results_db``)."""
-    parser.add_argument(
-        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
-    )
-    parser.add_argument(
-        "--device", default="cpu", help="where stacks train: cpu (default), cuda, cuda:1, ..."
-    )
 
 
 def training_device(config: TrainConfig) -> torch.device:

@@ -5,10 +5,14 @@ The UCI engine trains every family under the Gaussian prior N(0, prior_std^2) an
 layer's KL to it in closed form, so a family without one (``FamilySpec.closed_form_kl`` False:
 ``bernoulli-variance``, whose discrete q has an infinite KL to any density) is no method here;
 train it with its own prior (``vbnn.elbo`` with ``prior=None``, or ``BayesianClassifier``).
+
+:func:`add_runtime_arguments` gives a command the flags of the runtime fields of every method's
+config (``--compile``, ``--device``).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from typing import Any
 
@@ -70,3 +74,14 @@ def taken_by(method: str, values: dict[str, Any]) -> dict[str, Any]:
     methods at once: a command line, a grid)."""
     accepted = method_fields(method)
     return {name: value for name, value in values.items() if name in accepted}
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--compile`` and ``--device``: where and how a stack trains (neither changes the config
+    hash of stored runs: ``stores.results_db``)."""
+    parser.add_argument(
+        "--compile", action="store_true", help="fuse each training step (torch.compile; needs g++)"
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="where stacks train: cpu (default), cuda, cuda:1, ..."
+    )

@@ -26,24 +26,10 @@ from vbnn.regression.studies import RUNNING, requeue_unfinished, used_budget
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, config_hash
 from vbnn.sweeps.driver import Pending, Runs, train_missing
-from vbnn.sweeps.executors import Unit, add_executor_arguments, run_sweep, settings_from
+from vbnn.sweeps.executors import Unit, run_sweep, settings_from
 from vbnn.sweeps.grid import Grid, Search, load_grid
-from vbnn.sweeps.uci import SplitUnits, stored_trials
-
-DESCRIPTION = "run a GRID.toml of UCI runs (or an Optuna search) locally or on a Ray cluster"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("grid", metavar="GRID.toml", help="the sweep (docs/sweeps.md)")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("results/sweep"),
-        help="folder of results.sqlite (and the search's journal)",
-    )
-    parser.add_argument("--data-dir", default=None, help="overrides $VBNN_DATA_DIR")
-    parser.add_argument("--no-progress", action="store_true")
-    add_executor_arguments(parser)
+from vbnn.sweeps.tuning_driver import stored_trials
+from vbnn.sweeps.uci import SplitUnits
 
 
 def storage_for(search: Search, out: Path) -> str | optuna.storages.BaseStorage:

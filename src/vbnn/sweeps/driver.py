@@ -13,7 +13,8 @@ executor or on how often the run was resumed.
 Every caller that stores runs goes through here: ``vbnn sweep`` (``sweeps.command``),
 ``vbnn.compare`` (``comparison.run``), the UCI reproductions of the lab and
 ``regression.engine.run_splits(database=...)``; ``sweeps.uci.SplitUnits`` is the builder of the
-UCI engine's chunks that the UCI callers share.
+UCI engine's chunks that the UCI callers share. Those that tune first complete their Optuna
+studies through the tuning loop beside this one, ``sweeps.tuning_driver.tune_missing``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Units of UCI work for an executor: train splits, tune a study; the driver stores what they
-return (``sweeps.command`` for ``vbnn sweep``; the lab's ``vbnn reproduce overpruning`` for
-Table 1 and ``vbnn reproduce uci-depth``).
+"""Units of UCI training for the driver and the shared parts of the UCI reproductions
+(``sweeps.command`` for ``vbnn sweep``; the lab's ``vbnn reproduce overpruning`` for Table 1 and
+``vbnn reproduce uci-depth``); their tuning studies run through ``sweeps.tuning_driver``.
 
 - :class:`SplitUnits` is the unit builder of the driver (``sweeps.driver.train_missing``) that
   every UCI caller shares: :func:`split_units` cuts the splits a configuration still lacks into
@@ -13,14 +13,6 @@ Table 1 and ``vbnn reproduce uci-depth``).
   and :func:`uci_jobs` the configurations they cover;
   :func:`print_progress` is their ``--status`` (:func:`progress_table`): how far a resumable
   run has come, read from its database without training or writing anything.
-- :func:`tuning_unit` runs (the rest of) one Optuna study (:func:`study_units` makes the units
-  of the studies still short of their trials, :func:`trial_keeper` is the driver's callback).
-  Given the study's storage (this process) it writes there as it goes, as ``tuning.tune``
-  does; given none (a Ray worker), it continues an in-memory copy of every trial stored so
-  far (a killed search's unfinished ones too) and returns the trials it finished, which the
-  driver adds to its storage (:func:`store_trials`), retiring its own unfinished ones. The
-  sampler sees the same history with the same seed either way, so it proposes the same
-  candidates.
 """
 
 from __future__ import annotations
@@ -43,23 +35,16 @@ from vbnn.regression.engine import (
     Overrides,
     StackMetrics,
     TrainedStack,
-    add_runtime_arguments,
     run_splits,
     stack_chunks,
 )
-from vbnn.regression.methods import method_config, method_fields
-from vbnn.regression.studies import (
-    FINISHED,
-    RUNNING,
-    abandon,
-    finish_queued,
-    is_abandoned,
-    used_budget,
-)
-from vbnn.regression.tuning import TuningConfig, hidden_label, study_name, tune
+from vbnn.regression.methods import add_runtime_arguments, method_config, method_fields
+from vbnn.regression.studies import used_budget
+from vbnn.regression.tuning import TuningConfig, hidden_label, study_name
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.driver import Runs
 from vbnn.sweeps.executors import Unit
+from vbnn.sweeps.tuning_driver import stored_trials
 
 Job = tuple[RegressionDataset, TrainConfig, list[int]]  # a configuration and its splits
 Shapes = Callable[[str], Iterable[tuple[str, tuple[int, ...]]]]  # data set -> (method, hidden)
@@ -181,116 +166,6 @@ class SplitUnits:
             key = f"{runs.name} splits {chunk[0]}-{chunk[-1]}"
             units.append(Unit(key, train_unit, arguments, self.cpus))
         return units
-
-
-def stored_trials(storage: optuna.storages.BaseStorage | str, name: str) -> list:
-    """Every trial of study ``name`` in ``storage``, by number (none if it is absent)."""
-    try:
-        return optuna.load_study(study_name=name, storage=storage).trials
-    except KeyError:
-        return []
-
-
-def finished_here(
-    trials: Sequence[optuna.trial.FrozenTrial], stored: Sequence[optuna.trial.FrozenTrial]
-) -> list[optuna.trial.FrozenTrial]:
-    """The trials a search finished on top of ``stored``: new ones, or queued ones it asked."""
-    return [
-        t
-        for t in trials
-        if t.state in FINISHED
-        and not is_abandoned(t)
-        and (t.number >= len(stored) or stored[t.number].state not in FINISHED)
-    ]
-
-
-def tuning_unit(
-    dataset: RegressionDataset,
-    split: int,
-    config: TrainConfig,
-    tuning: TuningConfig,
-    storage: optuna.storages.BaseStorage | None = None,
-    stored: Sequence[optuna.trial.FrozenTrial] = (),
-) -> list[optuna.trial.FrozenTrial]:
-    """Tune until the study holds ``tuning.trials`` trials; returns the trials this call added.
-
-    Args:
-        storage: the study's own storage (written as the search goes), or None: then the search
-            continues an in-memory study holding the ``stored`` trials.
-    """
-    name = study_name(dataset.name, split, config, tuning.seed)
-    if storage is None:
-        storage = optuna.storages.InMemoryStorage()
-        optuna.create_study(study_name=name, storage=storage, direction="maximize").add_trials(
-            stored
-        )
-    before = stored_trials(storage, name)
-    tune(dataset, split, config, tuning, storage)
-    return finished_here(stored_trials(storage, name), before)
-
-
-def store_trials(
-    storage: optuna.storages.BaseStorage | str,
-    dataset: str,
-    split: int,
-    config: TrainConfig,
-    tuning: TuningConfig,
-    trials: Sequence[optuna.trial.FrozenTrial],
-) -> None:
-    """The driver's half of a remote :func:`tuning_unit`: add its trials to the stored study.
-
-    The unit re-ran the candidates of this study's unfinished trials (``tuning.tune``): the
-    running ones are abandoned here as they were there, and the queued ones it finished are
-    finished in place, so the study ends as a local search would have left it.
-    """
-    name = study_name(dataset, split, config, tuning.seed)
-    study = optuna.create_study(
-        study_name=name, storage=storage, direction="maximize", load_if_exists=True
-    )
-    before = len(study.trials)
-    for trial in study.trials:
-        if trial.state == RUNNING:
-            abandon(study, trial)
-    for trial in sorted(trials, key=lambda t: t.number):
-        if trial.number < before:
-            finish_queued(study, trial)
-        else:
-            study.add_trial(trial)
-
-
-def study_units(
-    studies: Sequence[tuple[RegressionDataset, int, TrainConfig]],
-    tuning: TuningConfig,
-    storage: optuna.storages.BaseStorage,
-    remote: bool,
-    cpus: int | None,
-) -> list[Unit]:
-    """One :func:`tuning_unit` per study (data set, split tuned, config) still short of its
-    trials: writing to ``storage`` as it goes here, or on an in-memory copy when ``remote``."""
-    units = []
-    for dataset, split, config in studies:
-        stored = stored_trials(storage, study_name(dataset.name, split, config, tuning.seed))
-        if used_budget(stored) >= tuning.trials:
-            continue
-        where = (None, stored) if remote else (storage,)
-        hidden = hidden_label(config.hidden)
-        key = f"tune {dataset.name} {config.method} hidden {hidden} split {split}"
-        units.append(Unit(key, tuning_unit, (dataset, split, config, tuning, *where), cpus))
-    return units
-
-
-def trial_keeper(
-    storage: optuna.storages.BaseStorage, remote: bool
-) -> Callable[[Unit, list[optuna.trial.FrozenTrial]], None]:
-    """The driver's callback for :func:`study_units`: a remote unit's trials into ``storage``
-    (a local unit has written them already)."""
-
-    def keep(unit: Unit, trials: list[optuna.trial.FrozenTrial]) -> None:
-        if remote:
-            dataset, split, config, tuning = unit.arguments[:4]
-            store_trials(storage, dataset.name, split, config, tuning, trials)
-
-    return keep
 
 
 def progress_table(

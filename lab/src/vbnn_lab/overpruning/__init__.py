@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -34,14 +35,13 @@ from vbnn.data.splits import parse_splits
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.driver import Runs, train_missing
-from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, run_sweep, settings_from
+from vbnn.sweeps.executors import add_executor_arguments, settings_from
+from vbnn.sweeps.tuning_driver import tune_missing
 from vbnn.sweeps.uci import (
     Job,
     SplitUnits,
     add_study_arguments,
     print_progress,
-    study_units,
-    trial_keeper,
     uci_jobs,
 )
 from vbnn_lab.overpruning import figures as overpruning_figures
@@ -141,17 +141,17 @@ def _plan(args: argparse.Namespace) -> Plan:
 
 
 def tuned_values(
-    dataset, config, splits: list[int], *, protocol: str, tuning: TuningConfig, storage
+    splits: list[int], protocol: str, chosen: Callable[[int], dict[str, float]]
 ) -> dict[int, dict[str, float]]:
-    """Each split's hyper-parameter values under the protocol (empty dicts for 'none'), from the
-    studies of ``tuning`` in ``storage``."""
+    """Each split's hyper-parameter values under the protocol (empty dicts for 'none'), given
+    ``chosen``: a tuned split -> the best values of its complete study."""
 
     if protocol == "none":
         return {k: {} for k in splits}
     if protocol == "once":
-        values = tune(dataset, 0, config, tuning, storage)
+        values = chosen(0)
         return {k: values for k in splits}
-    return {k: tune(dataset, k, config, tuning, storage) for k in splits}
+    return {k: chosen(k) for k in splits}
 
 
 # the splits whose studies each tuning protocol uses
@@ -172,8 +172,8 @@ def print_status(args: argparse.Namespace, plan: Plan, out: Path) -> None:
     tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
 
     def provenance(storage, dataset, config, splits) -> dict:
-        values = tuned_values(dataset, config, splits, protocol=args.tune, tuning=tuning,
-                              storage=storage)  # fmt: skip
+        values = tuned_values(splits, args.tune,
+                              lambda k: tune(dataset, k, config, tuning, storage))  # fmt: skip
         return {"tune": args.tune, "trials": plan.trials, "values": values}
 
     heading = f" (tuning: {args.tune})"
@@ -186,18 +186,16 @@ def run_table(args: argparse.Namespace, plan: Plan, out: Path) -> list:
     database_path = out / "results.sqlite"
     storage = optuna_storage(database_path)
     settings = settings_from(args)
-    remote = settings.kind is not ExecutorKind.LOCAL
     progress = not args.no_progress
     jobs = plan_jobs(args, plan)
     tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
     tuned = TUNED_SPLITS[args.tune]
     studies = [(dataset, k, config) for dataset, config, splits in jobs for k in tuned(splits)]
-    units = study_units(studies, tuning, storage, remote, args.cpus_per_unit)
-    run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
+    chosen = iter(tune_missing(storage, studies, tuning, settings, progress=progress))
     runs = []
-    for dataset, config, splits in jobs:  # the studies are complete: values read back
-        values = tuned_values(dataset, config, splits, protocol=args.tune, tuning=tuning,
-                              storage=storage)  # fmt: skip
+    for dataset, config, splits in jobs:  # each job's studies in the order listed above
+        found = {k: next(chosen) for k in tuned(splits)}
+        values = tuned_values(splits, args.tune, found.__getitem__)
         extra = {"tune": args.tune, "trials": plan.trials, "values": values}
         runs.append(Runs(dataset.name, config, tuple(splits), extra,
                          f"{dataset.name} {config.method}"))  # fmt: skip

@@ -36,14 +36,13 @@ from vbnn.data.splits import parse_splits
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.driver import Runs, train_missing
-from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, run_sweep, settings_from
+from vbnn.sweeps.executors import add_executor_arguments, settings_from
+from vbnn.sweeps.tuning_driver import tune_missing
 from vbnn.sweeps.uci import (
     Job,
     SplitUnits,
     add_study_arguments,
     print_progress,
-    study_units,
-    trial_keeper,
     uci_jobs,
 )
 from vbnn_lab.uci_depth.report import pruned_counts_metric, write_report
@@ -166,17 +165,13 @@ def run_grid(args: argparse.Namespace, plan: Plan, out: Path) -> list[dict]:
     database_path = out / "results.sqlite"
     storage = optuna_storage(database_path)
     settings = settings_from(args)
-    remote = settings.kind is not ExecutorKind.LOCAL
     progress = not args.no_progress
     tuning = TuningConfig(trials=plan.trials, batch=plan.batch, seed=args.seed)
     jobs = plan_jobs(args, plan)
-    units = study_units([(d, 0, c) for d, c, _ in jobs], tuning, storage, remote,
-                        args.cpus_per_unit)  # fmt: skip
-    run_sweep(settings, units, trial_keeper(storage, remote), "tuning", progress)
-    runs, chosen_values = [], []
-    for dataset, config, splits in jobs:  # the studies are complete: values read back
-        chosen = tune(dataset, 0, config, tuning, storage)
-        chosen_values.append(chosen)
+    studies = [(dataset, 0, config) for dataset, config, _ in jobs]  # split 0's, as in Table 1
+    chosen_values = tune_missing(storage, studies, tuning, settings, progress=progress)
+    runs = []
+    for (dataset, config, splits), chosen in zip(jobs, chosen_values, strict=True):
         label = f"{dataset.name} {config.method} depth {len(config.hidden)}"
         runs.append(Runs(dataset.name, config, tuple(splits), provenance(chosen, splits, plan),
                          label))  # fmt: skip
