@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 PYTHON_DIRS := src tests benchmarks reproductions examples lab
 # ../shared/data when it exists; otherwise vbnn's own default (~/.cache/vbnn/data)
 export VBNN_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
+# pytest's worker processes (pytest-xdist), one torch thread each: the CI machine's 2 cores.
+# `--dist loadgroup` keeps the Ray tests in one worker (one local Ray cluster at a time).
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test docs lint clean
 
@@ -31,7 +34,7 @@ test: install
 	$(BIN)/ruff check $(PYTHON_DIRS)
 	$(BIN)/ruff format --check $(PYTHON_DIRS)
 	$(BIN)/mkdocs build --strict --quiet
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # the documentation site (docs/, mkdocs.yml) into site/; --strict: any warning is an error
 docs: install

@@ -23,12 +23,21 @@ _JAX_CACHE_FOLDER = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """JAX's persistent compilation cache in a fresh folder of this session (unless one is set).
+    """JAX's persistent compilation cache in a fresh folder of this session (unless one is set);
+    one torch thread in each worker of ``pytest -n N`` (pytest-xdist).
 
     The tests of the reference samplers compile the same programs many times (each run builds
     its functions anew, which JAX's in-memory cache does not recognise); the persistent cache is
     keyed by the compiled program itself, so the second compilation of a program is a read.
+    The workers inherit the controller's environment, hence its cache folder, and share it.
+
+    N workers on N cores, each with torch's default of one thread a core, would ask for N^2
+    threads: a worker (``PYTEST_XDIST_WORKER`` set) keeps to one, and so do the processes its
+    tests start (``OMP_NUM_THREADS``). A test that needs more threads sets them itself.
     """
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
     if "JAX_COMPILATION_CACHE_DIR" in os.environ:
         return
     folder = tempfile.mkdtemp(prefix="vbnn-tests-jax-cache-")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vbnn.core.randomness import ModelGenerators, NoiseTape, TorchNoise
+from vbnn.core.randomness import PARALLEL_DRAWS, ModelGenerators, NoiseTape, TorchNoise
 
 
 def replaying_tape() -> NoiseTape:
@@ -68,3 +68,23 @@ def test_drawing_ahead_on_the_calling_thread_draws_the_background_threads_number
             blocks[background] = [generators.randn(*shape) for shape in requests]
     for threaded, inline in zip(blocks[True], blocks[False], strict=True):
         assert torch.equal(threaded, inline)
+
+
+def test_a_large_block_drawn_on_several_threads_is_the_one_drawn_on_one() -> None:
+    """Blocks of ``PARALLEL_DRAWS`` numbers or more fill each model's row on its own thread when
+    torch has several: the numbers are those of the serial loop, whatever the thread count (the
+    test sets the threads itself, as ``pytest -n`` runs its workers on one)."""
+    shape = (PARALLEL_DRAWS // 2 + 1,)  # with 2 models, just over the threshold
+    before = torch.get_num_threads()
+    try:
+        blocks = {}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            generators = ModelGenerators([1, 2])
+            blocks[threads] = [generators.randn(*shape), generators.randn(*shape)]
+    finally:
+        torch.set_num_threads(before)
+    for parallel, serial in zip(blocks[2], blocks[1], strict=True):
+        assert torch.equal(parallel, serial)
+    alone = ModelGenerators([2]).randn(*shape)[0]
+    assert torch.equal(blocks[2][0][1], alone)  # model 1's row is its own stream's

@@ -33,8 +33,12 @@ ray = pytest.importorskip("ray", reason="pip install 'vbnn[ray]'")
 # ray.init starts its processes with fork + exec from this process. When an earlier test module
 # imported JAX, JAX's at-fork hook warns that forking a multithreaded process may deadlock, and
 # filterwarnings = error turns that warning into an error in the cluster's setup. Here the
-# child execs at once, so the warning does not apply.
-pytestmark = pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning")
+# child execs at once, so the warning does not apply. Under `pytest -n N --dist loadgroup` the
+# Ray tests (here and in the lab) run in one worker, one cluster at a time on the CI's 2 cores.
+pytestmark = [
+    pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning"),
+    pytest.mark.xdist_group("ray"),
+]
 
 # 2 methods x 3 seeds x 2 splits, one split a unit: 12 units of a second or so each
 GRID = """

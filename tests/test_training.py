@@ -104,16 +104,17 @@ def test_full_covariance_optimum_is_the_exact_conjugate_posterior() -> None:
         activation=Activation.IDENTITY,
         noise_std=0.5,
         posterior_std=0.1,
-        iterations=1500,
-        learning_rate=0.01,
-        train_samples=8,
+        iterations=300,
+        learning_rate=0.03,
+        train_samples=4,
         dtype="float64",
     )
     model, likelihood = build_stack(config, 2, [0])
     generators = ModelGenerators([4])
     fit(config, Problem(model, likelihood, x, y), generators)
-    # a second, slower phase averages out the gradient noise of the first
-    fine = dataclasses.replace(config, learning_rate=0.001, train_samples=32)
+    # a second, slower phase averages out the gradient noise of the first (the fit ends within
+    # 0.02 posterior sd of the mean and 0.03 of the covariance: the bounds below leave 4x room)
+    fine = dataclasses.replace(config, iterations=600, learning_rate=0.001, train_samples=8)
     fit(fine, Problem(model, likelihood, x, y), generators)
     layer = model.layers[0]
     fitted_mean = layer.mean.detach()[0].flatten()

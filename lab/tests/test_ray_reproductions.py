@@ -35,7 +35,7 @@ from vbnn_lab.variance_networks.runs import (
 )
 
 # The library's Ray test module (its import skips this one where Ray is switched off or absent):
-# its 2-CPU cluster fixture and its warning filter for the cluster's start.
+# its 2-CPU cluster fixture, its warning filter for the cluster's start and its xdist group.
 cluster, pytestmark, ray = test_ray_sweeps.cluster, test_ray_sweeps.pytestmark, test_ray_sweeps.ray
 # workers cannot import this test module: send its unit functions by value
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
