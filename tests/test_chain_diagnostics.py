@@ -155,3 +155,17 @@ def test_max_abs_normal_quantile_against_its_closed_form_and_simulation() -> Non
         )
     with pytest.raises(ValueError, match="count >= 1"):
         max_abs_normal_quantile(0, 0.5)
+
+
+def test_chains_with_no_defined_rank_statistic_summarise_as_failing_without_a_warning() -> None:
+    # constant draws (a stuck sampler, or chains too short): every coordinate's R-hat and ESS is
+    # undefined; the summary fails the criterion and says NaN, without numpy's All-NaN warning
+    # (an error under the suite's filterwarnings)
+    stuck = np.ones((2, 20, 3))
+    summary = summarise_chains(stuck, np.random.default_rng(4).standard_normal((2, 20)))
+    assert summary["rhat_max"] == np.inf and summary["bulk_ess_min"] == 0.0
+    assert np.isnan(summary["rhat_median"]) and np.isnan(summary["bulk_ess_median"])
+    partly = np.random.default_rng(5).standard_normal((2, 200, 2))
+    partly[..., 1] = 1.0  # one coordinate constant: the median is the other's
+    summary = summarise_chains(partly, partly[..., 0])
+    assert summary["rhat_median"] == pytest.approx(rank_rhat(partly[..., :1])[0])

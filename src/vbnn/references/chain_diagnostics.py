@@ -252,6 +252,13 @@ def _worst(values: np.ndarray, pick, undefined: float) -> float:
     return undefined if np.isnan(values).any() else float(pick(values))
 
 
+def _median(values: np.ndarray) -> float:
+    """The median over the coordinates where it is defined; NaN (without numpy's All-NaN
+    warning) when it is defined for none, e.g. chains too short for any rank estimate."""
+    defined = values[~np.isnan(values)]
+    return float(np.median(defined)) if defined.size else float("nan")
+
+
 def summarise_chains(draws: np.ndarray, log_density: np.ndarray) -> dict[str, float]:
     """Worst and median R-hat, bulk and tail ESS over coordinates, and those of the log density.
 
@@ -265,9 +272,9 @@ def summarise_chains(draws: np.ndarray, log_density: np.ndarray) -> dict[str, fl
     density = np.asarray(log_density, dtype=np.float64)[..., None]
     return {
         "rhat_max": _worst(rhat, np.max, np.inf),
-        "rhat_median": float(np.nanmedian(rhat)),
+        "rhat_median": _median(rhat),
         "bulk_ess_min": _worst(bulk, np.min, 0.0),
-        "bulk_ess_median": float(np.nanmedian(bulk)),
+        "bulk_ess_median": _median(bulk),
         "tail_ess_min": _worst(tail, np.min, 0.0),
         "rhat_log_density": float(rank_rhat(density)[0]),
         "bulk_ess_log_density": float(bulk_ess(density)[0]),
