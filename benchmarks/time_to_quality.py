@@ -259,9 +259,11 @@ def evaluate(model: nn.Module, arm: Arm, x, y, protocol: Protocol, seed: int) ->
 
 
 def train_unit(trainer: Trainer, test, protocol: Protocol, seed: int,
-               step_ms: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Train for the largest budget; at each budget the clock pauses for ``evaluate``. With
-    ``step_ms`` (the ``steps`` clock) the clock counts ``step_ms`` a step instead of timing."""
+               step_ms: float | None = None, measure: Callable = evaluate
+               ) -> dict[str, Any]:  # fmt: skip
+    """Train for the largest budget; at each budget the clock pauses for ``measure``
+    (``evaluate``'s arguments and metrics). With ``step_ms`` (the ``steps`` clock) the clock
+    counts ``step_ms`` a step instead of timing."""
     marks, clock, steps, rows = list(protocol.budgets), 0.0, 0, []
     while marks:
         start = time.perf_counter()
@@ -269,7 +271,7 @@ def train_unit(trainer: Trainer, test, protocol: Protocol, seed: int,
         clock += time.perf_counter() - start if step_ms is None else step_ms / 1000
         steps += 1
         if clock >= marks[0] - 1e-9:
-            metrics = evaluate(trainer.model, trainer.arm, *test, protocol, seed + 1_000_003)
+            metrics = measure(trainer.model, trainer.arm, *test, protocol, seed + 1_000_003)
             rows.append({"budget": marks.pop(0), "seconds": clock, "steps": steps,
                          "ms_per_step": 1000 * clock / steps, **metrics})  # fmt: skip
     return {"marks": rows}

@@ -182,3 +182,48 @@ def test_step_timing_interleaves_the_models(monkeypatch):
     assert set(result["ms_per_step"]) == {"a", "b"}
     with pytest.raises(ValueError, match="rounds must be >= 1, got 0"):
         step_timing.measure_step_times({}, 0, 1, 0)
+
+
+def _gaussian_kl(mean: torch.Tensor, std: torch.Tensor, prior_std: float) -> torch.Tensor:
+    """KL(N(mean, std^2) || N(0, prior_std^2)) elementwise, written out."""
+    return torch.log(prior_std / std) + (std**2 + mean**2) / (2 * prior_std**2) - 0.5
+
+
+def test_prior_choice_kls_are_the_written_out_sums(benchmark, monkeypatch):
+    """The fan-in prior: each layer's weights and biases against N(0, 1 / fan_in) of its own
+    fan-in (dense: inputs; convolution: channels x kernel taps); bayesian-torch's scaling: each
+    layer's KL to N(0, 1) over its number of weights and biases."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import prior_choice
+
+    import vbnn
+
+    torch.manual_seed(0)
+    net = vbnn.convert(nn.Sequential(nn.Conv2d(2, 3, 3), nn.Flatten(), nn.Linear(3 * 4 * 4, 5)),
+                       "mf", init_std=0.05)  # fmt: skip
+    layers = vbnn.variational_layers(net)
+    fan_ins = [2 * 3 * 3, 3 * 4 * 4]
+    parts = [[(layer.weight_mean, layer.weight_std()), (layer.bias_mean, layer.bias_std())]
+             for layer in layers]  # fmt: skip
+    with torch.no_grad():
+        fan_in = sum(_gaussian_kl(m, s, 1 / math.sqrt(f)).sum()
+                     for pairs, f in zip(parts, fan_ins, strict=True)
+                     for m, s in pairs)  # fmt: skip
+        layer_mean = sum(sum(_gaussian_kl(m, s, 1.0).sum() for m, s in pairs)
+                         / sum(m.numel() for m, _ in pairs) for pairs in parts)  # fmt: skip
+        torch.testing.assert_close(prior_choice.kl_with("fan-in")(net), fan_in)
+        torch.testing.assert_close(prior_choice.kl_with("layer-mean")(net), layer_mean)
+        assert prior_choice.kl_with("standard") is vbnn.kl
+
+
+def test_prior_choice_validation_images_are_not_trained_on(benchmark, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import prior_choice
+
+    images = torch.arange(50.0).reshape(50, 1)  # row i holds i
+    monkeypatch.setattr(prior_choice, "load_images", lambda *args: (images, torch.arange(50)))
+    protocol = benchmark[0].Protocol(train_size=20, test_size=10, batch_size=4)
+    _, train_y, held_x, held_y = prior_choice.validation_images(benchmark[0].Network.MLP, protocol)
+    assert len(train_y) == 20 and len(held_y) == 10
+    assert not set(train_y.tolist()) & set(held_y.tolist())
+    assert torch.equal(held_x.squeeze(1), held_y.float())  # rows kept with their labels
