@@ -14,7 +14,11 @@ from vbnn.cli import build_parser
 from vbnn.comparison.config import CompareConfig, NetworkConfig
 from vbnn.core import defaults
 from vbnn.core.runs import ESConfig, MAPConfig, SGLDConfig, VIConfig
+from vbnn.diagnostics.layers import diagnose_layers
+from vbnn.diagnostics.report import diagnose
 from vbnn.layers.registry import FAMILIES
+from vbnn.layers.shell import VariationalLayer
+from vbnn.references.architecture import MLPArchitecture
 from vbnn.regression.estimator import BayesianRegressor, initial_posterior_std
 from vbnn.training.trainer import train
 
@@ -65,3 +69,13 @@ def test_training_lengths_agree_between_entry_points() -> None:
     assert table.epochs == estimator.epochs == defaults.TABLE_EPOCHS
     assert table.learning_rate == estimator.learning_rate == defaults.TABLE_LEARNING_RATE
     assert table.batch_size == estimator.batch_size == defaults.BATCH_SIZE
+
+
+def test_every_gaussian_prior_default_is_the_one_prior_std() -> None:
+    assert VariationalLayer.default_prior.std == defaults.PRIOR_STD
+    for config in (VIConfig(), MAPConfig(), SGLDConfig()):
+        assert config.prior_std == defaults.PRIOR_STD, type(config).__name__
+    assert BayesianRegressor().prior_std == defaults.PRIOR_STD
+    assert default_of(diagnose_layers, "prior_std") == defaults.PRIOR_STD
+    assert default_of(diagnose, "prior_std") == defaults.PRIOR_STD
+    assert MLPArchitecture((2, 1), "relu").prior_std == defaults.PRIOR_STD

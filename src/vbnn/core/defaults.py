@@ -5,6 +5,18 @@ apart. Where two entry points train in different regimes (thousands of minibatch
 network against a few hundred full-batch steps on a small table), they are two settings with two
 names, each with its own reason, rather than one name with two values.
 
+The prior:
+
+- ``PRIOR_STD`` = 1.0: the Gaussian families' prior N(0, 1) on every weight and bias
+  (``VariationalLayer.default_prior``, which ``vbnn.kl`` uses when given none), the UCI engine's
+  MAP, SGLD and VI, ``BayesianRegressor``, the reference posteriors and the diagnostics that
+  measure a posterior against its prior: the unit normal prior of Trippe & Turner 2017
+  (appendix A) and Farquhar, Smith & Gal 2020. On converted networks a fan-in-scaled
+  N(0, 1 / fan_in) per layer, the scale of the weights' initialisation, scored a worse
+  validation NLL on all three networks of the time-to-quality benchmark at every budget (2.8 to
+  5 times on an MLP and LeNet-5, 4 to 14 % on a residual CNN; ``benchmarks/prior_choice.py``,
+  table in ``benchmarks/README.md``).
+
 Initial posterior std (the marginal std of every weight before training):
 
 - ``INIT_STD`` = 1e-4: every family layer (``init_std``; GD's fixed ``std``), ``vbnn.convert``,
@@ -37,6 +49,8 @@ Training length and step:
 """
 
 from __future__ import annotations
+
+PRIOR_STD = 1.0
 
 INIT_STD = 1e-4
 ESTIMATOR_INIT_STD = 0.01

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import Activation, ParameterRole
-from vbnn.core.defaults import EARLY_STOPPING_ITERATIONS, INIT_STD, UCI_ITERATIONS
+from vbnn.core.defaults import EARLY_STOPPING_ITERATIONS, INIT_STD, PRIOR_STD, UCI_ITERATIONS
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.registry import family as family_spec
 from vbnn.priors.gaussian import GaussianPrior
@@ -281,7 +281,7 @@ class MAPConfig(AdamConfig):
 
     algorithm: ClassVar[Algorithm] = Algorithm.MAP
 
-    prior_std: float = 1.0
+    prior_std: float = PRIOR_STD
 
     def _checks(self) -> dict[str, bool]:
         return {**super()._checks(), "prior_std": self.prior_std > 0}
@@ -322,7 +322,7 @@ class SGLDConfig(TrainConfig):
 
     algorithm: ClassVar[Algorithm] = Algorithm.SGLD
 
-    prior_std: float = 1.0
+    prior_std: float = PRIOR_STD
     step_size: float = 0.05
     step_decay: float = 0.55
     decay_steps: int = 1000
@@ -386,7 +386,7 @@ class VIConfig(AdamConfig):
     algorithm: ClassVar[Algorithm] = Algorithm.VI
 
     family: str = "mf"
-    prior_std: float = 1.0
+    prior_std: float = PRIOR_STD
     posterior_std: float = INIT_STD
     correlation_learning_rate: float | None = None
     kl_weight: float = 1.0

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vbnn.core.defaults import PRIOR_STD
 from vbnn.diagnostics.pruning import KL_THRESHOLD, SNR_THRESHOLD, kl_per_weight
 from vbnn.layers.registry import FAMILIES, WeightPosterior
 from vbnn.layers.shell import VariationalLayer
@@ -122,7 +123,7 @@ class _Moments:
 @torch.no_grad()
 def diagnose_layers(
     module: nn.Module,
-    prior_std: float = 1.0,
+    prior_std: float = PRIOR_STD,
     snr_threshold: float = SNR_THRESHOLD,
     kl_threshold: float = KL_THRESHOLD,
 ) -> list[LayerDiagnosis]:

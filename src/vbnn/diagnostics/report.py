@@ -34,6 +34,7 @@ from torch import nn
 
 from vbnn import metrics
 from vbnn.classification.kappa import pre_activation_hessian_diagonal
+from vbnn.core.defaults import PRIOR_STD
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.layers import DROPOUT_FAMILIES, LayerDiagnosis, diagnose_layers
 from vbnn.layers.modes import mode, stack_size
@@ -353,7 +354,7 @@ def diagnose(
     *,
     task: str | None = None,
     samples: int = 32,
-    prior_std: float = 1.0,
+    prior_std: float = PRIOR_STD,
     bins: int = 15,
     noise_std: float | None = None,
     seed: int = 0,

@@ -68,6 +68,7 @@ import torch
 from torch import nn
 
 from vbnn.core.contracts import ForwardMode, ParameterRole, Prior
+from vbnn.core.defaults import PRIOR_STD
 from vbnn.core.kernels import clip, gaussian_from_moments
 from vbnn.core.randomness import ModelGenerators, NoiseSource, TorchNoise
 from vbnn.layers.operators import Operator
@@ -106,7 +107,7 @@ class VariationalLayer(nn.Module):
     has_zero_mean_form = True  # False: ZERO_MEAN samples the layer as WEIGHTS does
     has_weight_mean = True  # False: every weight mean is 0 (variance layers), the LRT skips x mu
     has_kl = True  # False: point weights or the dropout baseline (KL 0, no term in the ELBO)
-    default_prior: object = GaussianPrior(1.0)  # the prior ``vbnn.kl`` uses when given none
+    default_prior: object = GaussianPrior(PRIOR_STD)  # the prior ``vbnn.kl`` uses when given none
     # parameter name -> its role (module docstring); unnamed ones are WEIGHTS
     roles: Mapping[str, ParameterRole] = MappingProxyType({})
     family_name = ""

@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional
 
 from vbnn.core.contracts import Activation, ForwardMode
+from vbnn.core.defaults import PRIOR_STD
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.point import Point
 from vbnn.networks.mlp import MLP
@@ -53,7 +54,7 @@ class MLPArchitecture:
     sizes: tuple[int, ...]
     activation: Activation
     negative_slope: float = 0.01
-    prior_std: float = 1.0
+    prior_std: float = PRIOR_STD
     likelihood: ObservationModel = ObservationModel.BERNOULLI
 
     def __post_init__(self) -> None:

@@ -35,7 +35,7 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from vbnn.core.contracts import ForwardMode
-from vbnn.core.defaults import ESTIMATOR_INIT_STD, ESTIMATOR_ITERATIONS
+from vbnn.core.defaults import ESTIMATOR_INIT_STD, ESTIMATOR_ITERATIONS, PRIOR_STD
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runs import VIConfig
 from vbnn.data.splits import standard_scale
@@ -139,7 +139,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         activation: str = "relu",
         iterations: int = ESTIMATOR_ITERATIONS,
         learning_rate: float = 0.005,
-        prior_std: float = 1.0,
+        prior_std: float = PRIOR_STD,
         posterior_std: float | None = None,
         kl_weight: float = 1.0,
         samples: int = 100,
