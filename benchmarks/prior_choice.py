@@ -25,6 +25,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import time_to_quality as ttq
@@ -109,7 +110,9 @@ def units(args: argparse.Namespace) -> list[tuple[ttq.Network, ttq.Arm, str, int
 def train(args: argparse.Namespace, protocol: ttq.Protocol, network_name: ttq.Network,
           arm: ttq.Arm, prior: str, seed: int) -> None:  # fmt: skip
     """Train and store one unit unless it is stored."""
-    timing = ttq.step_times(args.timing, network_name, protocol)
+    # the step times were measured under the benchmark's protocol, whatever the budgets here
+    budgets = ttq.Protocol().budgets
+    timing = ttq.step_times(args.timing, network_name, replace(protocol, budgets=budgets))
     if timing is None:
         raise SystemExit(f"{args.timing}: no timing unit of {network_name.value}")
     key = {"benchmark": "prior_choice", "network": network_name.value, "arm": arm.value,
@@ -156,13 +159,16 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="also the negative ELBO on the training images at each budget",
     )
+    parser.add_argument("--budgets", nargs="+", type=float, default=None,
+                        help="seconds (default: the benchmark's)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--shard", type=ttq.shard_argument, default=(0, 1))
     parser.add_argument(
         "--report", action="store_true", help="only write and print the stored table"
     )
     args = parser.parse_args(argv)
-    protocol = ttq.Protocol(threads=args.threads, clock=ttq.Clock.STEPS)
+    budgets = ttq.Protocol().budgets if args.budgets is None else tuple(args.budgets)
+    protocol = ttq.Protocol(budgets=budgets, threads=args.threads, clock=ttq.Clock.STEPS)
     torch.set_num_threads(protocol.threads)
     if not args.report:
         for number, (network_name, arm, prior, seed) in enumerate(units(args)):
@@ -184,6 +190,8 @@ def report(out: Path) -> str:
             key["prior"] if "init_std" not in key else f"{key['prior']}, std {key['init_std']:g}"
         )
         prior += ", training ELBO" if key.get("training_elbo") else ""
+        if tuple(key["protocol"]["budgets"]) != ttq.Protocol().budgets:
+            prior += f", to {max(key['protocol']['budgets']):g} s"
         for mark in record["info"]["marks"]:
             group = (key["network"], key["arm"], prior, mark["budget"])
             groups.setdefault(group, []).append(mark)

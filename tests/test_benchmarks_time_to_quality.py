@@ -227,3 +227,35 @@ def test_prior_choice_validation_images_are_not_trained_on(benchmark, monkeypatc
     assert len(train_y) == 20 and len(held_y) == 10
     assert not set(train_y.tolist()) & set(held_y.tolist())
     assert torch.equal(held_x.squeeze(1), held_y.float())  # rows kept with their labels
+
+
+def test_prior_choice_training_elbo_is_the_expected_nll_plus_the_kl_per_image(
+    benchmark, monkeypatch
+):
+    """The measured negative ELBO per training image: the mean of cross-entropy over the weight
+    draws (not the predictive's NLL) plus KL / N; measuring leaves training's RNG where it was."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import prior_choice
+
+    import vbnn
+
+    ttq = benchmark[0]
+    protocol = ttq.Protocol(train_size=64, test_size=32, batch_size=32, test_draws=3, threads=1)
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.rand(64, 1, 28, 28, generator=generator), torch.randint(0, 10, (64,))
+    model, kl = ttq.build(ttq.Network.MLP, ttq.Arm.VBNN_LRT, 0, init_std=0.05)
+    trainer = ttq.Trainer(ttq.Arm.VBNN_LRT, (model, kl), (x, y), protocol, 0)
+    torch.manual_seed(5)
+    metrics = prior_choice.with_training_elbo(trainer)(model, trainer.arm, x[:32], y[:32],
+                                                        protocol, 11)  # fmt: skip
+    after = torch.rand(1)
+    torch.manual_seed(5)
+    assert torch.equal(after, torch.rand(1))
+    model.eval()
+    with torch.no_grad(), torch.random.fork_rng(devices=[]), vbnn.mode(model, "weights"):
+        torch.manual_seed(11)
+        nll = sum(nn.functional.cross_entropy(model(x), y) for _ in range(3)) / 3
+        expected_kl = vbnn.kl(model) / 64
+    assert metrics["training_nll"] == pytest.approx(nll.item(), rel=1e-5)
+    assert metrics["kl_per_image"] == pytest.approx(expected_kl.item(), rel=1e-6)
+    assert metrics["negative_elbo"] == pytest.approx(nll.item() + expected_kl.item(), rel=1e-5)
