@@ -14,7 +14,11 @@ cross-entropy + KL / 60000, backward, ``Adam.step``. Networks:
   BatchNorm), average pooling to 7x7 and a dense 784-10 layer;
 * ``decoder``: average pooling to 1x7x7, then only transposed convolutions, 32@4x4 stride 2
   (14x14), 16@4x4 stride 2 (28x28), 10@3x3, ReLU between them, and an average over the image
-  (the logits): the upsampling path of a convolutional decoder.
+  (the logits): the upsampling path of a convolutional decoder;
+* ``row-lstm`` and ``row-transformer``: an image read as a sequence of its 28 rows of 28 pixels,
+  by an LSTM of 128 units (a dense 128-10 on its last state), or by one transformer encoder layer
+  (a dense 28-64 row embedding plus fixed sinusoidal positions, 4 heads, feed-forward 128, mean
+  over rows, dense 64-10): the recurrent and attention layers.
 
 Variants: ``plain`` (the ``nn.Module`` itself), ``floor: two products + noise`` (every weight
 layer computed twice and joined with one normal draw per output: what the local reparameterization
@@ -65,6 +69,35 @@ class ResidualBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.relu(self.first_norm(self.first(x)))
         return torch.relu(x + self.second_norm(self.second(out)))
+
+
+class RowLSTM(nn.Module):
+    """An image (N, 1, 28, 28) as 28 time steps of 28 pixels: LSTM(28, 128), dense 128-10."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(28, 128, batch_first=True)
+        self.head = nn.Linear(128, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(x.flatten(1, 2))[0][:, -1])
+
+
+class RowTransformer(nn.Module):
+    """An image (N, 1, 28, 28) as 28 tokens (its rows): a dense 28-64 embedding plus fixed
+    sinusoidal positions (Vaswani et al. 2017), one encoder layer (4 heads, feed-forward 128, no
+    dropout), the mean over tokens, dense 64-10."""
+
+    def __init__(self, width: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Linear(28, width)
+        position = torch.arange(28.0)[:, None] / 10_000 ** (torch.arange(0, width, 2) / width)
+        self.register_buffer("position", torch.cat([position.sin(), position.cos()], 1))
+        self.encoder = nn.TransformerEncoderLayer(width, 4, 128, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(width, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(x.flatten(1, 2)) + self.position).mean(1))
 
 
 class TwoProducts(nn.Module):
@@ -128,7 +161,14 @@ def network(name: str) -> nn.Module:
             nn.ConvTranspose2d(32, 16, 4, stride=2, padding=1), nn.ReLU(),
             nn.ConvTranspose2d(16, CLASSES, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         )  # fmt: skip
-    raise ValueError(f"unknown network {name!r}; choose mlp, lenet, resblock or decoder")
+    if name == "row-lstm":
+        return RowLSTM()
+    if name == "row-transformer":
+        return RowTransformer()
+    raise ValueError(
+        f"unknown network {name!r}; choose mlp, lenet, resblock, decoder, row-lstm or "
+        f"row-transformer"
+    )
 
 
 def bayesian_torch_model(base: nn.Module, kind: str) -> tuple[nn.Module, Callable] | None:

@@ -8,7 +8,9 @@ estimator, against bayesian-torch and plain PyTorch; and each estimator's gradie
 Networks (plain ``nn.Module``s of ``benchmarks/converted_step.py``): ``mlp`` 784-400-400-10 ReLU
 and ``lenet`` (LeNet-5: conv 20@5x5, pool, conv 50@5x5, pool, dense 800-500-10) on MNIST;
 ``resnet``, a small residual CNN (stem conv 16@3x3 + BatchNorm, one residual block of two
-conv 16@3x3 + BatchNorm, average pooling to 7x7, dense 784-10) on Fashion-MNIST.
+conv 16@3x3 + BatchNorm, average pooling to 7x7, dense 784-10) on Fashion-MNIST; and, for the
+recurrent and attention layers, ``row-lstm`` and ``row-transformer`` on MNIST read row by row (28
+steps of 28 pixels: an LSTM of 128 units, or one transformer encoder layer of width 64).
 
 Arms, each at its library's defaults for a converted model:
 
@@ -21,7 +23,12 @@ Arms, each at its library's defaults for a converted model:
   the LRT: the layers' defaults (for the MLP it is ``vbnn-lrt``);
 * ``--init-stds``: the vbnn arms again with their layers starting at other posterior stds
   (``convert(..., init_std=s)``), labelled ``"vbnn-lrt, std s"``;
-* ``bt-reparameterization`` / ``bt-flipout``: bayesian-torch 0.5.0's ``dnn_to_bnn`` with the
+* ``vbnn-sequence-draw`` / ``vbnn-batch-draw`` (the row networks only): the recurrent and
+  attention layers on one weight draw per sequence (their default, Fortunato et al. 2017) or one
+  draw per minibatch shared by its sequences (``SequenceDraw.BATCH``), the dense layers on the
+  LRT;
+* ``bt-reparameterization`` / ``bt-flipout`` (the image networks only; bayesian-torch 0.5.0 has
+  no attention layer): bayesian-torch 0.5.0's ``dnn_to_bnn`` with the
   prior/posterior parameters of its README (prior N(0, 1), posterior means N(0, 0.1^2), rho -3),
   loss CE + ``get_kl_loss`` / N. Note that ``get_kl_loss`` sums each layer's *mean* elementwise KL
   (read from its source), far below the KL itself; that is what its users get. Without
@@ -73,6 +80,9 @@ from torch.nn import functional
 
 import vbnn
 from vbnn.data.mnist import ImageDataset, load_images
+from vbnn.layers.attention import VariationalMultiheadAttention
+from vbnn.layers.recurrent import VariationalRecurrent
+from vbnn.layers.sequence_weights import SequenceDraw
 from vbnn.stores import unit_store
 
 INSTALL_HINT = "pip install --no-deps bayesian-torch==0.5.0"
@@ -82,6 +92,8 @@ class Network(str, Enum):
     MLP = "mlp"
     LENET = "lenet"
     RESNET = "resnet"
+    ROW_LSTM = "row-lstm"
+    ROW_TRANSFORMER = "row-transformer"
 
 
 class Arm(str, Enum):
@@ -91,12 +103,22 @@ class Arm(str, Enum):
     VBNN_CONV_WEIGHTS = "vbnn-conv-weights"
     BT_REPARAMETERIZATION = "bt-reparameterization"
     BT_FLIPOUT = "bt-flipout"
+    VBNN_SEQUENCE_DRAW = "vbnn-sequence-draw"
+    VBNN_BATCH_DRAW = "vbnn-batch-draw"
 
 
 DATASETS = {Network.MLP: ImageDataset.MNIST, Network.LENET: ImageDataset.MNIST,
-            Network.RESNET: ImageDataset.FASHION_MNIST}  # fmt: skip
-BASE_NAMES = {Network.MLP: "mlp", Network.LENET: "lenet", Network.RESNET: "resblock"}
-VBNN_ARMS = (Arm.VBNN_LRT, Arm.VBNN_WEIGHTS, Arm.VBNN_CONV_WEIGHTS)
+            Network.RESNET: ImageDataset.FASHION_MNIST, Network.ROW_LSTM: ImageDataset.MNIST,
+            Network.ROW_TRANSFORMER: ImageDataset.MNIST}  # fmt: skip
+BASE_NAMES = {Network.MLP: "mlp", Network.LENET: "lenet", Network.RESNET: "resblock",
+              Network.ROW_LSTM: "row-lstm", Network.ROW_TRANSFORMER: "row-transformer"}  # fmt: skip
+VBNN_ARMS = (Arm.VBNN_LRT, Arm.VBNN_WEIGHTS, Arm.VBNN_CONV_WEIGHTS, Arm.VBNN_SEQUENCE_DRAW,
+             Arm.VBNN_BATCH_DRAW)  # fmt: skip
+IMAGE_ARMS = (Arm.PLAIN, Arm.VBNN_LRT, Arm.VBNN_WEIGHTS, Arm.VBNN_CONV_WEIGHTS,
+              Arm.BT_REPARAMETERIZATION, Arm.BT_FLIPOUT)  # fmt: skip
+# the recurrent and attention layers' two estimators; bayesian-torch 0.5.0 has no attention layer
+SEQUENCE_ARMS = (Arm.PLAIN, Arm.VBNN_SEQUENCE_DRAW, Arm.VBNN_BATCH_DRAW)
+SEQUENCE_NETWORKS = (Network.ROW_LSTM, Network.ROW_TRANSFORMER)
 BAYESIAN_TORCH_KINDS = {Arm.BT_REPARAMETERIZATION: "Reparameterization",
                         Arm.BT_FLIPOUT: "Flipout"}  # fmt: skip
 
@@ -183,7 +205,12 @@ def build(network_name: Network, arm: Arm, seed: int, init_std: float | None = N
         return base, None
     if arm in VBNN_ARMS:
         options = {} if init_std is None else {"init_std": init_std}
-        return vbnn.convert(base, "mf", **options), vbnn.kl
+        model = vbnn.convert(base, "mf", **options)
+        if arm is Arm.VBNN_BATCH_DRAW:  # one draw a minibatch in the recurrent/attention layers
+            for module in model.modules():
+                if isinstance(module, (VariationalRecurrent, VariationalMultiheadAttention)):
+                    module.draw = SequenceDraw.BATCH
+        return model, vbnn.kl
     return bayesian_torch_model(base, BAYESIAN_TORCH_KINDS[arm])
 
 
@@ -316,10 +343,16 @@ def variants(arms, init_stds, network_name: Network) -> list[tuple[Arm, float | 
     """(arm, initial std) pairs on ``network_name``: each vbnn arm at every ``init_stds`` value
     (None: the layers' default), every other arm once; ``vbnn-conv-weights`` only on networks
     with convolutions (on the MLP it is ``vbnn-lrt``)."""
+    arms = [arm for arm in arms if arm in network_arms(network_name)]
     if network_name is Network.MLP:
         arms = [arm for arm in arms if arm is not Arm.VBNN_CONV_WEIGHTS]
     return [(arm, init_std) for arm in arms
             for init_std in (init_stds if arm in VBNN_ARMS else [None])]  # fmt: skip
+
+
+def network_arms(network_name: Network) -> tuple[Arm, ...]:
+    """The arms measured on ``network_name`` (and timed in its ``timing`` unit)."""
+    return SEQUENCE_ARMS if network_name in SEQUENCE_NETWORKS else IMAGE_ARMS
 
 
 def label(arm: Arm, init_std: float | None) -> str:
@@ -343,7 +376,7 @@ def step_times(out: Path, network_name: Network, protocol: Protocol, data=None) 
     """The stored ``timing`` unit of ``network_name`` (every available arm's milliseconds a
     step, measured in one interleaved run); measured and stored first when missing and ``data``
     is given, else None."""
-    arms = available_arms(list(Arm), quiet=True)
+    arms = available_arms(network_arms(network_name), quiet=True)
     key = {"benchmark": "time_to_quality", "kind": "timing", "network": network_name.value,
            "arms": [arm.value for arm in arms],
            "protocol": dataclasses.asdict(protocol)}  # fmt: skip

@@ -11,6 +11,8 @@ import pytest
 import torch
 from torch import nn
 
+import vbnn
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -196,8 +198,6 @@ def test_prior_choice_kls_are_the_written_out_sums(benchmark, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import prior_choice
 
-    import vbnn
-
     torch.manual_seed(0)
     net = vbnn.convert(nn.Sequential(nn.Conv2d(2, 3, 3), nn.Flatten(), nn.Linear(3 * 4 * 4, 5)),
                        "mf", init_std=0.05)  # fmt: skip
@@ -237,8 +237,6 @@ def test_prior_choice_training_elbo_is_the_expected_nll_plus_the_kl_per_image(
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import prior_choice
 
-    import vbnn
-
     ttq = benchmark[0]
     protocol = ttq.Protocol(train_size=64, test_size=32, batch_size=32, test_draws=3, threads=1)
     generator = torch.Generator().manual_seed(0)
@@ -259,3 +257,26 @@ def test_prior_choice_training_elbo_is_the_expected_nll_plus_the_kl_per_image(
     assert metrics["training_nll"] == pytest.approx(nll.item(), rel=1e-5)
     assert metrics["kl_per_image"] == pytest.approx(expected_kl.item(), rel=1e-6)
     assert metrics["negative_elbo"] == pytest.approx(nll.item() + expected_kl.item(), rel=1e-5)
+
+
+def test_sequence_arms_draw_per_sequence_or_per_minibatch(benchmark):
+    """On the row networks, ``vbnn-sequence-draw`` gives every sequence its own weights (equal
+    inputs, different outputs) and ``vbnn-batch-draw`` one draw for the minibatch (equal inputs,
+    equal outputs, the dense layers on one shared draw too); the image networks keep the six
+    arms their timing units were keyed by."""
+
+    ttq = benchmark[0]
+    x = torch.rand(1, 1, 28, 28).expand(4, 1, 28, 28)
+    for network_name in ttq.SEQUENCE_NETWORKS:
+        assert [arm for arm, _ in ttq.variants(list(ttq.Arm), [None], network_name)] == list(
+            ttq.SEQUENCE_ARMS
+        )
+        for arm, shared in ((ttq.Arm.VBNN_SEQUENCE_DRAW, False), (ttq.Arm.VBNN_BATCH_DRAW, True)):
+            model, _ = ttq.build(network_name, arm, 0, init_std=0.1)
+            with torch.no_grad(), vbnn.mode(model, "weights"):
+                out = model(x)
+            assert torch.allclose(out, out[:1].expand_as(out), atol=1e-6) is shared, arm
+    assert ttq.network_arms(ttq.Network.MLP) == (
+        ttq.Arm.PLAIN, ttq.Arm.VBNN_LRT, ttq.Arm.VBNN_WEIGHTS, ttq.Arm.VBNN_CONV_WEIGHTS,
+        ttq.Arm.BT_REPARAMETERIZATION, ttq.Arm.BT_FLIPOUT,
+    )  # fmt: skip
