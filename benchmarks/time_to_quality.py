@@ -119,6 +119,7 @@ IMAGE_ARMS = (Arm.PLAIN, Arm.VBNN_LRT, Arm.VBNN_WEIGHTS, Arm.VBNN_CONV_WEIGHTS,
 # the recurrent and attention layers' two estimators; bayesian-torch 0.5.0 has no attention layer
 SEQUENCE_ARMS = (Arm.PLAIN, Arm.VBNN_SEQUENCE_DRAW, Arm.VBNN_BATCH_DRAW)
 SEQUENCE_NETWORKS = (Network.ROW_LSTM, Network.ROW_TRANSFORMER)
+SEQUENCE_LAYERS = (VariationalRecurrent, VariationalMultiheadAttention)
 BAYESIAN_TORCH_KINDS = {Arm.BT_REPARAMETERIZATION: "Reparameterization",
                         Arm.BT_FLIPOUT: "Flipout"}  # fmt: skip
 
@@ -206,10 +207,13 @@ def build(network_name: Network, arm: Arm, seed: int, init_std: float | None = N
     if arm in VBNN_ARMS:
         options = {} if init_std is None else {"init_std": init_std}
         model = vbnn.convert(base, "mf", **options)
-        if arm is Arm.VBNN_BATCH_DRAW:  # one draw a minibatch in the recurrent/attention layers
-            for module in model.modules():
-                if isinstance(module, (VariationalRecurrent, VariationalMultiheadAttention)):
-                    module.draw = SequenceDraw.BATCH
+        draws = {
+            Arm.VBNN_SEQUENCE_DRAW: SequenceDraw.SEQUENCE,
+            Arm.VBNN_BATCH_DRAW: SequenceDraw.BATCH,
+        }
+        for module in model.modules():  # the recurrent and attention layers' draws, named
+            if arm in draws and isinstance(module, SEQUENCE_LAYERS):
+                module.draw = draws[arm]
         return model, vbnn.kl
     return bayesian_torch_model(base, BAYESIAN_TORCH_KINDS[arm])
 
