@@ -164,7 +164,8 @@ def main() -> None:
         plain = network()
         models = {"plain": (plain, False),
                   "point": (vbnn.convert(plain, "point", keep=KEEP[name]), False),
-                  "mf": (vbnn.convert(plain, "mf", keep=KEEP[name]), True)}  # fmt: skip
+                  "mf": (vbnn.convert(plain, "mf", keep=KEEP[name], draw="sequence"),
+                         True)}  # fmt: skip
         base = None
         for variant, (model, variational) in models.items():
             timing = copy.deepcopy(model)

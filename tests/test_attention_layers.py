@@ -108,7 +108,7 @@ def test_each_sequence_is_torch_attention_with_its_own_draw(name: str) -> None:
     the torch module holding draw b; the sequences' draws differ (but for point weights)."""
     module = attention(kdim=3, vdim=6)
     options = {"std": 0.3} if name == "gd" else {}
-    variational = vbnn.convert(module, name, **options).train()
+    variational = vbnn.convert(module, name, **options, draw="sequence").train()
     query, key, value = inputs(module)
     noise = ModelGenerators([11])
     state = noise.get_state()
@@ -134,7 +134,7 @@ def test_output_moments_match_explicit_weight_samples() -> None:
     """Outputs over 3000 copies of one sequence (one draw each) against 3000 torch modules
     holding projections drawn explicitly from N(mu, sigma^2): within 5 standard errors."""
     module = attention()
-    variational = vbnn.convert(module, "mf", init_std=0.15).train()
+    variational = vbnn.convert(module, "mf", init_std=0.15, draw="sequence").train()
     query, key, value = (t[:, :1] for t in inputs(module, 1))
     draws = 3000
     torch.manual_seed(2)

@@ -15,7 +15,7 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import FAMILIES
 from vbnn.layers.recurrent import VariationalRecurrent
-from vbnn.layers.sequence_weights import sequence_weights
+from vbnn.layers.sequence_weights import SequenceDraw, sequence_weights
 from vbnn.priors.gaussian import GaussianPrior
 
 KINDS = {
@@ -102,7 +102,9 @@ def test_each_sequence_is_the_torch_module_with_its_own_drawn_weights(name: str)
     holding draw b, for every family; two sequences get different draws (but point weights)."""
     module = original("lstm")
     options = {"std": 0.3} if name == "gd" else {}
-    variational = vbnn.convert(module, name, **options).train()  # training: LOCAL mode
+    variational = vbnn.convert(
+        module, name, **options, draw="sequence"
+    ).train()  # training: LOCAL mode
     x = torch.randn(3, 5, 3, dtype=torch.float64)
     noise = ModelGenerators([7])
     state = noise.get_state()
@@ -124,7 +126,7 @@ def test_output_moments_match_explicit_weight_samples() -> None:
     """GRU outputs over 4000 sequences (one draw each) against 4000 torch GRUs holding weights
     drawn explicitly from N(mu, sigma^2): means and variances within 5 standard errors."""
     module = original("gru", layers=1, bidirectional=False)
-    variational = vbnn.convert(module, "mf", init_std=0.2).train()
+    variational = vbnn.convert(module, "mf", init_std=0.2, draw="sequence").train()
     sequence = torch.randn(1, 4, 3, dtype=torch.float64)
     draws = 4000
     torch.manual_seed(1)
@@ -190,3 +192,38 @@ def test_unsupported_inputs_and_options_are_refused() -> None:
         variational(torch.randn(2, 4, 3, dtype=torch.float64), (torch.zeros(1, 2, 5),) * 2)
     with pytest.raises(ValueError, match="must be a single dense layer"):
         sequence_weights(vbnn.MeanField(3, 4, num_models=2), 2, ForwardMode.WEIGHTS)
+
+
+def test_the_default_draw_is_one_per_minibatch() -> None:
+    """Recurrent and attention modules share one draw across a minibatch unless told
+    ``draw="sequence"``: identical sequences then give identical outputs in training."""
+    recurrent = vbnn.convert(original("lstm", layers=1, bidirectional=False), "mf", init_std=0.2)
+    attention = vbnn.convert(nn.MultiheadAttention(4, 2, dtype=torch.float64), "mf", init_std=0.2)
+    assert recurrent.draw is attention.draw is SequenceDraw.BATCH
+    same = torch.randn(1, 5, 3, dtype=torch.float64).expand(4, -1, -1)
+    output = recurrent.train()(same)[0]
+    torch.testing.assert_close(output, output[:1].expand_as(output))
+    tokens = torch.randn(5, 1, 4, dtype=torch.float64).expand(-1, 4, -1)  # (L, B, E)
+    output = attention.train()(tokens, tokens, tokens, need_weights=False)[0]
+    torch.testing.assert_close(output, output[:, :1].expand_as(output))
+    per_sequence = vbnn.convert(original("lstm", layers=1, bidirectional=False), "mf",
+                                init_std=0.2, draw="sequence")  # fmt: skip
+    output = per_sequence.train()(same)[0]
+    assert not torch.allclose(output[0], output[1])
+
+
+def test_convert_routes_draw_to_the_sequence_modules_only() -> None:
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.GRU(3, 4, batch_first=True, dtype=torch.float64)
+            self.head = nn.Linear(4, 2, dtype=torch.float64)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0])
+
+    model = vbnn.convert(Tagger(), "mf", draw="sequence", init_std=0.1)
+    assert model.rnn.draw is SequenceDraw.SEQUENCE and model.head.training_mode.value == "local"
+    with pytest.raises(ValueError, match=r"draw='sequence' is an option of recurrent and "):
+        vbnn.convert(nn.Sequential(nn.Linear(3, 2), nn.ReLU(), nn.Linear(2, 1)), "mf",
+                     draw="sequence")  # fmt: skip

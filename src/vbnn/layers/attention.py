@@ -10,7 +10,8 @@ values y (S, kdim), z (S, vdim) of one sequence (Vaswani et al. 2017, section 3.
 
 M the float form of the masks (``attn_mask`` (L, S) or (B h, L, S), ``key_padding_mask``
 (B, S); a boolean True, -inf: not attended), as ``torch.nn.functional.multi_head_attention_
-forward`` builds it. Every sequence draws its own projections, shared by all its positions
+forward`` builds it. A draw of the projections is shared by all the positions of a sequence: by
+default one draw for the minibatch, with ``draw="sequence"`` one per sequence
 (``layers.sequence_weights``); MEAN mode uses the posterior means and equals the torch module.
 
 Not supported (refused, naming the option): ``add_bias_kv`` and ``add_zero_attn``.
@@ -31,7 +32,13 @@ from torch import nn
 from torch.nn import functional
 
 from vbnn.layers.registry import family as family_spec
-from vbnn.layers.sequence_weights import SequenceDraw, draw_count, sequence_affine, sequence_weights
+from vbnn.layers.sequence_weights import (
+    DEFAULT_DRAW,
+    SequenceDraw,
+    draw_count,
+    sequence_affine,
+    sequence_weights,
+)
 
 
 def float_mask(mask: torch.Tensor | None, name: str, dtype: torch.dtype) -> torch.Tensor | None:
@@ -65,7 +72,7 @@ class VariationalMultiheadAttention(nn.Module):
         vdim: the values' width (None: E).
         batch_first: inputs and outputs (B, L, E) instead of (L, B, E).
         family: the ``vbnn.FAMILIES`` name of the projection layers.
-        draw: ``SequenceDraw``: one draw per sequence (default) or per minibatch.
+        draw: ``SequenceDraw``: one draw per minibatch (default) or per sequence.
         **options: passed to every family layer (``dtype``, ``init_std``, ...).
     """
 
@@ -80,7 +87,7 @@ class VariationalMultiheadAttention(nn.Module):
         batch_first: bool = False,
         *,
         family: str = "mf",
-        draw: SequenceDraw | str = SequenceDraw.SEQUENCE,
+        draw: SequenceDraw | str = DEFAULT_DRAW,
         **options: Any,
     ) -> None:
         super().__init__()

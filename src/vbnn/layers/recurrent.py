@@ -11,10 +11,11 @@ dense family layer, in torch's gate order. With x_t the input and h the hidden s
                         h_t = (1 - z) n + z h_{t-1}
     RNN:                h_t = tanh(a + c) (or relu)
 
-(s the logistic sigmoid), exactly as ``torch.nn.LSTM`` / ``GRU`` / ``RNN`` document them. Every
-sequence of a minibatch draws its own weights, shared by all its time steps (Fortunato, Blundell
-& Vinyals 2017, section 3; ``layers.sequence_weights``); MEAN mode uses the posterior means and
-equals the torch module with those weights. Between layers torch's ``dropout`` acts on the
+(s the logistic sigmoid), exactly as ``torch.nn.LSTM`` / ``GRU`` / ``RNN`` document them. A draw
+of the weights is shared by all the time steps of a sequence (Fortunato, Blundell & Vinyals
+2017, section 3): by default one draw for the minibatch, with ``draw="sequence"`` one per
+sequence (``layers.sequence_weights``); MEAN mode uses the posterior means and equals the torch
+module with those weights. Between layers torch's ``dropout`` acts on the
 outputs in training mode, as in torch.
 
 Not supported (refused, naming the option): ``proj_size > 0`` and ``PackedSequence`` inputs.
@@ -31,7 +32,13 @@ from torch.nn import functional
 from torch.nn.utils.rnn import PackedSequence
 
 from vbnn.layers.registry import family as family_spec
-from vbnn.layers.sequence_weights import SequenceDraw, draw_count, sequence_affine, sequence_weights
+from vbnn.layers.sequence_weights import (
+    DEFAULT_DRAW,
+    SequenceDraw,
+    draw_count,
+    sequence_affine,
+    sequence_weights,
+)
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
@@ -59,7 +66,8 @@ class VariationalRecurrent(nn.Module):
     Called as the torch module: ``output, h_n = rnn(x, h_0)`` (``output, (h_n, c_n)`` for the
     LSTM), x (T, B, I) or, with ``batch_first``, (B, T, I), or unbatched (T, I); output
     (T, B, D H); h_n, c_n (L D, B, H). The mode and noise come from ``vbnn.mode`` and
-    ``vbnn.use_noise`` (training: one draw per sequence; eval: the means).
+    ``vbnn.use_noise`` (training: one draw per minibatch or per sequence, ``draw``; eval: the
+    means).
 
     Args:
         kind: a ``RecurrentKind`` or its value.
@@ -71,7 +79,7 @@ class VariationalRecurrent(nn.Module):
         dropout: the dropout rate on the outputs of every layer but the last, in training.
         bidirectional: D = 2 directions.
         family: the ``vbnn.FAMILIES`` name of the weight layers.
-        draw: ``SequenceDraw``: one draw per sequence (default) or per minibatch.
+        draw: ``SequenceDraw``: one draw per minibatch (default) or per sequence.
         **options: passed to every family layer (``dtype``, ``init_std``, ...).
     """
 
@@ -87,7 +95,7 @@ class VariationalRecurrent(nn.Module):
         bidirectional: bool = False,
         *,
         family: str = "mf",
-        draw: SequenceDraw | str = SequenceDraw.SEQUENCE,
+        draw: SequenceDraw | str = DEFAULT_DRAW,
         **options: Any,
     ) -> None:
         super().__init__()

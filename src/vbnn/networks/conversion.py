@@ -15,8 +15,9 @@ No layer is left deterministic in silence:
 * normalisation layers (BatchNorm, InstanceNorm, LayerNorm, GroupNorm, RMSNorm) stay
   deterministic by design, their scale and shift point estimates; ``vbnn.summary`` lists them;
 * ``nn.LSTM``, ``nn.GRU``, ``nn.RNN`` and ``nn.MultiheadAttention`` (inside every
-  ``nn.Transformer*Layer``) become variational modules of the same family with one weight draw
-  per sequence, and the transformer layers lose their weight-reading fast path
+  ``nn.Transformer*Layer``) become variational modules of the same family, a weight draw shared
+  by the time steps of a sequence (one per minibatch, or ``draw="sequence"``), and the
+  transformer layers lose their weight-reading fast path
   (``networks.sequence_conversion``);
 * any other module holding parameters that convert does not replace (``nn.Embedding``, a
   parameter of a custom module, ...) is named in one ``UserWarning``, or a ValueError with
@@ -146,7 +147,8 @@ def convert(
         **options: passed to every new layer, e.g. ``init_std=1e-3`` (the marginal posterior
             std of every weight at initialisation), ``std=1e-3`` for "gd" (its fixed posterior
             std), ``log_alpha=-6.0`` for variational dropout, ``parameterization="softplus"``
-            for "mf".
+            for "mf"; ``draw="sequence"`` goes to the recurrent and attention modules only
+            (one weight draw per sequence instead of one per minibatch).
 
     Returns:
         The converted copy; its KL is ``vbnn.kl(model)`` (each family's default prior, or pass
@@ -186,6 +188,14 @@ def convert(
             f"convertible layers are {layers}"
         )
     sequences = sequence_paths(module, keep)
+    sequence_options = dict(options)
+    if "draw" in options:  # the recurrent and attention modules' option, not a layer's
+        if not sequences:
+            raise ValueError(
+                f"convert: draw={options['draw']!r} is an option of recurrent and attention "
+                f"modules, and {type(module).__name__} has none to convert"
+            )
+        options = {name: value for name, value in options.items() if name != "draw"}
     replaceable = _replaceable(module, keep)
     if not replaceable and not sequences:
         raise ValueError(
@@ -203,7 +213,7 @@ def convert(
             raise ValueError(message)
         warnings.warn(message, UserWarning, stacklevel=2)
     converted = copy.deepcopy(module)  # keeps a layer shared by several paths shared
-    converted = convert_sequence_modules(converted, sequences, spec, keep, dict(options))
+    converted = convert_sequence_modules(converted, sequences, spec, keep, sequence_options)
     made: dict[int, nn.Module] = {}  # one variational layer per original layer: ties stay tied
     for parent_name, parent in list(converted.named_modules(remove_duplicate=False)):
         for child_name, child in list(parent._modules.items()):  # shared children too

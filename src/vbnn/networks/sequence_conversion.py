@@ -1,15 +1,16 @@
 """``vbnn.convert``'s part for sequence models: recurrent layers, attention, transformer layers.
 
 * ``nn.LSTM``, ``nn.GRU``, ``nn.RNN`` become ``VariationalRecurrent`` and ``nn.MultiheadAttention``
-  ``VariationalMultiheadAttention``, of the same family, one weight draw per sequence
-  (``layers.sequence_weights``), their posterior means the original weights;
+  ``VariationalMultiheadAttention``, of the same family, one weight draw per minibatch (or per
+  sequence, ``draw="sequence"``; ``layers.sequence_weights``), their posterior means the
+  original weights;
 * ``nn.TransformerEncoderLayer`` becomes ``VariationalTransformerEncoderLayer`` (no fast path,
   which would read the weights of its sublayers directly), and ``nn.TransformerEncoder`` stops
   nesting tensors (its fast path reads the attention's packed weights);
   ``nn.TransformerDecoderLayer`` and ``nn.TransformerDecoder`` need nothing: their
   attention and feed-forward layers convert as any other.
 
-Every registered family converts them: each draws B weights through its own ``sample``.
+Every registered family converts them: each draws its weights through its own ``sample``.
 """
 
 from __future__ import annotations
