@@ -80,8 +80,6 @@ from torch.nn import functional
 
 import vbnn
 from vbnn.data.mnist import ImageDataset, load_images
-from vbnn.layers.attention import VariationalMultiheadAttention
-from vbnn.layers.recurrent import VariationalRecurrent
 from vbnn.layers.sequence_weights import SequenceDraw
 from vbnn.stores import unit_store
 
@@ -119,7 +117,8 @@ IMAGE_ARMS = (Arm.PLAIN, Arm.VBNN_LRT, Arm.VBNN_WEIGHTS, Arm.VBNN_CONV_WEIGHTS,
 # the recurrent and attention layers' two estimators; bayesian-torch 0.5.0 has no attention layer
 SEQUENCE_ARMS = (Arm.PLAIN, Arm.VBNN_SEQUENCE_DRAW, Arm.VBNN_BATCH_DRAW)
 SEQUENCE_NETWORKS = (Network.ROW_LSTM, Network.ROW_TRANSFORMER)
-SEQUENCE_LAYERS = (VariationalRecurrent, VariationalMultiheadAttention)
+SEQUENCE_DRAWS = {Arm.VBNN_SEQUENCE_DRAW: SequenceDraw.SEQUENCE,
+                  Arm.VBNN_BATCH_DRAW: SequenceDraw.BATCH}  # fmt: skip
 BAYESIAN_TORCH_KINDS = {Arm.BT_REPARAMETERIZATION: "Reparameterization",
                         Arm.BT_FLIPOUT: "Flipout"}  # fmt: skip
 
@@ -206,14 +205,9 @@ def build(network_name: Network, arm: Arm, seed: int, init_std: float | None = N
         return base, None
     if arm in VBNN_ARMS:
         options = {} if init_std is None else {"init_std": init_std}
+        if arm in SEQUENCE_DRAWS:  # the recurrent and attention layers' draw, named
+            options["draw"] = SEQUENCE_DRAWS[arm]
         model = vbnn.convert(base, "mf", **options)
-        draws = {
-            Arm.VBNN_SEQUENCE_DRAW: SequenceDraw.SEQUENCE,
-            Arm.VBNN_BATCH_DRAW: SequenceDraw.BATCH,
-        }
-        for module in model.modules():  # the recurrent and attention layers' draws, named
-            if arm in draws and isinstance(module, SEQUENCE_LAYERS):
-                module.draw = draws[arm]
         return model, vbnn.kl
     return bayesian_torch_model(base, BAYESIAN_TORCH_KINDS[arm])
 
