@@ -34,6 +34,9 @@ every variant alike. Reported: the median over rounds of the milliseconds a step
 over rounds of the ratio to ``plain`` measured in the same round. Inputs are random (speed does
 not depend on the pixel values). ``--fused-adam`` gives every variant ``Adam(fused=True)``;
 ``--device cuda`` times with ``torch.cuda.synchronize`` and counts the kernels of a step.
+``mf, ivon`` is mf trained by ``vbnn.IVON`` (no KL term: the prior is its weight decay);
+``ivon-opt (plain network)``, with ivon-opt installed, is the plain network trained by ivon-opt's
+IVON, which samples the weights into it around each forward and backward pass.
 """
 
 from __future__ import annotations
@@ -209,6 +212,13 @@ def variants(name: str) -> dict[str, tuple[nn.Module, Callable[[nn.Module], torc
             # docs/families.md's recipe; compiled at the first warm-up step
             compiled = torch.compile(vbnn.kl, fullgraph=True)
             out["mf, compiled KL"] = (vbnn.convert(base, family), compiled)
+            out["mf, ivon"] = (vbnn.convert(base, family), NATURAL_GRADIENT)
+    try:
+        import ivon  # noqa: F401  (the peer arm: ivon-opt on the plain network)
+
+        out["ivon-opt (plain network)"] = (copy.deepcopy(base), IVON_OPT)
+    except ImportError:
+        print(f"  {name}: ivon-opt not installed, its arm skipped")
     for kind in ("Reparameterization", "Flipout"):
         converted = bayesian_torch_model(base, kind)
         if converted is not None:
@@ -216,11 +226,31 @@ def variants(name: str) -> dict[str, tuple[nn.Module, Callable[[nn.Module], torc
     return out
 
 
+# in place of a KL function: the variant trains by vbnn's IVON, or by ivon-opt's on the plain net
+NATURAL_GRADIENT, IVON_OPT = "natural gradient", "ivon-opt"
+
+
 def make_step(
-    model: nn.Module, kl: Callable, x: torch.Tensor, y: torch.Tensor, fused: bool = False
+    model: nn.Module, kl: Callable | str, x: torch.Tensor, y: torch.Tensor, fused: bool = False
 ) -> Callable:
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused or None)
     model.train()
+    if kl == NATURAL_GRADIENT:  # the objective's KL is IVON's weight decay: no KL term
+        optimizer = vbnn.IVON().build(model, nn.Module(), learning_rate=1e-3, rates={},
+                                      prior=None, dataset_size=DATASET_SIZE)  # fmt: skip
+        return make_step_without_kl(model, optimizer, x, y)
+    if kl == IVON_OPT:
+        import ivon
+
+        sampler = ivon.IVON(model.parameters(), lr=0.1, ess=DATASET_SIZE, hess_init=0.1)
+
+        def ivon_step() -> None:
+            with sampler.sampled_params(train=True):
+                sampler.zero_grad(set_to_none=True)
+                functional.cross_entropy(model(x), y).backward()
+            sampler.step()
+
+        return ivon_step
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused or None)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -228,6 +258,21 @@ def make_step(
             data_term = functional.cross_entropy(model(x), y)
         with record_function("kl"):
             loss = data_term + kl(model) / DATASET_SIZE
+        with record_function("backward"):
+            loss.backward()
+        with record_function("adam"):
+            optimizer.step()
+
+    return step
+
+
+def make_step_without_kl(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> Callable:
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with record_function("forward"):
+            loss = functional.cross_entropy(model(x), y)
         with record_function("backward"):
             loss.backward()
         with record_function("adam"):

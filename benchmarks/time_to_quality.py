@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.metadata
 import os
 import platform
 import sys
@@ -103,6 +104,8 @@ class Arm(str, Enum):
     BT_FLIPOUT = "bt-flipout"
     VBNN_SEQUENCE_DRAW = "vbnn-sequence-draw"
     VBNN_BATCH_DRAW = "vbnn-batch-draw"
+    VBNN_IVON = "vbnn-ivon"
+    IVON_OPT = "ivon-opt"
 
 
 DATASETS = {Network.MLP: ImageDataset.MNIST, Network.LENET: ImageDataset.MNIST,
@@ -117,6 +120,10 @@ IMAGE_ARMS = (Arm.PLAIN, Arm.VBNN_LRT, Arm.VBNN_WEIGHTS, Arm.VBNN_CONV_WEIGHTS,
 # the recurrent and attention layers' two estimators; bayesian-torch 0.5.0 has no attention layer
 SEQUENCE_ARMS = (Arm.PLAIN, Arm.VBNN_SEQUENCE_DRAW, Arm.VBNN_BATCH_DRAW)
 SEQUENCE_NETWORKS = (Network.ROW_LSTM, Network.ROW_TRANSFORMER)
+# natural-gradient VI: vbnn's IVON on the converted network (the layers' estimators) and
+# ivon-opt by hand on the plain one; timed in a unit of their own beside plain's, so that the
+# timing unit of the other arms, and with it their units' keys, stays as it is
+NATURAL_GRADIENT_ARMS = (Arm.PLAIN, Arm.VBNN_IVON, Arm.IVON_OPT)
 SEQUENCE_DRAWS = {Arm.VBNN_SEQUENCE_DRAW: SequenceDraw.SEQUENCE,
                   Arm.VBNN_BATCH_DRAW: SequenceDraw.BATCH}  # fmt: skip
 BAYESIAN_TORCH_KINDS = {Arm.BT_REPARAMETERIZATION: "Reparameterization",
@@ -181,6 +188,14 @@ def bayesian_torch_version() -> str | None:
         return None
 
 
+def ivon_opt_version() -> str | None:
+    """ivon-opt's version, None when it is not installed."""
+    try:
+        return importlib.metadata.version("ivon-opt")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def images(network_name: Network, protocol: Protocol) -> tuple[torch.Tensor, ...]:
     """(train x, train y, test x, test y): seeded subsets (``data_seed``) of the network's data."""
     generator = torch.Generator().manual_seed(protocol.data_seed)
@@ -203,6 +218,10 @@ def build(network_name: Network, arm: Arm, seed: int, init_std: float | None = N
     base = network(BASE_NAMES[network_name])
     if arm is Arm.PLAIN:
         return base, None
+    if arm is Arm.VBNN_IVON:
+        return vbnn.convert(base, "mf"), None
+    if arm is Arm.IVON_OPT:
+        return IvonOptNetwork(base), None
     if arm in VBNN_ARMS:
         options = {} if init_std is None else {"init_std": init_std}
         if arm in SEQUENCE_DRAWS:  # the recurrent and attention layers' draw, named
@@ -215,7 +234,8 @@ def build(network_name: Network, arm: Arm, seed: int, init_std: float | None = N
 def estimator(arm: Arm, layer: vbnn.VariationalLayer) -> str:
     """The forward mode ``layer`` trains in under ``arm``: "local" (the LRT) or "weights" (one
     weight draw a minibatch)."""
-    if arm is Arm.VBNN_WEIGHTS or (arm is Arm.VBNN_CONV_WEIGHTS and layer.operator.is_conv):
+    on_conv = arm in (Arm.VBNN_CONV_WEIGHTS, Arm.VBNN_IVON)  # the layers' defaults
+    if arm is Arm.VBNN_WEIGHTS or (on_conv and layer.operator.is_conv):
         return "weights"
     return "local"
 
@@ -235,7 +255,7 @@ class Trainer:
         self.arm, (self.model, self.kl) = arm, built
         self.x, self.y = data
         self.protocol = protocol
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=protocol.learning_rate)
+        self.optimizer = optimizer(arm, self.model, protocol)
         self.order = batches(len(self.y), protocol.batch_size, torch.Generator().manual_seed(seed))
         self.model.train()
         # every vbnn layer's estimator, named (not left to the layers' default)
@@ -256,9 +276,55 @@ class Trainer:
         return loss
 
     def step(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-        self.loss(next(self.order)).backward()
+        with weights_drawn(self.arm, self.optimizer, train=True):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.loss(next(self.order)).backward()
         self.optimizer.step()
+
+
+class IvonOptNetwork(nn.Module):
+    """The plain network of ivon-opt's arm: in eval mode each pass runs on one weight draw of
+    its optimiser (``sampler``, set by ``optimizer``); in training the step draws."""
+
+    def __init__(self, network: nn.Module) -> None:
+        super().__init__()
+        self.network, self.sampler = network, None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            return self.network(x)
+        with self.sampler.sampled_params(train=False):
+            return self.network(x)
+
+
+def optimizer(arm: Arm, model: nn.Module, protocol: Protocol) -> torch.optim.Optimizer:
+    """Adam (lr ``protocol.learning_rate``), or the natural-gradient arms' IVON at Shen et al.
+    2024's defaults (lr 0.1, ess = N, prior N(0, 1): weight decay 1 / N, h0 0.1)."""
+    if arm is Arm.VBNN_IVON:
+        return vbnn.IVON().build(
+            model,
+            nn.Module(),
+            learning_rate=protocol.learning_rate,
+            rates={},
+            prior=None,
+            dataset_size=protocol.train_size,
+        )
+    if arm is Arm.IVON_OPT:
+        import ivon  # the by-hand peer arm (pip install ivon-opt)
+
+        size = protocol.train_size
+        model.sampler = ivon.IVON(model.parameters(), lr=0.1, ess=size, hess_init=0.1,
+                                  weight_decay=1.0 / size)  # fmt: skip
+        return model.sampler
+    return torch.optim.Adam(model.parameters(), lr=protocol.learning_rate)
+
+
+def weights_drawn(arm: Arm, optimizer: torch.optim.Optimizer, train: bool = False):
+    """ivon-opt's arm: its optimiser swaps a weight draw into the plain network for the pass;
+    every other arm: nothing to do (its layers draw their own noise)."""
+    if arm is Arm.IVON_OPT:
+        return optimizer.sampled_params(train=train)
+    return contextlib.nullcontext()
 
 
 @torch.no_grad()
@@ -341,7 +407,7 @@ def variants(arms, init_stds, network_name: Network) -> list[tuple[Arm, float | 
     """(arm, initial std) pairs on ``network_name``: each vbnn arm at every ``init_stds`` value
     (None: the layers' default), every other arm once; ``vbnn-conv-weights`` only on networks
     with convolutions (on the MLP it is ``vbnn-lrt``)."""
-    arms = [arm for arm in arms if arm in network_arms(network_name)]
+    arms = [arm for arm in arms if arm in measured_arms(network_name)]
     if network_name is Network.MLP:
         arms = [arm for arm in arms if arm is not Arm.VBNN_CONV_WEIGHTS]
     return [(arm, init_std) for arm in arms
@@ -349,8 +415,22 @@ def variants(arms, init_stds, network_name: Network) -> list[tuple[Arm, float | 
 
 
 def network_arms(network_name: Network) -> tuple[Arm, ...]:
-    """The arms measured on ``network_name`` (and timed in its ``timing`` unit)."""
+    """The arms timed in the ``timing`` unit of ``network_name``."""
     return SEQUENCE_ARMS if network_name in SEQUENCE_NETWORKS else IMAGE_ARMS
+
+
+def timing_arms(network_name: Network, arm: Arm) -> tuple[Arm, ...]:
+    """The arms of the timing unit that holds ``arm``'s step time on ``network_name``."""
+    if arm in NATURAL_GRADIENT_ARMS[1:]:
+        return NATURAL_GRADIENT_ARMS
+    return network_arms(network_name)
+
+
+def measured_arms(network_name: Network) -> tuple[Arm, ...]:
+    """Every arm measured on ``network_name``."""
+    if network_name in SEQUENCE_NETWORKS:
+        return SEQUENCE_ARMS
+    return IMAGE_ARMS + NATURAL_GRADIENT_ARMS[1:]
 
 
 def label(arm: Arm, init_std: float | None) -> str:
@@ -360,6 +440,10 @@ def label(arm: Arm, init_std: float | None) -> str:
 
 def available_arms(arms, quiet: bool = False) -> list[Arm]:
     """``arms`` less bayesian-torch's when it is not installed (saying so unless ``quiet``)."""
+    if ivon_opt_version() is None and Arm.IVON_OPT in arms:
+        if not quiet:
+            print("ivon-opt is not installed: skipping 'ivon-opt' (pip install ivon-opt)")
+        arms = [arm for arm in arms if arm is not Arm.IVON_OPT]
     missing = [arm for arm in arms if arm in BAYESIAN_TORCH_KINDS]
     if missing and bayesian_torch_version() is None:
         if quiet:
@@ -370,11 +454,12 @@ def available_arms(arms, quiet: bool = False) -> list[Arm]:
     return list(arms)
 
 
-def step_times(out: Path, network_name: Network, protocol: Protocol, data=None) -> dict | None:
-    """The stored ``timing`` unit of ``network_name`` (every available arm's milliseconds a
-    step, measured in one interleaved run); measured and stored first when missing and ``data``
-    is given, else None."""
-    arms = available_arms(network_arms(network_name), quiet=True)
+def step_times(out: Path, network_name: Network, protocol: Protocol, data=None,
+               group: tuple[Arm, ...] | None = None) -> dict | None:  # fmt: skip
+    """The stored ``timing`` unit of ``network_name`` (the milliseconds a step of every
+    available arm of ``group``, None: ``network_arms``, measured in one interleaved run);
+    measured and stored first when missing and ``data`` is given, else None."""
+    arms = available_arms(group or network_arms(network_name), quiet=True)
     key = {"benchmark": "time_to_quality", "kind": "timing", "network": network_name.value,
            "arms": [arm.value for arm in arms],
            "protocol": dataclasses.asdict(protocol)}  # fmt: skip
@@ -407,7 +492,9 @@ def run(out: Path, networks, arms, seeds, protocol: Protocol, kinds=KINDS,
         data = None  # loaded when a unit of this network is missing
         if "timing" in kinds and protocol.clock is Clock.STEPS:
             data = images(network_name, protocol)
-            step_times(out, network_name, protocol, data)
+            for group in {timing_arms(network_name, arm) for arm in arms
+                          if arm in measured_arms(network_name)}:  # fmt: skip
+                step_times(out, network_name, protocol, data, group)
         for arm, init_std in variants(arms, init_stds, network_name):
             for seed in seeds:
                 for kind in (kind for kind in kinds if kind != "timing"):
@@ -419,8 +506,9 @@ def run(out: Path, networks, arms, seeds, protocol: Protocol, kinds=KINDS,
                         continue
                     if data is None:
                         data = images(network_name, protocol)
-                    if key is None:  # the steps clock without the network's timing unit
-                        step_times(out, network_name, protocol, data)
+                    if key is None:  # the steps clock without the arm's timing unit
+                        step_times(out, network_name, protocol, data,
+                                   timing_arms(network_name, arm))  # fmt: skip
                         key = unit_key(out, kind, network_name, arm, seed, protocol, init_std)
                     built = build(network_name, arm, seed, init_std)
                     trainer = Trainer(arm, built, data[:2], protocol, seed)
@@ -442,7 +530,7 @@ def unit_key(out: Path, kind: str, network_name: Network, arm: Arm, seed: int,
     (so that a new measurement makes new units); None when that time is not yet measured."""
     key = settings(kind, network_name, arm, seed, protocol, init_std)
     if kind == "training" and protocol.clock is Clock.STEPS:
-        timing = step_times(out, network_name, protocol)
+        timing = step_times(out, network_name, protocol, group=timing_arms(network_name, arm))
         if timing is None:
             return None
         key["ms_per_step"] = timing["ms_per_step"][arm.value]

@@ -65,6 +65,7 @@ from vbnn.training.likelihoods import (
     Likelihood,
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
+from vbnn.training.natural_gradient import IVON, VariationalOnlineNewton
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood, log_prior
 from vbnn.training.settings import TrainerConfig
 from vbnn.training.trainer import TrainingResult, train
@@ -130,6 +131,7 @@ __all__ = [
     "FullCovariance",
     "GaussianLikelihood",
     "GaussianPrior",
+    "IVON",
     "LangevinDynamics",
     "LayerDropout",
     "Likelihood",
@@ -146,6 +148,7 @@ __all__ = [
     "TrainerConfig",
     "TrainingResult",
     "UniformVariance",
+    "VariationalOnlineNewton",
     "VariationalLayer",
     "WeightDropout",
     "ZeroMean",

@@ -27,6 +27,7 @@ from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.core.defaults import INIT_STD
 from vbnn.core.kernels import local_reparameterization_sample
 from vbnn.core.randomness import ModelGenerators, NoiseSource
+from vbnn.layers.gaussian_weights import GaussianWeights
 from vbnn.layers.shell import Moments, VariationalLayer
 from vbnn.priors.gaussian import GaussianPrior
 
@@ -158,6 +159,16 @@ class MeanField(VariationalLayer):
         if self.bias_mean is not None:
             total = total + prior.kl_diagonal(self.bias_mean, self.bias_std())
         return total
+
+    def gaussian_weights(self) -> tuple[GaussianWeights, ...]:
+        if self.parameterization is StdParameterization.LOG:
+            maps = (torch.exp, torch.log, torch.exp)
+        else:
+            maps = (functional.softplus, softplus_inverse, torch.sigmoid)
+        parts = [("weight", self.weight_mean, self._raw("weight"))]
+        if self.bias_mean is not None:
+            parts.append(("bias", self.bias_mean, self._raw("bias")))
+        return tuple(GaussianWeights(name, mean, raw, *maps) for name, mean, raw in parts)
 
     def posterior_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         bias_std = self.bias_std()

@@ -71,6 +71,7 @@ from vbnn.core.contracts import ForwardMode, ParameterRole, Prior
 from vbnn.core.defaults import PRIOR_STD
 from vbnn.core.kernels import clip, gaussian_from_moments
 from vbnn.core.randomness import ModelGenerators, NoiseSource, TorchNoise
+from vbnn.layers.gaussian_weights import GaussianWeights
 from vbnn.layers.operators import Operator
 from vbnn.priors.gaussian import GaussianPrior
 
@@ -194,6 +195,11 @@ class VariationalLayer(nn.Module):
     def kl(self, prior: Prior) -> torch.Tensor:
         """KL(q || prior) of this layer's distribution, one value per model: (M,)."""
         raise NotImplementedError
+
+    def gaussian_weights(self) -> tuple[GaussianWeights, ...]:
+        """The layer's factorised Gaussian parameter tensors with a learned std (mean and std
+        each a parameter), for natural-gradient optimisers; () for a family of another form."""
+        return ()
 
     def log_prior(self, prior: Prior) -> torch.Tensor:
         """log p(W) + log p(b) at the posterior means, one value per model: (M,).

@@ -1,4 +1,15 @@
-"""Parameters by the roles the families declare, and optimizer groups from them.
+"""The trainer's optimisers (a registry, as the families'), and parameter groups by role.
+
+``OPTIMIZERS`` maps a name to the settings class of an optimiser; ``vbnn.train(...,
+optimizer=...)`` takes a name or an instance (``optimizer_settings``). Each settings class is a
+frozen dataclass with ``build(network, likelihood, learning_rate=, rates=, prior=,
+dataset_size=)`` and
+a class attribute ``includes_prior``: False when the objective's KL is part of the loss it is
+given (Adam on the ELBO), True when the optimiser holds the prior itself (IVON's weight decay),
+so the trainer hands it the expected log-likelihood alone. A new optimiser is one class and one
+line of ``OPTIMIZERS``.
+
+Parameters by the roles the families declare:
 
 Each family layer maps the names of its parameters to a ``ParameterRole``
 (``VariationalLayer.roles``; parameters it does not name are WEIGHTS). ``learning_rate_groups``
@@ -11,11 +22,16 @@ experiments) builds its groups here. ``parameters_with_role`` lists the paramete
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
+import torch
 from torch import nn
 
-from vbnn.core.contracts import ParameterRole
+from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.layers.modes import variational_layers
+from vbnn.training.natural_gradient import IVON
 
 
 def parameter_roles(module: nn.Module) -> dict[int, ParameterRole]:
@@ -67,3 +83,44 @@ def learning_rate_groups(
         if role in own and role is not ParameterRole.WEIGHTS and members[role]
     ]
     return groups
+
+
+@dataclass(frozen=True)
+class Adam:
+    """``torch.optim.Adam`` on every trainable parameter, at ``vbnn.train``'s ``learning_rate``
+    and the per-role ``rates`` of ``TrainerConfig.rates`` (``learning_rate_groups``), on the
+    loss -L_s / N of the objective."""
+
+    includes_prior: ClassVar[bool] = False
+
+    # Parameters: as every optimiser's ``build`` (module docstring)
+    def build(
+        self,
+        network: nn.Module,
+        likelihood: nn.Module,
+        *,
+        learning_rate: float,
+        rates: Mapping[ParameterRole, float | None],
+        prior: Prior | None,
+        dataset_size: int,
+    ) -> torch.optim.Optimizer:
+        groups = learning_rate_groups(network, learning_rate, rates)
+        groups[0]["params"] += [p for p in likelihood.parameters() if p.requires_grad]
+        # foreach: one kernel per update for all parameters (the same numbers, fewer calls)
+        return torch.optim.Adam(groups, lr=learning_rate, foreach=True)
+
+
+OPTIMIZERS: Mapping[str, type] = MappingProxyType({"adam": Adam, "ivon": IVON})
+
+OptimizerSettings = Adam | IVON
+
+
+def optimizer_settings(value: str | OptimizerSettings) -> OptimizerSettings:
+    """The settings named ``value`` (with their defaults), or ``value`` itself; a ValueError
+    lists the registered names."""
+    if not isinstance(value, str):
+        return value
+    if value not in OPTIMIZERS:
+        choices = ", ".join(repr(name) for name in OPTIMIZERS)
+        raise ValueError(f"optimizer: unknown {value!r}; choose one of {choices}")
+    return OPTIMIZERS[value]()

@@ -46,7 +46,7 @@ from vbnn.training.checkpoint import ResumableRun, load_checkpoint, save_checkpo
 from vbnn.training.likelihoods import CategoricalLikelihood, GaussianLikelihood, Likelihood
 from vbnn.training.loop import LangevinDynamics, StepCallback, Terms, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood
-from vbnn.training.optimizer import learning_rate_groups
+from vbnn.training.optimizer import OptimizerSettings, optimizer_settings
 from vbnn.training.settings import Objective, TrainerConfig
 from vbnn.training.validation import evaluate, shaped_targets
 
@@ -130,6 +130,7 @@ def train(
     callbacks: Iterable[EpochCallback] = (),
     config: TrainerConfig = DEFAULT_CONFIG,
     noise: ModelGenerators | None = None,
+    optimizer: str | OptimizerSettings = "adam",
 ) -> TrainingResult:
     """Train ``network`` on ``data`` (module docstring).
 
@@ -157,15 +158,22 @@ def train(
         config: rarer settings (``TrainerConfig``: kl_weight, learning-rate schedule and per-role
             rates, Monte-Carlo samples, ...).
         noise: the training-noise streams, one per model (None: keyed by ``seed``).
+        optimizer: a name of ``training.optimizer.OPTIMIZERS`` or its settings: "adam" (on the
+            objective), or "ivon" / ``IVON(...)``: natural-gradient mean-field VI of the 'mf'
+            layers (objective "elbo"; the prior enters as IVON's weight decay, a tempered
+            posterior through ``IVON.ess``, not ``kl_weight``).
 
     Raises:
         ValueError: before any training: empty data, x and y of different lengths, targets of
             the wrong kind for the likelihood, an unknown objective, ``epochs`` < 1, a network
             without family layers for an objective that needs them, ``patience`` without
-            validation data, or a checkpoint of other settings.
+            validation data, a checkpoint of other settings, or an optimizer that holds the
+            prior (IVON) with another objective than "elbo" or a ``kl_weight`` other than 1.
         NonFiniteLossError: the objective became NaN or inf (names the epoch and the step).
     """
     objective = Objective.parse(objective)
+    settings_of_optimizer = optimizer_settings(optimizer)
+    _check_optimizer(settings_of_optimizer, objective, config)
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if patience is not None and (patience < 1 or validation is None):
@@ -211,12 +219,14 @@ def train(
             noise,
         )
     else:
-        groups = learning_rate_groups(network, learning_rate, dict(config.rates))
-        groups[0]["params"] += [p for p in likelihood.parameters() if p.requires_grad]
-        # foreach: one kernel per update for all parameters (the same numbers, fewer calls)
-        optimizer = torch.optim.Adam(groups, lr=learning_rate, foreach=True)
+        optimizer = settings_of_optimizer.build(
+            network, likelihood, learning_rate=learning_rate, rates=dict(config.rates),
+            prior=prior, dataset_size=count,
+        )  # fmt: skip
     base_rates = [group.get("lr", learning_rate) for group in optimizer.param_groups]
-    step = _step_objective(network, likelihood, prior, objective, batches, noise, config, models)
+    # an optimiser that holds the prior is given the expected log-likelihood alone
+    stepped = replace(config, kl_weight=0.0) if settings_of_optimizer.includes_prior else config
+    step = _step_objective(network, likelihood, prior, objective, batches, noise, stepped, models)
     # the loss of a step is -scale * objective: -L_s / N (SGLD: -L_s; batch_mean: the batch's)
     per_example = objective is not Objective.SGLD and not config.batch_mean
     scale = 1.0 / count if per_example else 1.0
@@ -226,6 +236,8 @@ def train(
         "learning_rate": learning_rate, "seed": seed, "patience": patience,
         "prior": type(prior).__name__, "likelihood": type(likelihood).__name__,
         "config": _recorded(config), "examples": count, "models": models or 1,
+        "optimizer": {"name": type(settings_of_optimizer).__name__,
+                      **asdict(settings_of_optimizer)},
     }  # fmt: skip
     run = ResumableRun(settings, dict(modules.items()), optimizer, noise, [batches, *callbacks])
     file = None if checkpoint is None else Path(checkpoint) / config.checkpoint_file
@@ -267,6 +279,21 @@ def train(
     best = records["best_epoch"] or history[-1]["epoch"]
     return TrainingResult(network, likelihood, history, sum(r["seconds"] for r in history),
                           len(history), best)  # fmt: skip
+
+
+def _check_optimizer(
+    settings: OptimizerSettings, objective: Objective, config: TrainerConfig
+) -> None:
+    """ValueError when an optimiser that holds the prior is given an objective it cannot run."""
+    if not settings.includes_prior:
+        return
+    name = type(settings).__name__
+    if objective is not Objective.ELBO:
+        raise ValueError(f"optimizer {name}: trains objective 'elbo', not {objective.value!r}")
+    if config.kl_weight != 1.0:
+        raise ValueError(f"optimizer {name}: TrainerConfig.kl_weight={config.kl_weight}; the "
+                         f"prior is its weight decay: temper by {name}(ess=...) (ess < N "
+                         "widens the posterior)")  # fmt: skip
 
 
 def _langevin_step_size(
