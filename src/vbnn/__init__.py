@@ -115,6 +115,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "FAMILIES",
+    "IVON",
     "MLP",
     "ARDPrior",
     "Additive",
@@ -131,7 +132,6 @@ __all__ = [
     "FullCovariance",
     "GaussianLikelihood",
     "GaussianPrior",
-    "IVON",
     "LangevinDynamics",
     "LayerDropout",
     "Likelihood",
@@ -148,8 +148,8 @@ __all__ = [
     "TrainerConfig",
     "TrainingResult",
     "UniformVariance",
-    "VariationalOnlineNewton",
     "VariationalLayer",
+    "VariationalOnlineNewton",
     "WeightDropout",
     "ZeroMean",
     "__version__",

@@ -43,6 +43,12 @@ Training length and step:
   (``benchmarks/estimator_defaults.py``).
 - ``EPOCHS`` = 20, ``BATCH_SIZE`` = 128, ``LEARNING_RATE`` = 1e-3: minibatch training of a user's
   network (``vbnn.train``, ``vbnn.compare`` on a network, ``ClassifierConfig``).
+- ``IVON_LEARNING_RATE`` = 0.1, ``IVON_HESS_INIT`` = 0.1: ``optimizer="ivon"`` (``vbnn.IVON``):
+  the step size of Shen et al. 2024's image classifiers (0.1 to 0.5; ivon-opt has none) and
+  their initial Hessian h0 = 0.1 (ivon-opt's default is 1.0): every std starts at
+  1 / sqrt(N (h0 + 1 / N)), 0.03 on 10,000 examples, where Adam's posterior starts at
+  ``INIT_STD``. Not yet chosen on validation data: the time-to-quality benchmark's ``vbnn-ivon``
+  arm measures them on test images beside the other arms (``benchmarks/README.md``).
 - ``TABLE_EPOCHS`` = 100, ``TABLE_LEARNING_RATE`` = 0.01: ``BayesianClassifier`` and ``vbnn
   compare`` on a classification table, where 100 epochs of a few hundred rows are a few hundred
   steps.
@@ -63,6 +69,9 @@ ESTIMATOR_ITERATIONS = 2000
 EPOCHS = 20
 BATCH_SIZE = 128
 LEARNING_RATE = 1e-3
+
+IVON_LEARNING_RATE = 0.1
+IVON_HESS_INIT = 0.1
 
 TABLE_EPOCHS = 100
 TABLE_LEARNING_RATE = 0.01

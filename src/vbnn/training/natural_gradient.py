@@ -43,6 +43,7 @@ from torch import nn
 from torch.optim.adam import adam
 
 from vbnn.core.contracts import ParameterRole, Prior
+from vbnn.core.defaults import IVON_HESS_INIT, IVON_LEARNING_RATE
 from vbnn.layers.gaussian_weights import GaussianWeights
 from vbnn.layers.shell import VariationalLayer
 from vbnn.priors.gaussian import GaussianPrior
@@ -167,7 +168,8 @@ class IVON:
 
     Defaults are Shen et al. 2024's (and ivon-opt's), but for ``hess_init``: 0.1, the value
     their image-classification runs use, so sigma_0 = 1 / sqrt(N (0.1 + delta)) (0.03 on 10,000
-    examples) rather than ivon-opt's 1.0.
+    examples) rather than ivon-opt's 1.0 (``core.defaults``: ``IVON_LEARNING_RATE``,
+    ``IVON_HESS_INIT``).
 
     Attributes:
         learning_rate: alpha, the step of the means (ivon-opt's ``lr``: Shen et al. use 0.1 to
@@ -187,9 +189,9 @@ class IVON:
     """
 
     includes_prior: ClassVar[bool] = True  # the objective's KL enters as the weight decay
-    learning_rate: float = 0.1
+    learning_rate: float = IVON_LEARNING_RATE
     ess: float | None = None
-    hess_init: float = 0.1
+    hess_init: float = IVON_HESS_INIT
     beta1: float = 0.9
     beta2: float = 0.99999
     clip_radius: float = math.inf
