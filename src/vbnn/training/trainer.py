@@ -20,6 +20,12 @@ such as ``nn.Dropout`` draw from, is forked and seeded from ``seed`` for the run
 after it). The same call therefore gives the same numbers whatever the global RNG's state, and a
 run killed after epoch e and started again with the same call resumes from its checkpoint and
 ends with exactly the numbers of a run that was never stopped.
+
+Inside an initialised ``torch.distributed`` process group (a script started by ``torchrun``) the
+run is data-parallel (``training.distributed``): each process computes on its shard of every
+global batch of ``batch_size`` examples, with its own noise streams, and one all-reduce of the
+shard-weighted gradients a step makes every process take the single-process step of the global
+batch (the KL counted once); validation, early stopping and checkpoints are agreed by all.
 """
 
 from __future__ import annotations
@@ -38,11 +44,12 @@ from tqdm.auto import tqdm
 from vbnn.core.contracts import Prior
 from vbnn.core.defaults import BATCH_SIZE, EPOCHS, LEARNING_RATE
 from vbnn.core.gaussian import gaussian_log_prob
-from vbnn.core.randomness import ModelGenerators, derive_seed
+from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.layers.modes import as_input, stack_size, variational_layers
+from vbnn.training import distributed
 from vbnn.training.batches import Batches, as_batches
-from vbnn.training.checkpoint import ResumableRun, load_checkpoint, save_checkpoint
+from vbnn.training.checkpoint import ResumableRun, load_checkpoint
 from vbnn.training.likelihoods import CategoricalLikelihood, GaussianLikelihood, Likelihood
 from vbnn.training.loop import LangevinDynamics, StepCallback, Terms, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood
@@ -144,7 +151,8 @@ def train(
             ``GaussianLikelihood`` (its noise std learned).
         objective: "elbo", "map", "likelihood" or "sgld" (``Objective``).
         prior: None: each layer's default prior (as ``vbnn.kl``).
-        batch_size: examples per step; None: full batch (one step of all N examples).
+        batch_size: examples per step (data-parallel: the global batch, shared out between the
+            processes); None: full batch (one step of all N examples).
         learning_rate: Adam's step size (SGLD: the Langevin step size).
         validation: held-out data in any form of ``data``; metrics after each epoch.
         patience: stop after this many epochs without a lower validation NLL and restore the
@@ -152,12 +160,14 @@ def train(
         device: where to train (None: where the network's parameters are).
         checkpoint: a folder; the run's state is written there after every epoch, and a run
             finding it resumes after the epoch it holds.
-        seed: seeds the data order, the training noise and the global RNG of the run.
+        seed: seeds the data order, the training noise and the global RNG of the run (of each
+            process: ``training.distributed``).
         callbacks: called after every epoch as ``callback(epoch, network, metrics)`` with the
             network in ``.eval()`` mode.
         config: rarer settings (``TrainerConfig``: kl_weight, learning-rate schedule and per-role
             rates, Monte-Carlo samples, ...).
-        noise: the training-noise streams, one per model (None: keyed by ``seed``).
+        noise: the training-noise streams, one per model (None: keyed by ``seed``, and by the
+            process in a data-parallel run).
         optimizer: a name of ``training.optimizer.OPTIMIZERS`` or its settings: "adam" (on the
             objective), or "ivon" / ``IVON(...)``: natural-gradient mean-field VI of the 'mf'
             layers (objective "elbo"; the prior enters as IVON's weight decay, a tempered
@@ -168,7 +178,9 @@ def train(
             the wrong kind for the likelihood, an unknown objective, ``epochs`` < 1, a network
             without family layers for an objective that needs them, ``patience`` without
             validation data, a checkpoint of other settings, or an optimizer that holds the
-            prior (IVON) with another objective than "elbo" or a ``kl_weight`` other than 1.
+            prior (IVON) with another objective than "elbo" or a ``kl_weight`` other than 1;
+            data-parallel: objective "sgld", a DataLoader shuffling from torch's global RNG or
+            sharded already, a batch with fewer examples than processes.
         NonFiniteLossError: the objective became NaN or inf (names the epoch and the step).
     """
     objective = Objective.parse(objective)
@@ -183,11 +195,16 @@ def train(
         parameter.device if parameter is not None else torch.device("cpu"))  # fmt: skip
     network.to(device)
     models = stack_size(network)
+    processes = distributed.Processes.current(device)
+    distributed.check_parallel(processes, objective, data=data, validation=validation)
+    progress = progress and processes.rank == 0
     batches = as_batches(data, batch_size, torch.Generator().manual_seed(seed), device,
                          shuffle=config.shuffle)  # fmt: skip
+    batches = distributed.shard_batches(batches, processes)
     checked = (
-        None if validation is None
-        else as_batches(validation, batch_size, torch.Generator(), device, "validation")
+        None if validation is None else distributed.shard_batches(
+            as_batches(validation, batch_size, torch.Generator(), device, "validation"),
+            processes)
     )  # fmt: skip
     if likelihood is None:
         likelihood = _default_likelihood(batches.target(), models)
@@ -206,10 +223,11 @@ def train(
     if config.batch_mean and objective is not Objective.LIKELIHOOD:
         raise ValueError(f"TrainerConfig.batch_mean needs objective 'likelihood', not "
                          f"{objective.value!r}")  # fmt: skip
-    noise = noise or ModelGenerators.for_keys(seed, range(models or 1), "train", device)
+    noise = noise or distributed.rank_noise(seed, models or 1, processes, device)
     keep_freed_memory()  # a step's MB-sized activations reuse freed heap memory
     count = batches.count
     modules = nn.ModuleDict({"network": network, "likelihood": likelihood})
+    processes.broadcast(modules)
     factor = [1.0]
     if objective is Objective.SGLD:
         optimizer: torch.optim.Optimizer = LangevinDynamics(
@@ -223,6 +241,7 @@ def train(
             network, likelihood, learning_rate=learning_rate, rates=dict(config.rates),
             prior=prior, dataset_size=count,
         )  # fmt: skip
+    distributed.average_gradients(optimizer, batches)
     base_rates = [group.get("lr", learning_rate) for group in optimizer.param_groups]
     # an optimiser that holds the prior is given the expected log-likelihood alone
     stepped = replace(config, kl_weight=0.0) if settings_of_optimizer.includes_prior else config
@@ -239,13 +258,17 @@ def train(
         "optimizer": {"name": type(settings_of_optimizer).__name__,
                       **asdict(settings_of_optimizer)},
     }  # fmt: skip
-    run = ResumableRun(settings, dict(modules.items()), optimizer, noise, [batches, *callbacks])
+    streams = distributed.RankStreams(noise, processes) if processes.parallel else None
+    if streams is not None:
+        settings["processes"] = processes.world
+    run = ResumableRun(settings, dict(modules.items()), optimizer, noise,
+                       [batches, *callbacks, *([streams] if streams else [])])  # fmt: skip
     file = None if checkpoint is None else Path(checkpoint) / config.checkpoint_file
     sampled = objective in (Objective.ELBO, Objective.SGLD) and variational_layers(network)
     samples = config.validation_samples if sampled else 1
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(derive_seed(seed, 0, "global"))
+        torch.manual_seed(distributed.global_seed(seed, processes))
         restored = None if file is None else load_checkpoint(file, run)
         done, records = restored if restored is not None else (0, _fresh_records())
         bar = tqdm(total=epochs, initial=done, desc=config.description, disable=not progress,
@@ -259,14 +282,17 @@ def train(
                     group["lr"] = rate * factor[0]
                 row = _epoch(epoch, step, optimizer, batches, scale, modules, prior, count,
                              [_run_steps(records, config.step_callbacks)], progress)  # fmt: skip
+                row["train_nll"] = processes.all_sum([row["train_nll"]])[0]
+                processes.broadcast(modules, parameters=False)
                 if checked is not None:
-                    row.update(evaluate(network, likelihood, checked, samples, seed, device))
+                    row.update(evaluate(network, likelihood, checked, samples, seed, device,
+                                        processes.all_sum))  # fmt: skip
                     _early_stopping(records, row, modules, patience)
                 records["history"].append(row)
                 for callback in callbacks:
                     callback(epoch, network, row)
                 if file is not None:
-                    save_checkpoint(file, run, epoch=epoch, records=records)
+                    distributed.save_once(file, run, streams, epoch=epoch, records=records)
                 bar.update(1)
                 bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k != "epoch"})
         finally:

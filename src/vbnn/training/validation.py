@@ -8,12 +8,15 @@ and for a categorical likelihood the accuracy of argmax_c (1/K) sum_k softmax(f_
 Gaussian one the RMSE of (1/K) sum_k f_k(x_n). A network without family layers, or one trained
 to a point estimate (MAP, maximum likelihood), is evaluated by one pass of its mean network
 (K = 1). Every chunk of the data restarts the evaluation streams, so every example sees the same
-K weight samples: the metrics do not depend on how the data is chunked or ordered.
+K weight samples: the metrics do not depend on how the data is chunked or ordered, nor on how
+it is shared out between the processes of a data-parallel run, which each evaluate their shard
+and add up their sums (``reduce``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -46,12 +49,15 @@ def evaluate(
     samples: int,
     seed: int,
     device: torch.device,
+    reduce: Callable[[Sequence[float]], list[float]] | None = None,
 ) -> dict[str, float]:
     """ "validation_nll" and "validation_accuracy" (categorical) or "validation_rmse" (Gaussian)
     of ``network`` on ``data`` (module docstring); a stack's values are averaged over its models.
 
     Args:
         samples: K; 1 evaluates the mean network.
+        reduce: adds up the sums (NLL, hits, squared errors, examples) of ``data`` over the
+            processes of a data-parallel run, each holding its shard (None: one process).
     """
     models = stack_size(network)
     noise = ModelGenerators.for_keys(seed, range(models or 1), "eval", device)
@@ -76,6 +82,8 @@ def evaluate(
         elif isinstance(likelihood, GaussianLikelihood):
             errors = outputs.squeeze(-1).mean(0) - target
             squares += float((errors**2).sum()) / errors[..., 0].numel()
+    if reduce is not None:
+        nll, hits, squares, count = reduce([nll, hits, squares, count])
     metrics = {"validation_nll": nll / count}
     if isinstance(likelihood, CategoricalLikelihood):
         metrics["validation_accuracy"] = hits / count
