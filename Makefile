@@ -10,6 +10,12 @@ export VBNN_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data
 # `--dist loadgroup` keeps the Ray tests in one worker (one local Ray cluster at a time).
 TEST_WORKERS ?= 2
 
+# the extra `laplace` without its declared torchvision (which has no CPU build here and which
+# the last-layer Laplace never imports): laplace-torch and the packages it imports, pinned
+LAPLACE := laplace-torch==0.3 curvlinops-for-pytorch==3.0.1 backpack-for-pytorch==1.7.1 \
+	asdfghjkl==0.1a4 einconv==0.1.0 einops==0.8.2 unfoldNd==0.2.3 linear_operator==0.6.1 \
+	torchmetrics==1.9.0 lightning-utilities==0.15.3
+
 .PHONY: install demo test docs lint clean
 
 $(BIN)/python:
@@ -21,6 +27,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml lab/pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev,jax,ray,ivon]'
+	$(BIN)/pip install --quiet --no-deps $(LAPLACE)
 	$(BIN)/pip install --quiet -e ./lab
 	touch $@
 

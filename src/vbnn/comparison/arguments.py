@@ -81,6 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ensemble-size", type=int, default=network.ensemble_size, help="--model: members"
     )
+    parser.add_argument(
+        "--patience",
+        type=int,
+        default=network.patience,
+        help="--model: early stopping of point, ensemble, laplace (epochs; 0: none)",
+    )
+    parser.add_argument("--device", default=None, help="--model: where to train (cuda, cpu)")
     parser.add_argument("--hidden", type=int, nargs="*", default=list(defaults.hidden))
     parser.add_argument(
         "--test-samples",

@@ -118,6 +118,8 @@ def run(args: argparse.Namespace) -> None:
             learning_rate=args.learning_rate,
             test_samples=args.test_samples or NetworkConfig().test_samples,
             ensemble_size=args.ensemble_size,
+            patience=args.patience or None,
+            device=args.device,
             seed=args.seed,
         )
         _report(args, result, database, "trained by vbnn.train", start)

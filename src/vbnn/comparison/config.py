@@ -14,7 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vbnn.comparison.folds import Task
-from vbnn.core.defaults import BATCH_SIZE, EPOCHS, LEARNING_RATE, TABLE_EPOCHS, TABLE_LEARNING_RATE
+from vbnn.core.defaults import (
+    BATCH_SIZE,
+    EPOCHS,
+    LEARNING_RATE,
+    PATIENCE,
+    TABLE_EPOCHS,
+    TABLE_LEARNING_RATE,
+    VALIDATION_FRACTION,
+)
 from vbnn.layers.registry import FAMILIES
 
 REGRESSION_ONLY = ("es", "map", "sgld")
@@ -111,7 +119,13 @@ class NetworkConfig:
         batch_size: examples per step (None: full batch); also the examples per test pass.
         learning_rate: Adam step size.
         test_samples: K, predictive samples of a family and of MC dropout.
-        ensemble_size: M, the members of ``ensemble``.
+        ensemble_size: M, the members of ``ensemble`` and ``ivon-ensemble``.
+        patience: early stopping of ``point``, the ensemble's members and ``laplace``: epochs
+            without a lower validation NLL before the run ends (the weights of the best epoch
+            kept); None trains them on every example for every epoch.
+        validation_fraction: the share of the training examples held out for early stopping.
+        standardize: a regressor's targets standardised for training (metrics in their units).
+        device: where the networks train ("cuda", "cpu"; None: where the network is).
         level: probability of the central predictive interval whose coverage is reported
             (regression).
         seed: seeds every initial network, minibatch order, training noise and predictive
@@ -123,6 +137,10 @@ class NetworkConfig:
     learning_rate: float = LEARNING_RATE
     test_samples: int = 20
     ensemble_size: int = 5
+    patience: int | None = PATIENCE
+    validation_fraction: float = VALIDATION_FRACTION
+    standardize: bool = True
+    device: str | None = None
     level: float = 0.95
     seed: int = 0
 
@@ -133,6 +151,8 @@ class NetworkConfig:
             "learning_rate": self.learning_rate > 0,
             "test_samples": self.test_samples >= 1,
             "ensemble_size": self.ensemble_size >= 1,
+            "patience": self.patience is None or self.patience >= 1,
+            "validation_fraction": 0 < self.validation_fraction < 1,
             "level": 0 < self.level < 1,
             "seed": self.seed >= 0,
         }

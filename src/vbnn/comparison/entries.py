@@ -4,15 +4,30 @@ Every entry starts from the same initial network (per seed) and trains through `
 each then gives K predictive samples of the test inputs, (K, N, ...) network outputs (logits for
 a classifier, means (K, N, 1) for a regressor) whose average is its predictive:
 
-* a ``vbnn.FAMILIES`` name: ``vbnn.convert(copy, name)`` trained on the ELBO; K weight samples
-  drawn from q (``vbnn.sample``, "weights" mode), p(y | x) = 1/K sum_k p(y | x, W_k)
+* a ``vbnn.FAMILIES`` name: ``vbnn.convert(copy, name)`` trained on the ELBO by Adam; K weight
+  samples drawn from q (``vbnn.sample``, "weights" mode), p(y | x) = 1/K sum_k p(y | x, W_k)
   (Neklyudov et al. 2019 eq. 2);
+* ``ivon``: ``vbnn.convert(copy, "mf")`` trained on the ELBO by IVON (``vbnn.IVON``, the
+  natural-gradient variational online Newton step of Shen et al. 2024, at its own defaults);
+  K weight samples as a family's; ``ivon-ensemble``: M such posteriors, each from its own initial
+  weights, K samples each (an ensemble of variational posteriors);
 * ``point``: the copy trained by maximum likelihood; one pass (K = 1);
 * ``ensemble``: M point networks, each from its own initial weights and minibatch order (a deep
   ensemble, Lakshminarayanan et al. 2017); the K = M samples are the members' outputs, so the
   predictive is the average of the members' predictive distributions;
 * ``mc-dropout``: the copy trained by maximum likelihood with its own ``nn.Dropout`` layers; K
-  passes with those layers kept active at test time (Gal & Ghahramani 2016).
+  passes with those layers kept active at test time (Gal & Ghahramani 2016);
+* ``laplace``: the point network, then a last-layer Kronecker-factored Laplace approximation
+  through laplace-torch, its prior precision by marginal likelihood (``comparison.laplace``).
+
+``point``, the ensemble's members and ``laplace``'s network stop early: a share
+(``EntryRun.validation_fraction``) of the training examples, drawn per replicate, is held out,
+and the network keeps the weights of its epoch of lowest validation NLL (``patience`` epochs
+without improvement end the run; ``vbnn.train``). The variational entries train on every example
+for every epoch, as their objective already holds the prior. A regressor's targets are
+standardised on the training examples, y' = (y - mean) / std, for every entry; its predictive
+means and noise std are mapped back (mean + std f', std sigma'), so every metric is in the
+targets' own units.
 
 Initial weights: with a function, the network of seed s is ``function()`` called under
 ``torch.manual_seed(s)``; with a module, a deep copy of it (its own weights). The ensemble's member
@@ -23,12 +38,15 @@ m > 0 draws fresh weights: ``function()`` under its own seed, or, for a module, 
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
 
+from vbnn.comparison.laplace import fit_laplace, laplace_package, laplace_samples, last_linear
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.layers.registry import FAMILIES
@@ -36,7 +54,6 @@ from vbnn.networks.conversion import convert
 from vbnn.networks.predictive import sample
 from vbnn.training.trainer import train
 
-BASELINES = ("point", "ensemble", "mc-dropout")
 DROPOUT = (
     nn.Dropout,
     nn.Dropout1d,
@@ -45,6 +62,43 @@ DROPOUT = (
     nn.AlphaDropout,
     nn.FeatureAlphaDropout,
 )
+
+
+@dataclass(frozen=True)
+class EntryKind:
+    """How an entry trains and predicts (module docstring).
+
+    Attributes:
+        family: the ``vbnn.FAMILIES`` name its copy is converted to; None: the network as given,
+            trained by maximum likelihood.
+        optimizer: ``vbnn.train``'s optimiser ("adam" or "ivon").
+        predictive: "posterior" (weight samples of q), "point" (one pass), "mc-dropout" or
+            "laplace".
+        ensemble: M members (``EntryRun.ensemble_size``) rather than one network.
+        early_stopping: stopped on a validation split of the training examples.
+    """
+
+    family: str | None
+    optimizer: str = "adam"
+    predictive: str = "posterior"
+    ensemble: bool = False
+    early_stopping: bool = False
+
+
+BASELINE_KINDS = {
+    "point": EntryKind(None, predictive="point", early_stopping=True),
+    "ensemble": EntryKind(None, predictive="point", ensemble=True, early_stopping=True),
+    "mc-dropout": EntryKind(None, predictive="mc-dropout"),
+    "laplace": EntryKind(None, predictive="laplace", early_stopping=True),
+    "ivon": EntryKind("mf", optimizer="ivon"),
+    "ivon-ensemble": EntryKind("mf", optimizer="ivon", ensemble=True),
+}
+BASELINES = tuple(BASELINE_KINDS)
+
+
+def entry_kind(name: str) -> EntryKind:
+    """The :class:`EntryKind` of entry ``name``: a baseline's, else family ``name`` by Adam."""
+    return BASELINE_KINDS.get(name, EntryKind(name))
 
 
 @dataclass(frozen=True)
@@ -65,7 +119,8 @@ class NetworkSource:
         module (an ensemble member).
 
         Raises:
-            ValueError: the function returns something other than an ``nn.Module``.
+            ValueError: the function raises (its exception chained) or returns something other
+                than an ``nn.Module``.
         """
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -76,7 +131,13 @@ class NetworkSource:
                         if callable(getattr(module, "reset_parameters", None)):
                             module.reset_parameters()
                 return network
-            network = self.network()
+            try:
+                network = self.network()
+            except Exception as error:
+                where = getattr(self.network, "__module__", None)
+                name = f"{where}.{self.label}" if where else self.label
+                raise ValueError(f"network: {name}() raised {type(error).__name__}: {error} (the "
+                                 "function that builds the network)") from error  # fmt: skip
         if not isinstance(network, nn.Module):
             raise ValueError(
                 f"network: {self.label}() returned {type(network).__name__}, not an nn.Module"
@@ -89,13 +150,18 @@ def dropout_layers(network: nn.Module) -> list[str]:
     return [path for path, module in network.named_modules() if isinstance(module, DROPOUT)]
 
 
-def check_entries(names: tuple[str, ...], network: nn.Module) -> tuple[str, ...]:
-    """The entries as given, each checked on ``network`` (an initial network) before training.
+def check_entries(
+    names: tuple[str, ...], network: nn.Module, example: torch.Tensor, ensemble_size: int
+) -> tuple[str, ...]:
+    """The entries as given, each checked on ``network`` (an initial network) and ``example``
+    (two training inputs) before training.
 
     Raises:
         ValueError: no entry, an unknown name (the known ones listed), a name given twice,
-            ``mc-dropout`` on a network without dropout (the network named), or a family that
-            cannot convert the network (``vbnn.convert``'s error, naming the layer).
+            ``mc-dropout`` on a network without dropout (the network named), an ensemble of fewer
+            than two members, ``laplace`` without laplace-torch or on a network whose last layer
+            is no ``nn.Linear``, or a family that cannot convert the network (``vbnn.convert``'s
+            error, naming the layer).
     """
     if not names:
         raise ValueError("families: none given")
@@ -105,22 +171,34 @@ def check_entries(names: tuple[str, ...], network: nn.Module) -> tuple[str, ...]
             raise ValueError(f"families[{position}]={name!r}: unknown; choose from {known}")
         if name in names[:position]:
             raise ValueError(f"families[{position}]={name!r}: given twice")
-        if name == "mc-dropout" and not dropout_layers(network):
+        kind = entry_kind(name)
+        if kind.predictive == "mc-dropout" and not dropout_layers(network):
             raise ValueError(
                 f"families[{position}]='mc-dropout': {type(network).__name__} has no dropout "
                 f"layer (nn.Dropout, nn.Dropout2d, ...) to keep active at test time"
             )
-        if name not in BASELINES:
-            try:
-                convert(network, name)
-            except ValueError as error:
-                raise ValueError(f"families[{position}]={name!r}: {error}") from error
+        if kind.ensemble and ensemble_size < 2:
+            raise ValueError(
+                f"families[{position}]={name!r}: ensemble_size={ensemble_size}; an ensemble needs "
+                "at least 2 members (one member is 'point', or 'ivon')"
+            )
+        try:
+            if kind.predictive == "laplace":
+                laplace_package()
+                last_linear(copy.deepcopy(network), example)
+            if kind.family is not None:
+                convert(network, kind.family)
+        except ValueError as error:
+            raise ValueError(f"families[{position}]={name!r}: {error}") from error
     return tuple(names)
 
 
 @dataclass(frozen=True)
 class EntryRun:
-    """One entry's settings, stored with its results (``method`` is the entry's name)."""
+    """One entry's settings, stored with its results (``method`` is the entry's name).
+
+    ``patience`` None: no early stopping (every example trains); ``device`` None: the network's
+    own device."""
 
     method: str
     epochs: int
@@ -129,6 +207,10 @@ class EntryRun:
     samples: int
     ensemble_size: int
     seed: int
+    patience: int | None = None
+    validation_fraction: float = 0.1
+    standardize: bool = True
+    device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,15 +243,15 @@ def _passes(network: nn.Module, x: torch.Tensor, count: int, batch_size: int) ->
 
 
 def predictive_samples(
-    name: str, network: nn.Module, x: torch.Tensor, run: EntryRun, seed: int
+    predictive: str, network: nn.Module, x: torch.Tensor, run: EntryRun, seed: int
 ) -> torch.Tensor:
-    """K outputs (K, N, ...) of a trained network of entry ``name`` (not ``ensemble``: its
-    samples are the members' :func:`predictive_samples` as ``point``)."""
+    """K outputs (K, N, ...) of a trained network whose predictive is ``predictive``
+    (``EntryKind.predictive``; not "laplace": ``comparison.laplace.laplace_samples``)."""
     network.eval()
     batch = run.batch_size or len(x)
-    if name == "point":
+    if predictive == "point":
         return _passes(network, x, 1, batch)
-    if name == "mc-dropout":
+    if predictive == "mc-dropout":
         for module in network.modules():
             if isinstance(module, DROPOUT):
                 module.train()
@@ -185,11 +267,48 @@ def predictive_samples(
     ).cpu()
 
 
-def _members(name: str, run: EntryRun) -> list[tuple[int, bool]]:
+def _members(kind: EntryKind, run: EntryRun) -> list[tuple[int, bool]]:
     """(seed key, fresh weights) of each network the entry trains."""
-    if name == "ensemble":
+    if kind.ensemble:
         return [(m, m > 0) for m in range(run.ensemble_size)]
     return [(0, False)]
+
+
+def validation_split(
+    data: tuple[torch.Tensor, torch.Tensor], fraction: float, seed: int
+) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """(training, validation) examples: ``round(fraction N)`` of them (at least one, leaving one)
+    drawn by a generator seeded with ``seed`` as the validation examples.
+
+    Raises:
+        ValueError: fewer than two examples.
+    """
+    x, y = data
+    if len(x) < 2:
+        raise ValueError(f"early stopping: {len(x)} training example(s); it holds out at least one")
+    held = min(max(1, round(fraction * len(x))), len(x) - 1)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    kept, out = order[held:].sort().values, order[:held].sort().values
+    return (x[kept], y[kept]), (x[out], y[out])
+
+
+@dataclass(frozen=True)
+class Standardizer:
+    """y' = (y - mean) / std of a regressor's training targets (std 1 for constant targets)."""
+
+    mean: float = 0.0
+    std: float = 1.0
+
+    @classmethod
+    def of(cls, y: torch.Tensor) -> Standardizer:
+        std = float(y.double().std()) if len(y) > 1 else 0.0
+        return cls(float(y.double().mean()), std if std > 0 else 1.0)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return (y - self.mean) / self.std
+
+    def means(self, f: torch.Tensor) -> torch.Tensor:
+        return f * self.std + self.mean
 
 
 def train_entry(
@@ -202,35 +321,60 @@ def train_entry(
     regression: bool,
 ) -> Trained:
     """Train entry ``run.method`` on one replicate (module docstring) and draw its predictive
-    samples; every seed derives from (``run.seed``, ``replicate``, the member)."""
-    name = run.method
+    samples; every seed derives from (``run.seed``, ``replicate``, the member). ``seconds``
+    counts the training steps and the Laplace fit, not the predictive passes."""
+    kind = entry_kind(run.method)
     base = derive_seed(run.seed, replicate, "init")
+    scale = Standardizer.of(train_data[1]) if regression and run.standardize else Standardizer()
+    data = (train_data[0], scale.forward(train_data[1]) if regression else train_data[1])
+    held = None
+    if kind.early_stopping and run.patience is not None:
+        data, held = validation_split(data, run.validation_fraction,
+                                      derive_seed(run.seed, replicate, "validation"))  # fmt: skip
+    device = None if run.device is None else torch.device(run.device)
     tests, oods, stds, seconds = [], [], [], 0.0
-    for member, fresh in _members(name, run):
+    for member, fresh in _members(kind, run):
         seed = base if member == 0 else derive_seed(base, member, "init")
         network = source.draw(seed, fresh)
-        if name not in BASELINES:
-            network = convert(network, name)
-        objective = "elbo" if name not in BASELINES else "likelihood"
+        if kind.family is not None:
+            network = convert(network, kind.family)
         result = train(
             network,
-            train_data,
-            objective=objective,
+            data,
+            objective="elbo" if kind.family is not None else "likelihood",
             epochs=run.epochs,
             batch_size=run.batch_size,
             learning_rate=run.learning_rate,
+            validation=held,
+            patience=None if held is None else run.patience,
+            device=device,
             seed=derive_seed(seed, 0, "train"),
             progress=False,
+            optimizer=kind.optimizer,
         )
         seconds += result.seconds
-        kind = "point" if name == "ensemble" else name
-        evaluation = derive_seed(seed, 0, "eval")
-        tests.append(predictive_samples(kind, result.network, test_x, run, evaluation))
-        if ood_x is not None:
-            oods.append(predictive_samples(kind, result.network, ood_x, run, evaluation))
+        noise_std = torch.ones(1, 1, dtype=torch.float64)  # a classifier's: unused
         if regression:
-            std = result.likelihood.std().detach().cpu().reshape(1, 1).double()
-            stds.append(std.expand(len(tests[-1]), 1))
+            noise_std = result.likelihood.std().detach().cpu().reshape(1, 1).double() * scale.std
+        evaluation = derive_seed(seed, 0, "eval")
+        draw: Callable[[torch.Tensor], torch.Tensor]
+        if kind.predictive == "laplace":
+            start = time.perf_counter()
+            approximation = fit_laplace(result.network, data, regression,
+                                        float(noise_std) / scale.std, run.batch_size)  # fmt: skip
+            seconds += time.perf_counter() - start
+            draw = partial(laplace_samples, approximation, samples=run.samples,
+                           batch_size=run.batch_size, seed=evaluation, regression=regression,
+                           device=_device(result.network))  # fmt: skip
+        else:
+            draw = partial(predictive_samples, kind.predictive, result.network, run=run,
+                           seed=evaluation)  # fmt: skip
+        tests.append(draw(test_x))
+        if ood_x is not None:
+            oods.append(draw(ood_x))
+        if regression:
+            tests[-1] = scale.means(tests[-1])
+            stds.append(noise_std.expand(len(tests[-1]), 1))
     return Trained(
         test=torch.cat(tests),
         ood=torch.cat(oods) if oods else None,

@@ -37,6 +37,7 @@ from vbnn.comparison.entries import (
     NetworkSource,
     Trained,
     check_entries,
+    entry_kind,
     train_entry,
 )
 from vbnn.comparison.folds import Split, Task, check_splits, data_key, k_folds
@@ -55,8 +56,8 @@ from vbnn.sweeps.driver import Runs, UnitBuilder
 from vbnn.sweeps.executors import Unit
 
 DEFAULT_ENTRIES = {
-    Task.CLASSIFICATION: ("mf", "point", "ensemble"),
-    Task.REGRESSION: ("mf", "point", "ensemble"),
+    Task.CLASSIFICATION: ("mf", "ivon", "point", "ensemble"),
+    Task.REGRESSION: ("mf", "ivon", "point", "ensemble"),
 }
 SCORES = ("entropy", "mutual_information")
 
@@ -271,7 +272,8 @@ def prepare(
         test_pair = (test_pair[0].to(dtype), test_pair[1].to(y.dtype))
     ood_x = None if ood_x is None else ood_x.to(dtype)
     _check_output(initial, x, y, task)
-    names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial)
+    names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial, x[:2],
+                          config.ensemble_size)  # fmt: skip
     chosen = replicates(y, test_pair, seeds, folds, splits, task, config.seed)
     runs = {
         n: EntryRun(
@@ -280,8 +282,12 @@ def prepare(
             batch_size=config.batch_size,
             learning_rate=config.learning_rate,
             samples=config.test_samples,
-            ensemble_size=config.ensemble_size if n == "ensemble" else 1,
+            ensemble_size=config.ensemble_size if entry_kind(n).ensemble else 1,
             seed=config.seed,
+            patience=config.patience,
+            validation_fraction=config.validation_fraction,
+            standardize=config.standardize,
+            device=config.device,
         )
         for n in names
     }

@@ -153,8 +153,9 @@ def compare(
             the predictive entropy and of the mutual information.
         seeds: a network's seeds per test set or fold (replicates of training).
         target: the target column of a CSV file.
-        families: names of ``vbnn.FAMILIES``; with a network also ``point``, ``ensemble`` and
-            ``mc-dropout`` (``compare.entries``); with a table the regression baselines ``es``,
+        families: names of ``vbnn.FAMILIES``; with a network also ``ivon``,
+            ``ivon-ensemble``, ``point``, ``ensemble``, ``mc-dropout`` and ``laplace``
+            (``comparison.entries``); with a table the regression baselines ``es``,
             ``map``, ``sgld`` (default: ``config.DEFAULT_FAMILIES`` of the task; a network
             ``network.DEFAULT_ENTRIES``).
         folds: K, when neither ``test`` nor ``splits`` is given: seeded K folds (stratified for
@@ -170,7 +171,8 @@ def compare(
         **settings: a table's ``CompareConfig`` fields (``tune``, ``trials``, ``seed``,
             ``iterations``, ``epochs``, ``hidden``, ...); a network's ``NetworkConfig`` fields
             (``epochs``, ``batch_size``, ``learning_rate``, ``test_samples``,
-            ``ensemble_size``, ``level``, ``seed``).
+            ``ensemble_size``, ``patience``, ``validation_fraction``, ``standardize``,
+            ``device``, ``level``, ``seed``).
 
     Raises:
         ValueError: bad data (the table's errors name file, line and column; a network's data
