@@ -122,7 +122,8 @@ SEQUENCE_ARMS = (Arm.PLAIN, Arm.VBNN_SEQUENCE_DRAW, Arm.VBNN_BATCH_DRAW)
 SEQUENCE_NETWORKS = (Network.ROW_LSTM, Network.ROW_TRANSFORMER)
 # natural-gradient VI: vbnn's IVON on the converted network (the layers' estimators) and
 # ivon-opt by hand on the plain one; timed in a unit of their own beside plain's, so that the
-# timing unit of the other arms, and with it their units' keys, stays as it is
+# timing unit of the other arms, and with it their units' keys, stays as it is; their budgets
+# are put on that unit's clock through plain, timed in both (calibrated_step)
 NATURAL_GRADIENT_ARMS = (Arm.PLAIN, Arm.VBNN_IVON, Arm.IVON_OPT)
 SEQUENCE_DRAWS = {Arm.VBNN_SEQUENCE_DRAW: SequenceDraw.SEQUENCE,
                   Arm.VBNN_BATCH_DRAW: SequenceDraw.BATCH}  # fmt: skip
@@ -530,11 +531,29 @@ def unit_key(out: Path, kind: str, network_name: Network, arm: Arm, seed: int,
     (so that a new measurement makes new units); None when that time is not yet measured."""
     key = settings(kind, network_name, arm, seed, protocol, init_std)
     if kind == "training" and protocol.clock is Clock.STEPS:
-        timing = step_times(out, network_name, protocol, group=timing_arms(network_name, arm))
-        if timing is None:
+        ms_per_step = calibrated_step(out, network_name, arm, protocol)
+        if ms_per_step is None:
             return None
-        key["ms_per_step"] = timing["ms_per_step"][arm.value]
+        key["ms_per_step"] = ms_per_step
     return key
+
+
+def calibrated_step(out: Path, network_name: Network, arm: Arm, protocol: Protocol) -> float | None:
+    """``arm``'s milliseconds a step on the clock of the network's own timing unit: an arm timed
+    in another group (another run, perhaps another day's machine) is put on it through ``plain``,
+    timed in both, ms = ms_group * plain_network / plain_group, so that every arm's budget is the
+    same number of plain steps. None while either timing is missing."""
+    group = timing_arms(network_name, arm)
+    timing = step_times(out, network_name, protocol, group=group)
+    if timing is None:
+        return None
+    ms = timing["ms_per_step"][arm.value]
+    if group == network_arms(network_name):
+        return ms
+    reference = step_times(out, network_name, protocol)
+    if reference is None:
+        return None
+    return ms * reference["ms_per_step"][Arm.PLAIN.value] / timing["ms_per_step"][Arm.PLAIN.value]
 
 
 def stored_units(out: Path, networks, arms, seeds, protocol: Protocol,

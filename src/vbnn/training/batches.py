@@ -139,6 +139,22 @@ class TensorBatches:
         self.generator.set_state(state["generator"])
 
 
+def _check_pair(example: Any, name: str, source: str) -> None:
+    """ValueError unless ``example`` (a dataset's first item) is an (x, y) pair."""
+    if isinstance(example, tuple | list) and len(example) == 2:
+        return
+    if isinstance(example, dict):
+        got = f"a dict with keys {sorted(map(str, example))}"
+    elif isinstance(example, tuple | list):
+        got = f"a {type(example).__name__} of {len(example)} items"
+    else:
+        got = type(example).__name__
+    raise ValueError(
+        f"{name}: the {source} gives {got} per example; vbnn.train needs (x, y) pairs (wrap the "
+        "dataset so that __getitem__ returns (inputs, target), e.g. (item['x'], item['y']))"
+    )
+
+
 class DatasetBatches(TensorBatches):
     """A ``Dataset`` of (x, y) pairs in the batches ``TensorBatches`` would cut (module
     docstring)."""
@@ -155,6 +171,7 @@ class DatasetBatches(TensorBatches):
         count = len(dataset)  # type: ignore[arg-type]
         if count == 0:
             raise ValueError(f"{name} is empty: the Dataset has no examples")
+        _check_pair(dataset[0], name, "Dataset")
         self.dataset, self.device, self.count, self.generator = dataset, device, count, generator
         self.shuffle = shuffle
         self.size, self.steps = _steps(count, batch_size)
@@ -187,6 +204,7 @@ class LoaderBatches:
         self.count = len(loader.dataset)  # type: ignore[arg-type]
         if self.count == 0 or len(loader) == 0:
             raise ValueError(f"{name} is empty: the DataLoader has no examples")
+        _check_pair(loader.dataset[0], name, "DataLoader's dataset")  # type: ignore[index]
         self.iterator: Iterator = iter(())
 
     def _generators(self) -> list[torch.Generator]:

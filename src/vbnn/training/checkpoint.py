@@ -63,6 +63,11 @@ class ResumableRun:
     stateful: Sequence[object] = field(default_factory=tuple)
 
 
+# what save_checkpoint writes
+CHECKPOINT_PARTS = ("settings", "epoch", "records", "modules", "optimizer", "generators",
+                    "torch_rng", "stateful")  # fmt: skip
+
+
 def save_checkpoint(path: Path, run: ResumableRun, *, epoch: int, records: dict[str, Any]) -> Path:
     """Write the state of ``run`` after ``epoch`` (module docstring) and the trainer's
     ``records`` (history, best epoch and weights) to ``path`` atomically."""
@@ -86,13 +91,28 @@ def load_checkpoint(path: Path, run: ResumableRun) -> tuple[int, dict[str, Any]]
     trainer's records), or None when there is no checkpoint.
 
     Raises:
-        ValueError: the checkpoint was written by a run with other settings, or for another
-            number of models; the message names the file.
+        ValueError: the checkpoint is unreadable (corrupted or truncated; torch's error
+            chained), lacks a part of the state, was written by a run with other settings, or
+            for another number of models; the message names the file.
     """
     path = Path(path)
     if not path.is_file():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several kinds on a damaged file
+        raise ValueError(
+            f"checkpoint {path}: unreadable, corrupted or truncated ({type(error).__name__}); "
+            "delete it to train from the start"
+        ) from error
+    missing = [
+        part for part in CHECKPOINT_PARTS if not isinstance(state, dict) or part not in state
+    ]
+    if missing:
+        raise ValueError(
+            f"checkpoint {path}: not a vbnn.train checkpoint (it lacks {missing}); delete it to "
+            "train from the start"
+        )
     if state["settings"] != json.dumps(run.settings, sort_keys=True, default=str):
         raise ValueError(
             f"checkpoint {path}: written by a run with other settings ({state['settings']}); "
