@@ -67,6 +67,7 @@ def worker(network: str, batch: int, steps: int, threads: int) -> None:
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(json.dumps({"ms": 1000 * result.history[1]["seconds"] / steps}))
     if dist.is_initialized():
+        dist.barrier()  # every process done before gloo is torn down
         dist.destroy_process_group()
 
 

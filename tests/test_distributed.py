@@ -73,6 +73,7 @@ results = {
     for name in sys.argv[4:]
 }
 torch.save({"results": results, "calls": calls}, out / f"rank-{rank}.pt")
+dist.barrier()  # no process tears gloo down while another is still in a collective
 dist.destroy_process_group()
 """
 

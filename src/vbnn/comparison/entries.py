@@ -48,6 +48,7 @@ from torch import nn
 
 from vbnn.comparison.laplace import fit_laplace, laplace_package, laplace_samples, last_linear
 from vbnn.core.contracts import ForwardMode
+from vbnn.core.defaults import VALIDATION_FRACTION
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.layers.registry import FAMILIES
 from vbnn.networks.conversion import convert
@@ -208,7 +209,7 @@ class EntryRun:
     ensemble_size: int
     seed: int
     patience: int | None = None
-    validation_fraction: float = 0.1
+    validation_fraction: float = VALIDATION_FRACTION
     standardize: bool = True
     device: str | None = None
 
