@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 
 import ray
 
-from vbnn.sweeps.executors import ExecutorSettings, Outcome, Unit, call_with_threads
+from vbnn.sweeps.contracts import ExecutorSettings, Outcome, Unit, call_with_threads
 
 _remote_call = ray.remote(call_with_threads)
 
