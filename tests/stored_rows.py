@@ -8,8 +8,8 @@ from pathlib import Path
 from vbnn.data import load_uci
 from vbnn.regression.methods import method_config
 from vbnn.stores.results_db import ResultsDatabase
+from vbnn.sweeps.contracts import ExecutorSettings
 from vbnn.sweeps.driver import Runs, train_missing
-from vbnn.sweeps.executors import ExecutorSettings
 from vbnn.sweeps.uci import SplitUnits
 
 

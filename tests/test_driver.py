@@ -11,8 +11,9 @@ import pytest
 from vbnn.core.runs import SplitResult
 from vbnn.regression.methods import method_config
 from vbnn.stores.results_db import ResultsDatabase
+from vbnn.sweeps.contracts import Unit
 from vbnn.sweeps.driver import Runs, train_missing
-from vbnn.sweeps.executors import LocalExecutor, SweepError, Unit
+from vbnn.sweeps.executors import LocalExecutor, SweepError
 
 MF = method_config("mf", iterations=10, seed=4)
 MAP = method_config("map", iterations=10, seed=4)

@@ -17,7 +17,8 @@ from vbnn.cli import main
 from vbnn.core.runs import SplitResult
 from vbnn.regression.methods import method_config
 from vbnn.stores.results_db import ResultsDatabase
-from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, SweepError, Unit, run_sweep
+from vbnn.sweeps.contracts import ExecutorKind, ExecutorSettings, Unit
+from vbnn.sweeps.executors import SweepError, run_sweep
 
 # 2 methods x 2 seeds x 2 splits, one split a unit: 8 units of a second or so each
 GRID = """

@@ -25,7 +25,8 @@ from vbnn.cli import main
 from vbnn.core.runs import SplitResult
 from vbnn.regression.methods import method_config
 from vbnn.stores.results_db import ResultsDatabase
-from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
+from vbnn.sweeps.contracts import ExecutorKind, ExecutorSettings, Unit
+from vbnn.sweeps.executors import run_sweep
 
 if os.environ.get("VBNN_RAY_TESTS") == "0":
     pytest.skip("VBNN_RAY_TESTS=0: the Ray cluster tests are switched off", allow_module_level=True)

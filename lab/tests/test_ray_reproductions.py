@@ -24,7 +24,8 @@ from threadpoolctl import threadpool_limits
 from vbnn.cli import main
 from vbnn.core.contracts import Activation
 from vbnn.stores import unit_store
-from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
+from vbnn.sweeps.contracts import ExecutorKind, ExecutorSettings, Unit
+from vbnn.sweeps.executors import run_sweep
 from vbnn_lab.variance_networks.budget import Budget
 from vbnn_lab.variance_networks.runs import (
     NetworkRun,

@@ -52,8 +52,8 @@ from vbnn.metrics import (
     rmse,
 )
 from vbnn.networks.predictive import class_probabilities, predictive_probabilities
+from vbnn.sweeps.contracts import Unit
 from vbnn.sweeps.driver import Runs, UnitBuilder
-from vbnn.sweeps.executors import Unit
 
 DEFAULT_ENTRIES = {
     Task.CLASSIFICATION: ("mf", "ivon", "point", "ensemble"),

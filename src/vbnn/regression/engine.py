@@ -40,8 +40,9 @@ from vbnn.regression.evaluation import PredictiveMetrics, evaluate, metrics_from
 from vbnn.regression.saved_models import save_model
 from vbnn.regression.stack import build_stack
 from vbnn.stores.results_db import ResultsDatabase
+from vbnn.sweeps.contracts import Unit
 from vbnn.sweeps.driver import Runs, StoredRuns, train_missing
-from vbnn.sweeps.executors import LocalExecutor, Unit
+from vbnn.sweeps.executors import LocalExecutor
 from vbnn.training.full_batch import Problem, StepCallback, Validation, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 

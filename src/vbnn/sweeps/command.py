@@ -25,8 +25,9 @@ from vbnn.data.uci import RegressionDataset, load_uci
 from vbnn.regression.studies import RUNNING, requeue_unfinished, used_budget
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, config_hash
+from vbnn.sweeps.contracts import Unit
 from vbnn.sweeps.driver import Pending, Runs, train_missing
-from vbnn.sweeps.executors import Unit, run_sweep, settings_from
+from vbnn.sweeps.executors import run_sweep, settings_from
 from vbnn.sweeps.grid import Grid, Search, load_grid
 from vbnn.sweeps.tuning_driver import stored_trials
 from vbnn.sweeps.uci import SplitUnits

@@ -25,7 +25,8 @@ from typing import Any
 
 from vbnn.core.runs import SplitResult
 from vbnn.stores.results_db import ResultsDatabase
-from vbnn.sweeps.executors import Executor, ExecutorSettings, Unit, drive, run_sweep
+from vbnn.sweeps.contracts import Executor, ExecutorSettings, Unit
+from vbnn.sweeps.executors import drive, run_sweep
 
 
 @dataclass(frozen=True)

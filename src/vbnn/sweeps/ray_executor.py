@@ -1,14 +1,20 @@
 """The Ray executor: every unit a Ray task; loaded only for ``--executor ray`` (Ray is optional).
 
 Each unit is submitted as a task with ``num_cpus = unit.threads`` (torch runs on as many
-threads there, as on every executor: ``executors``) and ``max_retries``: Ray reruns a
-task whose worker process died (killed, out of memory, a lost node), so the unit's result reaches
-the driver once. An exception raised by the unit itself is not retried: it is the unit's outcome
-and goes in the failure summary. Results come back to the driver as they finish
-(``ray.wait``); the driver alone writes them, so a sweep on Ray stores what a local one stores.
+threads there, as on every executor: ``contracts.call_with_threads``) and ``max_retries``. Ray
+reruns a task whose worker process died (killed, out of memory) or whose node left the cluster
+(preempted, crashed, ``ray stop``), on any node with the CPUs free, so a unit in flight on a
+lost node still reaches the driver, once: a task's result is one object, and the driver takes
+each unit's outcome from it exactly once. An exception raised by the unit itself is not retried:
+it is the unit's outcome and goes in the failure summary. Results come back to the driver as
+they finish (``ray.wait``); the driver alone writes them, so a sweep on a cluster of many nodes
+stores what a local one stores, in the driver's database only.
 
-A driver killed mid-sweep loses only the units in flight (Ray cancels a dead driver's tasks);
-re-running the command skips every unit already stored.
+When Ray gives up on a unit (its worker or node was lost more than ``max_retries`` times, or
+its result was lost with a node and could not be made again), the unit is reported as failed
+with the reason, the others go on, and re-running the command runs it again. A driver killed
+mid-sweep loses only the units in flight (Ray cancels a dead driver's tasks); re-running the
+command skips every unit already stored.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections.abc import Iterator, Sequence
 
 import ray
 
-from vbnn.sweeps.executors import ExecutorSettings, Outcome, Unit, call_with_threads
+from vbnn.sweeps.contracts import ExecutorSettings, Outcome, Unit, call_with_threads
 
 _remote_call = ray.remote(call_with_threads)
 
@@ -44,6 +50,7 @@ class RayExecutor:
             )
 
     def run(self, units: Sequence[Unit]) -> Iterator[Outcome]:
+        """Submit every unit, then yield one outcome a unit as its task finishes."""
         pending = {}
         for unit in units:
             cpus = unit.threads
@@ -62,8 +69,23 @@ class RayExecutor:
             try:
                 yield Outcome(unit, ray.get(ready[0]))
             except ray.exceptions.RayError as error:
-                yield Outcome(unit, error=str(error))
+                yield Outcome(unit, error=failure_message(error, self.settings.max_retries))
 
     def close(self) -> None:
         if self.owns_connection:
             ray.shutdown()
+
+
+def failure_message(error: ray.exceptions.RayError, max_retries: int) -> str:
+    """What the failure summary says of a unit Ray did not finish.
+
+    ``RayTaskError`` is the unit's own exception (its traceback, as Ray formats it); any other
+    ``RayError`` (``WorkerCrashedError``, ``NodeDiedError``, ``ObjectLostError``, ...) means
+    Ray lost the unit's worker, node or result and gave up after ``max_retries`` reruns.
+    """
+    if isinstance(error, ray.exceptions.RayTaskError):
+        return str(error)
+    return (
+        f"Ray gave up on the unit after {max_retries} retries "
+        f"({type(error).__name__}: its worker, node or result was lost): {error}"
+    )

@@ -35,7 +35,8 @@ from vbnn.regression.studies import (
     used_budget,
 )
 from vbnn.regression.tuning import TuningConfig, hidden_label, study_name, tune
-from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
+from vbnn.sweeps.contracts import ExecutorKind, ExecutorSettings, Unit
+from vbnn.sweeps.executors import run_sweep
 
 Study = tuple[RegressionDataset, int, TrainConfig]  # (data set, split tuned, config)
 

@@ -42,8 +42,8 @@ from vbnn.regression.methods import add_runtime_arguments, method_config, method
 from vbnn.regression.studies import used_budget
 from vbnn.regression.tuning import TuningConfig, hidden_label, study_name
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+from vbnn.sweeps.contracts import Unit
 from vbnn.sweeps.driver import Runs
-from vbnn.sweeps.executors import Unit
 from vbnn.sweeps.tuning_driver import stored_trials
 
 Job = tuple[RegressionDataset, TrainConfig, list[int]]  # a configuration and its splits
@@ -146,7 +146,7 @@ class SplitUnits:
         stack_metrics: a configuration's further metrics of every trained stack, stored with
             its rows (``engine.StackMetrics``); None: none.
         splits_per_unit: splits a unit (None: the engine's chunks, ``engine.stack_chunks``).
-        cpus: torch threads of a unit on every executor (None: one; ``executors.Unit``).
+        cpus: torch threads of a unit on every executor (None: one; ``contracts.Unit``).
     """
 
     datasets: Mapping[str, RegressionDataset]

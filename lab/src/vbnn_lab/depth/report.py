@@ -28,7 +28,8 @@ from vbnn.plots import pyplot, save_figure
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
 from vbnn.references.gaussian_gap import draws_for_floor, expected_kl_floor
 from vbnn.stores.atomic import write_atomic
-from vbnn.sweeps.executors import ExecutorKind, ExecutorSettings, Unit, run_sweep
+from vbnn.sweeps.contracts import ExecutorKind, ExecutorSettings, Unit
+from vbnn.sweeps.executors import run_sweep
 from vbnn_lab.depth.fashion_product import FashionProductConfig, run_fashion_product
 from vbnn_lab.depth.local_product_figure import run_local_product_figure
 from vbnn_lab.depth.units import (

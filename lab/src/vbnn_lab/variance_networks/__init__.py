@@ -38,7 +38,8 @@ from vbnn.data.mnist import load_images
 from vbnn.networks.lenet import LeNet5
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores.atomic import write_atomic
-from vbnn.sweeps.executors import ExecutorKind, add_executor_arguments, settings_from
+from vbnn.sweeps.contracts import ExecutorKind
+from vbnn.sweeps.executors import add_executor_arguments, settings_from
 from vbnn_lab import PAPERS_ESTIMATOR
 from vbnn_lab.variance_networks.batchnorm import diagnose
 from vbnn_lab.variance_networks.budget import (

@@ -46,7 +46,8 @@ from vbnn.networks.summary import mean_log_alpha
 from vbnn.priors.dropout import LogUniformPrior
 from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic
-from vbnn.sweeps.executors import ExecutorSettings, Unit, run_sweep
+from vbnn.sweeps.contracts import ExecutorSettings, Unit
+from vbnn.sweeps.executors import run_sweep
 from vbnn_lab import PAPERS_ESTIMATOR
 from vbnn_lab.variance_networks.budget import (
     PROTOCOLS,
