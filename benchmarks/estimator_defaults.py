@@ -13,7 +13,7 @@ data, with the learned noise std (true: 0.1), per setting.
     OMP_NUM_THREADS=1 VBNN_DATA_DIR=DIR python benchmarks/estimator_defaults.py \\
         --datasets boston,yacht,energy,concrete --splits 0,1,2 --results defaults.jsonl
     python benchmarks/estimator_defaults.py --summary --results defaults.jsonl
-    OMP_NUM_THREADS=1 python benchmarks/estimator_defaults.py --gap
+    OMP_NUM_THREADS=1 python benchmarks/estimator_defaults.py --gap --seeds 0,1,2
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ SETTINGS = {
     "relu-1e-2": {"activation": "relu", "posterior_std": 1e-2, "hidden": (50,)},
     "relu-1e-2-2x50": {"activation": "relu", "posterior_std": 1e-2, "hidden": (50, 50)},
     "relu-1e-3-2x50": {"activation": "relu", "posterior_std": 1e-3, "hidden": (50, 50)},
+    "relu-1e-2-2x50-5k": {"activation": "relu", "posterior_std": 1e-2, "hidden": (50, 50),
+                          "iterations": 5000},
 }
 VALIDATION_SHARE = 0.2
 
@@ -84,12 +86,13 @@ def run(datasets: list[str], splits: list[int], settings: list[str], results: Pa
                 print(json.dumps(row), flush=True)
 
 
-def gap(settings: list[str], seed: int = 0) -> None:
+def gap(settings: list[str], seed: int) -> None:
     """The in-between check (module docstring): one fit per setting, one line each."""
     rng = np.random.default_rng(seed)
     x = np.concatenate([rng.uniform(-3, -1, 150), rng.uniform(1, 3, 150)])
     y = np.sin(2 * x) + 0.1 * rng.standard_normal(300)
     regions = {"gap": (-0.9, 0.9), "left": (-3, -1), "right": (1, 3)}
+    print(f"seed {seed}")
     print("| setting | std gap | std left | std right | epistemic gap | epistemic data | noise |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for label in settings:
@@ -141,9 +144,11 @@ def main() -> None:
     parser.add_argument("--summary", action="store_true", help="summarise --results and stop")
     parser.add_argument("--gap", action="store_true", help="the in-between check and stop")
     parser.add_argument("--baseline", default="relu-1e-2")
+    parser.add_argument("--seeds", default="0", help="the in-between check's seeds")
     args = parser.parse_args()
     if args.gap:
-        gap(args.settings.split(","))
+        for seed in (int(s) for s in args.seeds.split(",")):
+            gap(args.settings.split(","), seed)
         return
     if not args.summary:
         run(args.datasets.split(","), [int(s) for s in args.splits.split(",")],
