@@ -34,8 +34,12 @@ SETTINGS = {
     "relu-1e-2": {"activation": "relu", "posterior_std": 1e-2, "hidden": (50,)},
     "relu-1e-2-2x50": {"activation": "relu", "posterior_std": 1e-2, "hidden": (50, 50)},
     "relu-1e-3-2x50": {"activation": "relu", "posterior_std": 1e-3, "hidden": (50, 50)},
-    "relu-1e-2-2x50-5k": {"activation": "relu", "posterior_std": 1e-2, "hidden": (50, 50),
-                          "iterations": 5000},
+    "relu-1e-2-2x50-5k": {
+        "activation": "relu",
+        "posterior_std": 1e-2,
+        "hidden": (50, 50),
+        "iterations": 5000,
+    },
 }
 VALIDATION_SHARE = 0.2
 
