@@ -12,9 +12,9 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
+from vbnn.regression.full_batch import Problem, fit
 from vbnn.regression.methods import method_config
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import Problem, fit
 
 
 def main() -> None:

@@ -64,12 +64,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from vbnn.core.runs import TrainConfig, VIConfig
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data import RegressionDataset, load_uci
 from vbnn.data.splits import group_by_size, stack_splits
 from vbnn.metrics import gaussian_mixture_log_likelihood
 from vbnn.regression.engine import choose_chunk_size, run_splits
+from vbnn.regression.runs import TrainConfig, VIConfig
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "uci_speed.json"
 HIDDEN = 50

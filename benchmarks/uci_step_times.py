@@ -18,11 +18,11 @@ import argparse
 import json
 import time
 
-from vbnn.core.runs import TrainConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import parse_splits
 from vbnn.regression.engine import run_splits
 from vbnn.regression.methods import method_config
+from vbnn.regression.runs import TrainConfig
 from vbnn_lab.overpruning.extension import hidden_width
 
 

@@ -14,7 +14,11 @@ from torch import nn
 
 from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import (
+from vbnn.layers.registry import FAMILIES
+from vbnn.regression.full_batch import parameter_groups
+from vbnn.regression.methods import method_config, method_names
+from vbnn.regression.presets import preset
+from vbnn.regression.runs import (
     CONFIGS,
     ESConfig,
     MAPConfig,
@@ -24,11 +28,7 @@ from vbnn.core.runs import (
     TrainConfig,
     VIConfig,
 )
-from vbnn.layers.registry import FAMILIES
-from vbnn.regression.methods import method_config, method_names
-from vbnn.regression.presets import preset
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import parameter_groups
 
 MODELS, ROWS, INPUTS = 2, 7, 3
 

@@ -19,7 +19,6 @@ from test_family_contract import IDS, SHAPES, WITH_KL, assert_same_moments, inpu
 from vbnn.classification.training import ClassifierConfig, train_classifier
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import ModelValues
 from vbnn.data.embedded import load_diabetes_splits
 from vbnn.data.splits import stack_splits
 from vbnn.diagnostics.layer_pruning import pruned_units_per_layer
@@ -30,6 +29,7 @@ from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import run_splits, train_stack
 from vbnn.regression.estimator import BayesianRegressor
 from vbnn.regression.methods import method_config, taken_by
+from vbnn.regression.runs import ModelValues
 from vbnn.regression.tuning import TuningConfig, tune
 
 CUDA = torch.device(os.environ.get("VBNN_TEST_DEVICE", "cuda"))

@@ -13,13 +13,13 @@ from vbnn.classification.training import ClassifierConfig
 from vbnn.cli import build_parser
 from vbnn.comparison.config import CompareConfig, NetworkConfig
 from vbnn.core import defaults
-from vbnn.core.runs import ESConfig, MAPConfig, SGLDConfig, VIConfig
 from vbnn.diagnostics.layers import diagnose_layers
 from vbnn.diagnostics.report import diagnose
 from vbnn.layers.registry import FAMILIES
 from vbnn.layers.shell import VariationalLayer
 from vbnn.references.architecture import MLPArchitecture
 from vbnn.regression.estimator import BayesianRegressor, initial_posterior_std
+from vbnn.regression.runs import ESConfig, MAPConfig, SGLDConfig, VIConfig
 from vbnn.training.trainer import train
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vbnn.core.runs import SplitResult
+from vbnn.core.contracts import SplitResult
 from vbnn.regression.methods import method_config
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.sweeps.contracts import Unit

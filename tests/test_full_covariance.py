@@ -28,9 +28,9 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import FullCovariance, LowRankCovariance
 from vbnn.layers.low_rank_covariance import log_det_identity_plus_gram
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.regression.full_batch import Problem, fit
 from vbnn.regression.methods import method_config
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import Problem, fit
 
 NOISE_STD, PRIOR_STD, ROWS, INPUTS = 0.5, 1.0, 455, 13
 KL_BOUND, STD_RATIO_BOUND, CORRELATION_BOUND, MEAN_BOUND = 2.0, 0.15, 0.2, 1.0

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from vbnn.core.contracts import ForwardMode
-from vbnn.core.runs import TABLE1_METHODS
 from vbnn.data.splits import StackedSplits
 from vbnn.regression.engine import train_stack
 from vbnn.regression.methods import method_config, taken_by
+from vbnn.regression.runs import TABLE1_METHODS
 from vbnn.regression.saved_models import ModelFileError, load_model, save_model
 from vbnn.regression.stack import build_stack
 from vbnn.stores import unit_store

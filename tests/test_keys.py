@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from vbnn.core.runs import SplitResult, VIConfig
+from vbnn.core.contracts import SplitResult
+from vbnn.regression.runs import VIConfig
 from vbnn.stores import unit_store
 from vbnn.stores.keys import first_difference, identity, plain
 from vbnn.stores.results_db import ResultsDatabase, ResultsDatabaseError, config_hash

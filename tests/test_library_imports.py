@@ -1,13 +1,17 @@
 """The library stands apart from the lab: every module of ``vbnn`` imports without importing the
-papers' reproductions (``vbnn_lab``), which depend on the library, never the reverse."""
+papers' reproductions (``vbnn_lab``), which depend on the library, never the reverse. Inside the
+library, imports run one way: ``vbnn.core``, the bottom floor, imports nothing of vbnn above it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import vbnn.core
 
 LAB_SOURCE = Path(__file__).resolve().parents[1] / "lab" / "src"
 
@@ -46,3 +50,32 @@ def test_every_module_of_the_library_imports_without_the_lab() -> None:
     assert report["lab"] == [], f"the library imported {report['lab']}"
     assert len(report["imported"]) >= 80, report  # the walk found the library's modules
     assert "vbnn.cli" in report["imported"] and "vbnn.sweeps.uci" in report["imported"]
+
+
+def _vbnn_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every vbnn module that the file at ``path`` imports, at any depth (inside
+    functions and ``TYPE_CHECKING`` blocks too); a relative import is resolved against the
+    module's package, ``vbnn.core``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.append((node.lineno, node.module or ""))
+        elif isinstance(node, ast.ImportFrom):  # level 1 is vbnn.core, level 2 vbnn
+            package = ["vbnn", "core"][: 3 - node.level]
+            found.append((node.lineno, ".".join([*package, *filter(None, [node.module])])))
+    return [(line, name) for line, name in found if name.split(".")[0] == "vbnn"]
+
+
+def test_the_core_imports_nothing_of_vbnn_above_it() -> None:
+    core = Path(vbnn.core.__file__).parent
+    files = sorted(core.glob("*.py"))
+    assert {"contracts.py", "randomness.py"} <= {f.name for f in files}, files
+    upward = [
+        f"{path.name}:{line} imports {name}"
+        for path in files
+        for line, name in _vbnn_imports(path)
+        if name != "vbnn.core" and not name.startswith("vbnn.core.")
+    ]
+    assert not upward, upward

@@ -22,7 +22,7 @@ import torch
 from stored_rows import driven_rows, stored_runs
 
 from vbnn.cli import main
-from vbnn.core.runs import SplitResult
+from vbnn.core.contracts import SplitResult
 from vbnn.regression.methods import method_config
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.sweeps.contracts import ExecutorKind, ExecutorSettings, Unit

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vbnn.core.runs import SplitResult
+from vbnn.core.contracts import SplitResult
 from vbnn.data import load_uci
 from vbnn.regression.engine import run_splits
 from vbnn.regression.methods import method_config

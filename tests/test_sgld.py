@@ -14,10 +14,10 @@ from vbnn.core.contracts import Activation
 from vbnn.core.randomness import ModelGenerators
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression import sgld
+from vbnn.regression.full_batch import NonFiniteLossError, Problem
 from vbnn.regression.methods import method_config
 from vbnn.regression.stack import build_stack
 from vbnn.training.batches import StackedBatches
-from vbnn.training.full_batch import NonFiniteLossError, Problem
 from vbnn.training.settings import Objective, TrainerConfig
 from vbnn.training.trainer import _langevin_step_size, _step_objective
 

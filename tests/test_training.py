@@ -13,7 +13,6 @@ import torch
 
 from vbnn.core.contracts import Activation
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import TABLE1_METHODS
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
 from vbnn.layers import FullCovariance
@@ -21,9 +20,10 @@ from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import run_splits
 from vbnn.regression.evaluation import metrics_from_predictions
+from vbnn.regression.full_batch import NonFiniteLossError, Problem, fit
 from vbnn.regression.methods import method_config, taken_by
+from vbnn.regression.runs import TABLE1_METHODS
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import NonFiniteLossError, Problem, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.objectives import elbo, expected_log_likelihood
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vbnn.core.runs import config_from_dict
+from vbnn.regression.runs import config_from_dict
 from vbnn.stores import unit_store
 from vbnn.stores.results_db import ResultsDatabase, config_dict, config_hash
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from vbnn.core.runs import RunResult, SplitResult
+from vbnn.core.contracts import SplitResult
 from vbnn.regression.methods import method_config
+from vbnn.regression.runs import RunResult
 from vbnn_lab.overpruning.table1 import (
     comparison,
     default_published_path,

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from vbnn.cli import build_parser, main
-from vbnn.core.runs import RunResult, SplitResult
+from vbnn.core.contracts import SplitResult
 from vbnn.regression.methods import method_config
+from vbnn.regression.runs import RunResult
 from vbnn_lab.uci_depth import make_plan, plan_jobs
 from vbnn_lab.uci_depth.report import gap_frame, shrinks
 

@@ -21,16 +21,16 @@ from typing import Any
 from vbnn.comparison import arguments as compare_arguments
 from vbnn.core.contracts import Activation
 from vbnn.core.defaults import EARLY_STOPPING_ITERATIONS, ESTIMATOR_ITERATIONS, UCI_ITERATIONS
-from vbnn.core.runs import TABLE1_METHODS, SGLDConfig, VIConfig
 from vbnn.data import DATASETS, DataError
 from vbnn.data.download import DEFAULT_BASE_URL
 from vbnn.data.splits import parse_splits
 from vbnn.layers.registry import FAMILIES
+from vbnn.regression.full_batch import NonFiniteLossError
 from vbnn.regression.methods import add_runtime_arguments, check_method, method_names
 from vbnn.regression.presets import GD_POSTERIOR_STD
+from vbnn.regression.runs import TABLE1_METHODS, SGLDConfig, VIConfig
 from vbnn.sweeps import arguments as sweep_arguments
 from vbnn.sweeps.executors import SweepError
-from vbnn.training.full_batch import NonFiniteLossError
 
 EMBEDDED = "diabetes"
 # the group of entry points whose modules add subcommands to ``vbnn``

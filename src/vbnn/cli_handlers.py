@@ -20,7 +20,6 @@ import torch
 
 from vbnn.classification.estimator import BayesianClassifier
 from vbnn.cli import EMBEDDED
-from vbnn.core.runs import TABLE1_METHODS, RunResult, TrainConfig
 from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
 from vbnn.data.cifar import CifarDataset, download_cifar
 from vbnn.data.download import check, download
@@ -41,6 +40,7 @@ from vbnn.regression.estimator import BayesianRegressor
 from vbnn.regression.methods import method_config, method_fields
 from vbnn.regression.presets import preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
+from vbnn.regression.runs import TABLE1_METHODS, RunResult, TrainConfig
 from vbnn.regression.saved_models import load_model
 
 CIFAR_NAMES = [d.value for d in CifarDataset]

@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 
-from vbnn.core.runs import SGLDConfig
 from vbnn.data import load_uci
 from vbnn.regression.engine import run_splits
+from vbnn.regression.runs import SGLDConfig
 
 
 def whitened(inputs: np.ndarray, train: np.ndarray) -> np.ndarray:

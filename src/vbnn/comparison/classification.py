@@ -36,9 +36,8 @@ import torch
 
 from vbnn.comparison.config import CompareConfig
 from vbnn.comparison.folds import Split
-from vbnn.core.contracts import ForwardMode
+from vbnn.core.contracts import ForwardMode, SplitResult
 from vbnn.core.randomness import ModelGenerators, derive_seed
-from vbnn.core.runs import SplitResult
 from vbnn.data.splits import standardise
 from vbnn.layers.registry import family
 from vbnn.metrics import (

@@ -41,8 +41,8 @@ from vbnn.comparison.entries import (
     train_entry,
 )
 from vbnn.comparison.folds import Split, Task, check_splits, data_key, k_folds
+from vbnn.core.contracts import SplitResult
 from vbnn.core.randomness import derive_seed
-from vbnn.core.runs import SplitResult
 from vbnn.metrics import (
     gaussian_mixture_log_likelihood,
     interval_coverage,

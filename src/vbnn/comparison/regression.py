@@ -21,12 +21,12 @@ import torch
 from vbnn.comparison.config import CompareConfig
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import PredictiveKind, TrainConfig
 from vbnn.metrics import interval_coverage
 from vbnn.networks.predictive import sample
 from vbnn.regression.engine import TrainedStack
 from vbnn.regression.methods import method_config, method_fields
 from vbnn.regression.presets import preset
+from vbnn.regression.runs import PredictiveKind, TrainConfig
 from vbnn.sweeps.tuning_driver import stored_trials
 
 COVERAGE = "coverage"

@@ -14,14 +14,16 @@ The pieces:
     * :class:`ParameterRole` - what a layer's parameter holds, for per-role learning rates.
     * :class:`Prior` - what a family needs from a prior to report its KL.
     * :class:`Activation` - the hidden non-linearities.
+    * :class:`SplitResult` - the metrics of one split of a data set, as the stores keep them.
 
 The family contract every layer obeys is the ``VariationalLayer`` shell in ``layers.shell``; the
-noise contract, ``NoiseSource``, is in ``core.randomness``. The settings and results of a
-UCI-engine run (one config per algorithm) are in ``core.runs``.
+noise contract, ``NoiseSource``, is in ``core.randomness``. The settings of a UCI-engine run (one
+config per algorithm) and the record of all its splits are in ``regression.runs``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
@@ -126,3 +128,14 @@ class DropoutPrior(Protocol):
     def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor: ...
 
     def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """Metrics of one split, in the target's original units."""
+
+    split: int
+    test_log_likelihood: float
+    test_rmse: float
+    train_seconds: float
+    stopped_iteration: int | None = None  # ES: the iteration whose weights were kept

@@ -20,7 +20,7 @@ The prior:
 Initial posterior std (the marginal std of every weight before training):
 
 - ``INIT_STD`` = 1e-4: every family layer (``init_std``; GD's fixed ``std``), ``vbnn.convert``,
-  the networks of ``vbnn.networks`` and the UCI engine's VI (``core.runs.VIConfig``). Trippe &
+  the networks of ``vbnn.networks`` and the UCI engine's VI (``regression.runs.VIConfig``). Trippe &
   Turner 2017 (appendix A) initialise sigma to 1e-4; on converted networks trained for a wall-clock
   budget it reaches a lower test NLL than 0.01 on an MLP and a residual CNN and a mixed one on
   LeNet-5 (``benchmarks/time_to_quality.py --init-stds default 0.01``; table in

@@ -57,7 +57,7 @@ class FamilySpec:
         weights: the form of its distribution over one weight.
         search_space: hyper-parameters of the family that a search varies besides the
             algorithm's: name -> (low, high) on a log scale (GD's fixed posterior std).
-        config_defaults: values of the VI config (``core.runs.VIConfig``) that the UCI engine
+        config_defaults: values of the VI config (``regression.runs.VIConfig``) that the UCI engine
             gives this family where no tuned preset applies (GD's fixed posterior std: the
             config's 1e-4 makes GD a MAP fit that overfits; the tuned GD stds lie in 0.003-0.05).
         dense_covariance: whether a dense layer holds a full (I + 1) O x (I + 1) O covariance

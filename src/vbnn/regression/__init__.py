@@ -4,8 +4,8 @@ one from a method's name); its modules hold the UCI engine (``engine.run_splits`
 (``tuning``), saved models (``saved_models``) and the scikit-learn estimator
 (``estimator.BayesianRegressor``)."""
 
-from vbnn.core.runs import Algorithm, ESConfig, MAPConfig, SGLDConfig, TrainConfig, VIConfig
 from vbnn.regression.methods import method_config
+from vbnn.regression.runs import Algorithm, ESConfig, MAPConfig, SGLDConfig, TrainConfig, VIConfig
 
 __all__ = [
     "Algorithm",

@@ -20,16 +20,8 @@ from typing import Any
 
 import torch
 
+from vbnn.core.contracts import SplitResult
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import (
-    PER_MODEL_SETTINGS,
-    EarlyStopping,
-    ModelValues,
-    PredictiveKind,
-    RunResult,
-    SplitResult,
-    TrainConfig,
-)
 from vbnn.core.runtime import keep_freed_memory
 from vbnn.data.splits import StackedSplits, group_by_size, stack_splits
 from vbnn.data.uci import RegressionDataset
@@ -37,13 +29,21 @@ from vbnn.layers.registry import family
 from vbnn.networks.mlp import MLP
 from vbnn.regression import sgld
 from vbnn.regression.evaluation import PredictiveMetrics, evaluate, metrics_from_predictions
+from vbnn.regression.full_batch import Problem, StepCallback, Validation, fit
+from vbnn.regression.runs import (
+    PER_MODEL_SETTINGS,
+    EarlyStopping,
+    ModelValues,
+    PredictiveKind,
+    RunResult,
+    TrainConfig,
+)
 from vbnn.regression.saved_models import save_model
 from vbnn.regression.stack import build_stack
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.sweeps.contracts import Unit
 from vbnn.sweeps.driver import Runs, StoredRuns, train_missing
 from vbnn.sweeps.executors import LocalExecutor
-from vbnn.training.full_batch import Problem, StepCallback, Validation, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 
 # Floats of one hidden activation tensor (models x rows x width) that a chunk may hold.

@@ -1,7 +1,7 @@
 """``BayesianRegressor``: a scikit-learn estimator around the UCI engine's training.
 
 ``fit(X, y)`` standardises X and y (the scalers are kept), trains one network of any family by
-full-batch Adam on the ELBO (``training.full_batch.fit``, the settings of Trippe & Turner 2017
+full-batch Adam on the ELBO (``regression.full_batch.fit``, the settings of Trippe & Turner 2017
 by default), and ``predict(X, return_std=True)`` gives the mean and the total std of the
 predictive mixture over K samples,
 
@@ -46,16 +46,16 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.defaults import ESTIMATOR_INIT_STD, ESTIMATOR_ITERATIONS, PRIOR_STD
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import VIConfig
 from vbnn.data.splits import standard_scale
 from vbnn.layers.registry import family as family_spec
 from vbnn.metrics import gaussian_mixture_log_likelihood
 from vbnn.networks.predictive import sample
 from vbnn.regression.engine import training_device
+from vbnn.regression.full_batch import Problem
+from vbnn.regression.full_batch import fit as fit_stack
+from vbnn.regression.runs import VIConfig
 from vbnn.regression.saved_models import load_model, save_model
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import Problem
-from vbnn.training.full_batch import fit as fit_stack
 
 FIT_ROWS = 2  # fitting standardises the inputs by their std, which one row does not have
 

@@ -16,8 +16,8 @@ import argparse
 import dataclasses
 from typing import Any
 
-from vbnn.core.runs import CONFIGS, Algorithm, TrainConfig, VIConfig
 from vbnn.layers.registry import FAMILIES
+from vbnn.regression.runs import CONFIGS, Algorithm, TrainConfig, VIConfig
 
 POINT_ALGORITHMS = tuple(a.value for a in Algorithm if a is not Algorithm.VI)
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vbnn.core.runs import RunResult
+from vbnn.regression.runs import RunResult
 
 METRICS = ("test_log_likelihood", "test_rmse")
 

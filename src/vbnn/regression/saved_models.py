@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from vbnn.core.runs import TrainConfig, config_from_dict
 from vbnn.networks.mlp import MLP
+from vbnn.regression.runs import TrainConfig, config_from_dict
 from vbnn.regression.stack import build_stack
 from vbnn.stores.atomic import write_folder_atomic
 from vbnn.training.likelihoods import GaussianLikelihood

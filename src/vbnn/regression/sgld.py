@@ -25,10 +25,10 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import ModelValues, SGLDConfig
 from vbnn.networks.mlp import MLP
+from vbnn.regression.full_batch import Problem
+from vbnn.regression.runs import ModelValues, SGLDConfig
 from vbnn.training.batches import StackedBatches
-from vbnn.training.full_batch import Problem
 from vbnn.training.likelihoods import GaussianLikelihood
 from vbnn.training.loop import NonFiniteLossError
 from vbnn.training.settings import TrainerConfig

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import ModelValues, TrainConfig
 from vbnn.networks.mlp import MLP
 from vbnn.regression.methods import check_method
+from vbnn.regression.runs import ModelValues, TrainConfig
 from vbnn.training.likelihoods import GaussianLikelihood
 
 

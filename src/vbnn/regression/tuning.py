@@ -38,10 +38,11 @@ import optuna
 import torch
 
 from vbnn.core.randomness import derive_seed
-from vbnn.core.runs import PER_MODEL_SETTINGS, ModelValues, TrainConfig
 from vbnn.data.splits import StackedSplits, standardise
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.engine import choose_chunk_size, shared_settings, train_stack
+from vbnn.regression.full_batch import NonFiniteLossError
+from vbnn.regression.runs import PER_MODEL_SETTINGS, ModelValues, TrainConfig
 from vbnn.regression.studies import (
     WORKER,
     requeue_unfinished,
@@ -49,7 +50,6 @@ from vbnn.regression.studies import (
     spent_budget,
     used_budget,
 )
-from vbnn.training.full_batch import NonFiniteLossError
 
 
 class TuneProtocol(str, Enum):

@@ -37,7 +37,7 @@ from typing import Any
 
 import pandas as pd
 
-from vbnn.core.runs import SplitResult
+from vbnn.core.contracts import SplitResult
 from vbnn.stores.keys import first_difference, identity, plain
 
 # Execution settings, not part of what a run is: chunking never changes a number; compiling

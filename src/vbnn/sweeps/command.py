@@ -20,8 +20,8 @@ from pathlib import Path
 
 import optuna
 
-from vbnn.core.runs import TrainConfig
 from vbnn.data.uci import RegressionDataset, load_uci
+from vbnn.regression.runs import TrainConfig
 from vbnn.regression.studies import RUNNING, requeue_unfinished, used_budget
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, config_hash

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vbnn.core.runs import SplitResult
+from vbnn.core.contracts import SplitResult
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.sweeps.contracts import Executor, ExecutorSettings, Unit
 from vbnn.sweeps.executors import drive, run_sweep

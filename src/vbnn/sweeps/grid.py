@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vbnn.core.runs import TrainConfig
 from vbnn.data.splits import parse_splits
 from vbnn.data.uci import DATASETS
 from vbnn.layers.registry import FAMILIES
 from vbnn.regression.methods import method_config, method_fields, method_names
+from vbnn.regression.runs import TrainConfig
 from vbnn.stores.results_db import LEFT_OUT_OF_HASH
 
 GRID_KEYS = {

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 
 import optuna
 
-from vbnn.core.runs import TrainConfig
 from vbnn.data.uci import RegressionDataset
+from vbnn.regression.runs import TrainConfig
 from vbnn.regression.studies import (
     FINISHED,
     RUNNING,

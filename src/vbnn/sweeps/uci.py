@@ -27,7 +27,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from vbnn.core.runs import SplitResult, TrainConfig
+from vbnn.core.contracts import SplitResult
 from vbnn.data import load_uci
 from vbnn.data.splits import group_by_size
 from vbnn.data.uci import RegressionDataset
@@ -39,6 +39,7 @@ from vbnn.regression.engine import (
     stack_chunks,
 )
 from vbnn.regression.methods import add_runtime_arguments, method_config, method_fields
+from vbnn.regression.runs import TrainConfig
 from vbnn.regression.studies import used_budget
 from vbnn.regression.tuning import TuningConfig, hidden_label, study_name
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage

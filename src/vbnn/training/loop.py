@@ -13,7 +13,8 @@ noise, so the loop owns no data. ``train_loop`` then, for iteration = 1 .. itera
 Every trainer of the package is this loop with its own objective and optimizer: the epoch loop
 ``vbnn.train`` (``training.trainer``: any network and data; the classifier, compare's folds,
 SGLD (``regression.sgld``, whose optimizer is the Langevin update ``LangevinDynamics``) and the
-experiments train through it) and full-batch UCI training of a stack (``full_batch.fit``, Adam).
+experiments train through it) and full-batch UCI training of a stack
+(``regression.full_batch.fit``, Adam).
 """
 
 from __future__ import annotations

@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from vbnn.core.runs import VIConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
 from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS, diagnose_saved
 from vbnn.diagnostics.trajectories import TrajectoryLogger, plot_trajectories, rebound
 from vbnn.plots import pyplot, save_figure
 from vbnn.regression.engine import train_stack
+from vbnn.regression.runs import VIConfig
 from vbnn.regression.saved_models import load_model, save_model
 from vbnn.stores.markdown import markdown_table
 from vbnn_lab.overpruning.prior_network import (

@@ -21,12 +21,12 @@ import torch
 
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import VIConfig
 from vbnn.diagnostics.pruning import count_pruned, diagnose_units
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
+from vbnn.regression.full_batch import Problem, fit
+from vbnn.regression.runs import VIConfig
 from vbnn.regression.stack import build_stack
-from vbnn.training.full_batch import Problem, fit
 from vbnn.training.likelihoods import GaussianLikelihood
 
 SIZES = (5, 25, 100)

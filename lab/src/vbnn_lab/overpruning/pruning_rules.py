@@ -28,13 +28,13 @@ import pandas as pd
 import torch
 
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import VIConfig
 from vbnn.data import load_uci
 from vbnn.data.splits import stack_splits
 from vbnn.diagnostics.pruning import KL_THRESHOLD, UnitDiagnostics, diagnose_units, pruned_units
 from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS
 from vbnn.regression.engine import train_stack
 from vbnn.regression.presets import preset
+from vbnn.regression.runs import VIConfig
 from vbnn.stores.markdown import markdown_table
 
 OUTPUT_TOLERANCE = 0.1  # |E v| + 2 std v below it: "confidently around zero"

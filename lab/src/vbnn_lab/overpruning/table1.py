@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vbnn.core.runs import RunResult
 from vbnn.data.paths import published_path
 from vbnn.plots import pyplot, save_figure
 from vbnn.regression.report import mean_and_standard_error
+from vbnn.regression.runs import RunResult
 from vbnn.stores.markdown import markdown_table
 
 DATASETS = ("boston", "concrete", "energy", "power", "wine", "yacht")

@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vbnn.core.runs import RunResult
 from vbnn.data.splits import parse_splits
+from vbnn.regression.runs import RunResult
 from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.driver import Runs, train_missing

@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from vbnn.core.runs import TrainConfig, VIConfig
 from vbnn.diagnostics.layer_pruning import count_pruned_per_layer
 from vbnn.plots import pyplot, save_figure
 from vbnn.regression.engine import TrainedStack
 from vbnn.regression.report import mean_and_standard_error
+from vbnn.regression.runs import TrainConfig, VIConfig
 from vbnn.stores.markdown import markdown_table
 
 COMPARED = ("fc", "gd")  # MF's gap is measured to these

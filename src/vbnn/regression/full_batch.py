@@ -17,11 +17,11 @@ from torch import nn
 
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators, NoiseSource, NoiseTape
-from vbnn.core.runs import AdamConfig, ModelValues
 from vbnn.core.runtime import one_core_for_noise
 from vbnn.layers.modes import variational_layers
 from vbnn.networks.mlp import MLP
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.regression.runs import AdamConfig, ModelValues
 from vbnn.training.likelihoods import GaussianLikelihood, inputs_checked
 from vbnn.training.loop import NonFiniteLossError, StepCallback, train_loop
 from vbnn.training.optimizer import learning_rate_groups

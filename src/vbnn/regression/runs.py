@@ -1,5 +1,6 @@
 """Settings and results of one UCI-engine run: one frozen config per algorithm (the shared fields
-in a base), the results of its splits.
+in a base), the results of its splits (``RunResult``; one split's, ``SplitResult``, is a record of
+``core.contracts``, which the stores keep without importing the configs).
 
 A method is an algorithm with a family: ES, MAP and SGLD fit point weights; VI fits any family of
 ``vbnn.layers.FAMILIES``. The method names of Trippe & Turner 2017 (Table 1) are spellings of
@@ -28,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from vbnn.core.contracts import Activation, ParameterRole
+from vbnn.core.contracts import Activation, ParameterRole, SplitResult
 from vbnn.core.defaults import EARLY_STOPPING_ITERATIONS, INIT_STD, PRIOR_STD, UCI_ITERATIONS
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.registry import family as family_spec
@@ -377,7 +378,7 @@ class VIConfig(AdamConfig):
             vd-weight, dropout) take only the default (another is an error when the stack is built).
         correlation_learning_rate: Adam rate of the parameters that hold correlations between
             weights (FC's off-diagonal Cholesky entries, the low-rank factor; None: the
-            ``learning_rate``, the paper's setting; see ``training.full_batch.parameter_groups``).
+            ``learning_rate``, the paper's setting; see ``regression.full_batch.parameter_groups``).
         kl_weight: multiplies the KL term of the ELBO (1 is the true ELBO).
         train_samples: Monte-Carlo samples of the expected log-likelihood per step.
         test_samples: K, predictive samples in the test log-likelihood.
@@ -510,17 +511,6 @@ def config_from_dict(values: dict[str, Any]) -> TrainConfig:
         if name in values:
             values[name] = tuple(values[name])
     return cls(**values)
-
-
-@dataclass(frozen=True)
-class SplitResult:
-    """Metrics of one split, in the target's original units."""
-
-    split: int
-    test_log_likelihood: float
-    test_rmse: float
-    train_seconds: float
-    stopped_iteration: int | None = None  # ES: the iteration whose weights were kept
 
 
 @dataclass(frozen=True)
