@@ -78,7 +78,8 @@ class VariationalOnlineNewton(torch.optim.Optimizer):
         learning_rate: alpha.
         ess: lambda.
         hess_init: h0 (every sigma is reset to ``initial_std`` on construction).
-        beta1, beta2: the averaging factors of g and h.
+        beta1: the averaging factor of g.
+        beta2: the averaging factor of h.
         clip_radius: r (inf: no clipping).
         point_learning_rate: Adam's step size for ``points``.
     """
