@@ -24,6 +24,7 @@ from vbnn.comparison.folds import Task, infer_task, splits_from_column
 from vbnn.comparison.run import compare
 from vbnn.data.table import read_table
 from vbnn.plots import pyplot
+from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import settings_from
 
 NPZ_KEYS = ("x", "y", "x_test", "y_test", "x_ood")
@@ -159,7 +160,7 @@ def _report(args: argparse.Namespace, result: Any, database: Path, how: str, sta
         print(result.table.to_string())
     print(f"verdict (test log-likelihood, paired over {result.over}): {result.verdict}")
     figure = result.plot(args.out / "compare.png")
-    (args.out / "compare.md").write_text(result.to_markdown())
+    write_atomic(args.out / "compare.md", result.to_markdown())
     print(
         f"figure: {args.out / 'compare.png'}; table: {args.out / 'compare.md'}; results: {database}"
     )

@@ -99,10 +99,10 @@ def diagnose_saved(
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        counts.to_csv(out / "pruning_counts.csv", index=False)
+        write_atomic(out / "pruning_counts.csv", counts.to_csv(index=False))
         written.append(out / "pruning_counts.csv")
         for split, table in tables.items():
-            table.to_csv(out / f"units_split_{split}.csv")
+            write_atomic(out / f"units_split_{split}.csv", table.to_csv())
             written.append(out / f"units_split_{split}.csv")
         name = f"{saved.config.method.upper()} on {data_name}, model {saved.keys[0]}"
         count = f"{int(pruned[0])} of {units} units pruned"

@@ -10,10 +10,15 @@ new field with a default keeps every stored key) as sorted JSON, with the versio
 scheme (``KEY_VERSION``). A unit found by its key whose stored settings disagree with today's on a
 field both have (a default that changed its value) is an error naming the file and the field; a
 unit stored under another key version, or the same settings stored under another key, is refused
-with a message naming the file. Every file is written by ``atomic.write_atomic`` and the JSON goes
-last, so a unit exists only when complete: a killed run loses the unit in flight and nothing else,
-and re-running the same command skips every stored unit. (UCI runs resume through the results
-database instead, where they sit beside the Optuna studies that tuned them.)
+with a message naming the file. Every file is written by ``atomic.write_atomic`` and the JSON record
+is the one that counts: the arrays go first to ``.<key>.npz.pending``, then the record (holding
+the arrays' SHA-256), then the pending file replaces ``<key>.npz``. A kill before the record keeps
+the previous unit (or none) whole, the pending file being ignored; a kill after it leaves a pending
+file that matches the record, which the next read puts in place. So a unit exists only when
+complete, a unit written again (a chain in flight) is the old one or the new one, a killed run loses
+the unit in flight and nothing else, and re-running the same command skips every stored unit. One
+process writes a unit at a time (``claim``). (UCI runs resume through the results database
+instead, where they sit beside the Optuna studies that tuned them.)
 
 Processes on one machine can share a directory's units: ``claim`` marks a unit as being computed
 (``<key>.claim`` holds the host and process id), so that another process computes a different
@@ -21,6 +26,7 @@ one instead of the same one twice; a claim whose process has ended is taken over
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -64,20 +70,40 @@ def _as_json(value: Any) -> Any:
 
 def save(directory: Path, settings: Any, arrays: Arrays | None, info: dict[str, Any]) -> Path:
     """Store ``info`` (and ``arrays``, if any) under the key of ``settings``; returns the JSON."""
-    key = settings_key(settings)
+    directory, key = Path(directory), settings_key(settings)
+    record = {
+        "settings": plain(settings), "identity": identity(settings), "info": info,
+        "arrays": arrays is not None, "key_version": KEY_VERSION,
+    }  # fmt: skip
     if arrays is not None:
 
         def write_arrays(path: Path) -> None:
             with path.open("wb") as handle:
                 np.savez_compressed(handle, **arrays)
 
-        write_atomic(Path(directory) / f"{key}.npz", write_arrays)
-    record = {
-        "settings": plain(settings), "identity": identity(settings), "info": info,
-        "arrays": arrays is not None, "key_version": KEY_VERSION,
-    }  # fmt: skip
+        record["arrays_sha256"] = _sha256(write_atomic(_pending(directory, key), write_arrays))
     text = json.dumps(record, indent=2, sort_keys=True, default=str)
-    return write_atomic(Path(directory) / f"{key}.json", text)  # last: the unit is complete
+    path = write_atomic(directory / f"{key}.json", text)  # the unit is complete from here on
+    if arrays is not None:
+        _put_pending_in_place(directory, key)
+    return path
+
+
+def _pending(directory: Path, key: str) -> Path:
+    """Where ``save`` writes a unit's arrays before its record (module docstring)."""
+    return directory / f".{key}.npz.pending"
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _put_pending_in_place(directory: Path, key: str) -> None:
+    """Move the pending arrays of ``key`` to ``<key>.npz`` (gone already is fine: a reader
+    finishing a killed ``save`` moved them)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(_pending(directory, key), directory / f"{key}.npz")
 
 
 def load(directory: Path, settings: Any) -> tuple[Arrays | None, dict[str, Any]] | None:
@@ -133,6 +159,10 @@ def _record(directory: Path, settings: Any) -> tuple[Path, dict[str, Any]] | Non
             )
         return None
     record = json.loads(record_path.read_text())
+    pending = _pending(Path(directory), key)
+    killed_after_record = "arrays_sha256" in record and pending.is_file()
+    if killed_after_record and _sha256(pending) == record["arrays_sha256"]:
+        _put_pending_in_place(Path(directory), key)
     field = first_difference(record.get("settings"), today)
     if field is not None:
         raise ChangedDefaultError(
@@ -182,6 +212,7 @@ def remove(directory: Path, settings: Any) -> None:
     key = settings_key(settings)
     for suffix in (".json", ".npz"):
         (Path(directory) / f"{key}{suffix}").unlink(missing_ok=True)
+    _pending(Path(directory), key).unlink(missing_ok=True)
 
 
 def claimed(directory: Path, settings: Any) -> bool:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from vbnn.core.contracts import Activation
 from vbnn.data.splits import parse_splits
+from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import add_executor_arguments, settings_from
 from vbnn_lab.depth.analysis import add_analysis_arguments, chosen_mode, run_analysis
 from vbnn_lab.depth.models import PretrainConfig
@@ -359,7 +360,7 @@ def run(args: argparse.Namespace) -> None:
     )
     records = run_units(units, out, settings_from(args), criterion)
     table = aggregate(records, criterion)
-    table.to_csv(out / "depth_gap.csv", index=False)
+    write_atomic(out / "depth_gap.csv", table.to_csv(index=False))
     plot_depth_gap(table, out / "depth_gap.png", args.quick)
     fashion = None if args.no_fashion or args.stored_only else run_fashion(out, args)
     results = {

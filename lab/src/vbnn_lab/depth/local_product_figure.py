@@ -21,6 +21,7 @@ import numpy as np
 from vbnn.core.contracts import Activation
 from vbnn.data.mnist import ImageDataset
 from vbnn.plots import pyplot, save_figure
+from vbnn.stores.atomic import write_atomic
 from vbnn_lab.depth.fashion_product import (
     FashionProductConfig,
     flat_images,
@@ -82,5 +83,5 @@ def run_local_product_figure(
         }
     figure.colorbar(shown, ax=list(axes))
     save_figure(figure, out / "fashion_local_product.png", dpi=120)
-    (out / "fashion_local_product.json").write_text(json.dumps(record, indent=2))
+    write_atomic(out / "fashion_local_product.json", json.dumps(record, indent=2))
     return record

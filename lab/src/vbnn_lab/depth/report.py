@@ -106,7 +106,7 @@ def run_product_figure(out: Path, samples: int, seed: int) -> list[dict[str, Any
     )
     figure.tight_layout()
     save_figure(figure, out / "product_covariance.png", dpi=120)
-    pd.DataFrame(rows).to_csv(out / "product_support.csv", index=False)
+    write_atomic(out / "product_support.csv", pd.DataFrame(rows).to_csv(index=False))
     return rows
 
 
@@ -149,7 +149,7 @@ def run_units(
         bar.update()
     bar.close()
     flat = trusted_units(records, criterion or ConvergenceCriterion())
-    flat.to_csv(out / "depth_units.csv", index=False)
+    write_atomic(out / "depth_units.csv", flat.to_csv(index=False))
     return records
 
 
@@ -359,7 +359,7 @@ def run_fashion(out: Path, args: argparse.Namespace) -> dict[str, Any]:
             np.median(np.abs(covariance / scale)[off_diagonal])
         ),
     }
-    (out / "fashion_product.json").write_text(json.dumps(record, indent=2))
+    write_atomic(out / "fashion_product.json", json.dumps(record, indent=2))
     record["local_product"] = run_local_product_figure(out, config, args.data_dir)
     return record
 

@@ -26,6 +26,7 @@ import pandas as pd
 
 from vbnn.plots import pyplot, save_figure
 from vbnn.references.chain_diagnostics import ConvergenceCriterion
+from vbnn.stores.atomic import write_atomic
 from vbnn_lab.depth.report import trusted_units
 
 COLUMNS = {
@@ -192,7 +193,7 @@ def run_status(runs: list[Path], out: Path, best: bool = False) -> pd.DataFrame:
     returns the table of every unit."""
     table = status(runs)
     out.mkdir(parents=True, exist_ok=True)
-    table[CSV].to_csv(out / "status.csv", index=False, float_format="%.6g")
+    write_atomic(out / "status.csv", table[CSV].to_csv(index=False, float_format="%.6g"))
     chosen = best_units(table)
     plot_limits(chosen, out / "status.png")
     print(markdown(chosen if best else table))

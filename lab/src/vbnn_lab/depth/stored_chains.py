@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from vbnn.references.jax_nuts import ChainsConfig
+from vbnn.stores.atomic import write_atomic
 from vbnn_lab.depth.models import PretrainConfig
 from vbnn_lab.depth.units import UnitSettings
 
@@ -54,7 +55,7 @@ def write_table(table: pd.DataFrame, path: Path, float_format: str | None = None
         table = pd.concat([kept, table], ignore_index=True)
         order = [c for c in UNIT_KEY if c in table.columns]
         table = table.sort_values(order, kind="stable", ignore_index=True)
-    table.to_csv(path, index=False, float_format=float_format)
+    write_atomic(path, table.to_csv(index=False, float_format=float_format))
     return table
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from vbnn.stores.atomic import write_atomic
 from vbnn.stores.markdown import markdown_table
 from vbnn_lab.overpruning.table1 import METHODS
 
@@ -99,7 +100,7 @@ def write_extension_table(
     published = load_published_extension(published_path)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    ours.to_csv(out / "table1_extension.csv", index=False)
+    write_atomic(out / "table1_extension.csv", ours.to_csv(index=False))
     lines = [
         "# Table 1 extended to kin8nm, naval and protein (beyond the paper)",
         "",
@@ -116,5 +117,5 @@ def write_extension_table(
         *[f"\n{note}" for note in notes],
         "",
     ]
-    (out / "table1_extension.md").write_text("\n".join(lines))
+    write_atomic(out / "table1_extension.md", "\n".join(lines))
     return [out / "table1_extension.md", out / "table1_extension.csv"]

@@ -26,6 +26,7 @@ from vbnn.plots import pyplot, save_figure
 from vbnn.regression.engine import train_stack
 from vbnn.regression.runs import VIConfig
 from vbnn.regression.saved_models import load_model, save_model
+from vbnn.stores.atomic import write_atomic
 from vbnn.stores.markdown import markdown_table
 from vbnn_lab.overpruning.prior_network import (
     fit_prior_network,
@@ -90,7 +91,7 @@ def figure2_5(
         markdown_table(report.counts),
         "",
     ]
-    (out / "pruning_counts.md").write_text("\n".join(lines))
+    write_atomic(out / "pruning_counts.md", "\n".join(lines))
     return [folder, *report.written, out / "pruning_counts.md"]
 
 
@@ -134,10 +135,11 @@ def figure3(
     figure.tight_layout()
     paths = [out / "figure3.png", out / "figure3_counts.csv"]
     save_figure(figure, paths[0], dpi=110)
-    pd.DataFrame(
+    counts = pd.DataFrame(
         {"N": [f.rows for f in fits], "pruned": [f.pruned for f in fits], "units": 50,
          "iterations": iterations, "seed": seed}
-    ).to_csv(paths[1], index=False)  # fmt: skip
+    )  # fmt: skip
+    write_atomic(paths[1], counts.to_csv(index=False))
     return paths
 
 
@@ -173,13 +175,13 @@ def figure4(
 
     train_stack(config, data, progress, make_callback=make_logger)
     frame = loggers[0].frame()
-    frame.to_csv(out / "trajectories.csv", index=False)
+    write_atomic(out / "trajectories.csv", frame.to_csv(index=False))
     rows = [
         {"split": split, "set": column.removesuffix("_nll"), **rebound(frame, column, split)}
         for split in splits
         for column in ("train_nll", "test_nll")
     ]
-    pd.DataFrame(rows).to_csv(out / "rebound.csv", index=False)
+    write_atomic(out / "rebound.csv", pd.DataFrame(rows).to_csv(index=False))
     figure = plot_trajectories(frame, out / "figure4.png", split=splits[0],
                                title=f"Figure 4: MF on boston, {note}")  # fmt: skip
     return [figure, out / "trajectories.csv", out / "rebound.csv"]

@@ -35,6 +35,7 @@ from vbnn.diagnostics.saved import PAPER_PRUNED, PAPER_UNITS
 from vbnn.regression.engine import train_stack
 from vbnn.regression.presets import preset
 from vbnn.regression.runs import VIConfig
+from vbnn.stores.atomic import write_atomic
 from vbnn.stores.markdown import markdown_table
 
 OUTPUT_TOLERANCE = 0.1  # |E v| + 2 std v below it: "confidently around zero"
@@ -114,7 +115,7 @@ def count_rules(
         test = torch.as_tensor(trained.metrics.log_likelihood, dtype=torch.float64)
         fits.append(f"{label}: test LL {test.mean():.3f} +- {test.std() / len(test) ** 0.5:.3f}")
     counts = pd.concat(frames, ignore_index=True)[["prior", "split", "rule", "count"]]
-    counts.to_csv(out / "pruning_rules.csv", index=False)
+    write_atomic(out / "pruning_rules.csv", counts.to_csv(index=False))
     table = counts.groupby(["rule", "prior"], sort=False)["count"].agg(["mean", "min", "max"])
     wide = table["mean"].unstack("prior").map(lambda v: f"{v:.1f}")
     for prior in priors:
@@ -134,5 +135,5 @@ def count_rules(
         *fits,
         "",
     ]
-    (out / "pruning_rules.md").write_text("\n".join(lines))
+    write_atomic(out / "pruning_rules.md", "\n".join(lines))
     return [out / "pruning_rules.csv", out / "pruning_rules.md"]

@@ -24,6 +24,7 @@ from vbnn.data.paths import published_path
 from vbnn.plots import pyplot, save_figure
 from vbnn.regression.report import mean_and_standard_error
 from vbnn.regression.runs import RunResult
+from vbnn.stores.atomic import write_atomic
 from vbnn.stores.markdown import markdown_table
 
 DATASETS = ("boston", "concrete", "energy", "power", "wine", "yacht")
@@ -221,7 +222,7 @@ def write_table1(
     table = comparison(ours, published)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "table1.csv", index=False)
+    write_atomic(out / "table1.csv", table.to_csv(index=False))
     marks = table["mark"].value_counts()
     lines = [
         "# Table 1: held-out mean log-likelihood (nats), ours beside the paper's",
@@ -236,6 +237,6 @@ def write_table1(
         *[f"\n{note}" for note in notes],
         "",
     ]
-    (out / "table1.md").write_text("\n".join(lines))
+    write_atomic(out / "table1.md", "\n".join(lines))
     figure = plot_figure1(table, out / "figure1.png")
     return [out / "table1.md", out / "table1.csv", figure]

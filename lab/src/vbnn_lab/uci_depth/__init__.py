@@ -34,6 +34,7 @@ from pathlib import Path
 from vbnn.data.splits import parse_splits
 from vbnn.regression.runs import RunResult
 from vbnn.regression.tuning import TuningConfig, tune
+from vbnn.stores.atomic import write_atomic
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.driver import Runs, train_missing
 from vbnn.sweeps.executors import add_executor_arguments, settings_from
@@ -209,6 +210,6 @@ def run(args: argparse.Namespace) -> None:
     written = write_report(records, out, notes)
     seconds = time.perf_counter() - start
     info = {"seconds": round(seconds, 1), "plan": plan.__dict__}
-    (out / "run_info.json").write_text(json.dumps(info, indent=2, default=str))
+    write_atomic(out / "run_info.json", json.dumps(info, indent=2, default=str))
     print((out / "depth_table.md").read_text())
     print(f"wrote {len(written) + 1} files to {out} in {seconds / 60:.1f} min", file=sys.stderr)

@@ -25,6 +25,7 @@ from vbnn.plots import pyplot, save_figure
 from vbnn.regression.engine import TrainedStack
 from vbnn.regression.report import mean_and_standard_error
 from vbnn.regression.runs import TrainConfig, VIConfig
+from vbnn.stores.atomic import write_atomic
 from vbnn.stores.markdown import markdown_table
 
 COMPARED = ("fc", "gd")  # MF's gap is measured to these
@@ -148,8 +149,8 @@ def write_report(records: list[Mapping[str, Any]], out: Path, notes: Iterable[st
     """``depth_table.md``, ``depth_table.csv``, ``depth_gaps.csv`` and ``depth_figure.png``."""
     summary = summary_frame(records)
     gaps = gap_frame(records)
-    summary.to_csv(out / "depth_table.csv", index=False)
-    gaps.to_csv(out / "depth_gaps.csv", index=False)
+    write_atomic(out / "depth_table.csv", summary.to_csv(index=False))
+    write_atomic(out / "depth_gaps.csv", gaps.to_csv(index=False))
     cells = [f"{m:.2f} +- {s:.2f}" for m, s in zip(summary["mean"], summary["sem"], strict=True)]
     wide = summary.assign(cell=cells)
     table = wide.pivot(index=["dataset", "method"], columns="depth", values="cell")
@@ -182,6 +183,6 @@ def write_report(records: list[Mapping[str, Any]], out: Path, notes: Iterable[st
         *[f"\n{note}" for note in notes],
         "",
     ]
-    (out / "depth_table.md").write_text("\n".join(lines))
+    write_atomic(out / "depth_table.md", "\n".join(lines))
     figure = plot_depth(summary, out / "depth_figure.png")
     return [out / "depth_table.md", out / "depth_table.csv", out / "depth_gaps.csv", figure]
