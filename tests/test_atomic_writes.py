@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 import vbnn
+from vbnn.core.contracts import SplitResult
 from vbnn.core.randomness import ModelGenerators
-from vbnn.core.runs import SplitResult
 from vbnn.regression.methods import method_config
 from vbnn.stores import unit_store
 from vbnn.stores.atomic import atomic_path, write_atomic
