@@ -34,9 +34,12 @@ from vbnn.training.checkpoint import ResumableRun, save_checkpoint
 
 # A fork of a process that has run torch's threads warns on Python 3.12+; the children here only
 # pickle, zip and write (module docstring).
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:This process .* is multi-threaded:DeprecationWarning"
-)
+# JAX, imported by an earlier test in the same pytest worker, warns on every fork too
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 
 def pause(marker: Path) -> None:

@@ -64,7 +64,7 @@ def cluster() -> Iterator[str]:
     """
     for attempt in range(3):
         try:
-            ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+            ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
             break
         except Exception as error:  # Ray raises a bare Exception for this timeout
             ray.shutdown()

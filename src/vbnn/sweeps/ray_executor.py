@@ -41,8 +41,10 @@ class RayExecutor:
         self.owns_connection = not ray.is_initialized()
         if self.owns_connection:
             private = settings.address is None
+            # "local": a new private instance, even when a cluster started on this machine
+            # (``ray start``, a test cluster) is still registered, which ``None`` would join
             ray.init(
-                address=settings.address,
+                address="local" if private else settings.address,
                 num_cpus=settings.num_cpus if private else None,
                 include_dashboard=False if private else None,
                 logging_level=logging.WARNING,
