@@ -54,7 +54,7 @@ Training length and step:
   ``vbnn compare``'s example (2,700 Fashion-MNIST images, 300 held out; median of 3 seeds) h0 =
   0.1 scored a validation NLL of 2.272 after 5 epochs (accuracy 0.13: the weight noise drowns
   the signal) and 0.762 after 20; h0 = 1.0 scored 1.122 and 0.627, h0 = 0.3 1.542 and 0.661,
-  h0 = 3.0 1.045 and 0.621 (``benchmarks/ivon_hess_init.py``). 1.0 is within the seeds' spread
+  h0 = 3.0 1.045 and 0.618 (``benchmarks/ivon_hess_init.py``). 1.0 is within the seeds' spread
   of 3.0 and keeps the wider posterior.
 - ``PATIENCE`` = 3, ``VALIDATION_FRACTION`` = 0.1: ``vbnn compare`` on a network stops its
   maximum-likelihood entries (``point``, the deep ensemble's members, ``laplace``'s network)
