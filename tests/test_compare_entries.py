@@ -116,10 +116,14 @@ def test_ivon_entries_train_mean_field_posteriors_by_ivon(monkeypatch) -> None:
     single = train_entry(NetworkSource(mlp), run("ivon"), 0, data, test[0], None, False)
     ensemble = train_entry(NetworkSource(mlp), run("ivon-ensemble", ensemble_size=3), 0, data,
                            test[0], None, False)  # fmt: skip
-    assert calls == ["ivon"] * 4
+    assert calls == [vbnn.IVON()] * 4
     assert single.test.shape == (6, 40, 3) and ensemble.test.shape == (18, 40, 3)
     torch.testing.assert_close(ensemble.test[:6], single.test, rtol=0, atol=0)  # member 0
     assert not torch.allclose(single.test[0], single.test[1])  # weight samples of q
+    slower = vbnn.IVON(learning_rate=0.01)
+    other = train_entry(NetworkSource(mlp), run("ivon", ivon=slower), 0, data, test[0], None,
+                        False)  # fmt: skip
+    assert calls[-1] == slower and not torch.allclose(other.test, single.test)
 
 
 def test_validation_split_is_a_seeded_partition() -> None:

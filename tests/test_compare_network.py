@@ -170,6 +170,21 @@ def test_an_identical_second_call_trains_nothing(tmp_path: Path, trainings) -> N
     assert len(trainings) == 12
 
 
+def test_other_ivon_settings_retrain_only_the_ivon_entries(tmp_path: Path, trainings) -> None:
+    data, test = images(60, 0), images(20, 1)
+    arguments = {"test": test, "families": ["ivon", "point"], "database": tmp_path / "c.sqlite",
+                 **FAST}  # fmt: skip
+    first = vbnn.compare(small_cnn, data, **arguments)
+    assert len(trainings) == 2
+    slower = vbnn.compare(small_cnn, data, ivon=vbnn.IVON(learning_rate=0.01), **arguments)
+    assert len(trainings) == 3  # ivon alone: the point network's run is read back
+    before = first.folds.set_index("family")["log_likelihood"]
+    after = slower.folds.set_index("family")["log_likelihood"]
+    assert before["point"] == after["point"] and before["ivon"] != after["ivon"]
+    with pytest.raises(ValueError, match="ivon"):
+        vbnn.compare(small_cnn, data, ivon={"learning_rate": 0.01}, **arguments)
+
+
 def test_bad_input_fails_before_training(trainings) -> None:
     data, test = images(40, 0), images(10, 1)
     with pytest.raises(ValueError, match=r"families\[1\]='deep': unknown; choose from \[.*'mf'"):

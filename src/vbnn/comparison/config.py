@@ -11,7 +11,7 @@ only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vbnn.comparison.folds import Task
 from vbnn.core.defaults import (
@@ -24,6 +24,7 @@ from vbnn.core.defaults import (
     VALIDATION_FRACTION,
 )
 from vbnn.layers.registry import FAMILIES
+from vbnn.training.natural_gradient import IVON
 
 REGRESSION_ONLY = ("es", "map", "sgld")
 DEFAULT_FAMILIES = {
@@ -130,6 +131,9 @@ class NetworkConfig:
             (regression).
         seed: seeds every initial network, minibatch order, training noise and predictive
             sample (per replicate and member, ``core.randomness.derive_seed``).
+        ivon: the settings of ``ivon`` and ``ivon-ensemble`` (``vbnn.IVON``, at its defaults
+            from ``vbnn.core.defaults``); ``learning_rate`` above stays Adam's, which IVON's
+            ``point_learning_rate`` None gives the parameters outside the Gaussian layers.
     """
 
     epochs: int = EPOCHS
@@ -143,6 +147,7 @@ class NetworkConfig:
     device: str | None = None
     level: float = 0.95
     seed: int = 0
+    ivon: IVON = field(default_factory=IVON)
 
     def __post_init__(self) -> None:
         checks = {
@@ -155,6 +160,7 @@ class NetworkConfig:
             "validation_fraction": 0 < self.validation_fraction < 1,
             "level": 0 < self.level < 1,
             "seed": self.seed >= 0,
+            "ivon": isinstance(self.ivon, IVON),
         }
         for name, ok in checks.items():
             if not ok:

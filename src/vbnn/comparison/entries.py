@@ -53,6 +53,7 @@ from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.layers.registry import FAMILIES
 from vbnn.networks.conversion import convert
 from vbnn.networks.predictive import sample
+from vbnn.training.natural_gradient import IVON
 from vbnn.training.trainer import train
 
 DROPOUT = (
@@ -199,7 +200,9 @@ class EntryRun:
     """One entry's settings, stored with its results (``method`` is the entry's name).
 
     ``patience`` None: no early stopping (every example trains); ``device`` None: the network's
-    own device."""
+    own device; ``ivon``: the IVON settings of an entry IVON trains (None: ``vbnn.IVON()``; the
+    network form stores them with its runs, so a run of other IVON values is never read back as
+    today's)."""
 
     method: str
     epochs: int
@@ -212,6 +215,7 @@ class EntryRun:
     validation_fraction: float = VALIDATION_FRACTION
     standardize: bool = True
     device: str | None = None
+    ivon: IVON | None = None
 
 
 @dataclass(frozen=True)
@@ -351,7 +355,7 @@ def train_entry(
             device=device,
             seed=derive_seed(seed, 0, "train"),
             progress=False,
-            optimizer=kind.optimizer,
+            optimizer=(run.ivon or IVON()) if kind.optimizer == "ivon" else kind.optimizer,
         )
         seconds += result.seconds
         noise_std = torch.ones(1, 1, dtype=torch.float64)  # a classifier's: unused

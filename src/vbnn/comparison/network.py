@@ -288,10 +288,14 @@ def prepare(
             validation_fraction=config.validation_fraction,
             standardize=config.standardize,
             device=config.device,
+            ivon=config.ivon if entry_kind(n).optimizer == "ivon" else None,
         )
         for n in names
     }
-    settings = repr({"network": network_key(initial), **asdict(config)})
+    # IVON's settings key the runs of the entries it trains (EntryRun.ivon), not the data: other
+    # IVON values leave every other entry's stored runs in place
+    shared = {k: v for k, v in asdict(config).items() if k != "ivon"}
+    settings = repr({"network": network_key(initial), **shared})
     arrays = [x.numpy(), y.numpy()]
     if test_pair is not None:
         arrays += [test_pair[0].numpy(), test_pair[1].numpy()]

@@ -172,7 +172,8 @@ def compare(
             ``iterations``, ``epochs``, ``hidden``, ...); a network's ``NetworkConfig`` fields
             (``epochs``, ``batch_size``, ``learning_rate``, ``test_samples``,
             ``ensemble_size``, ``patience``, ``validation_fraction``, ``standardize``,
-            ``device``, ``level``, ``seed``).
+            ``device``, ``level``, ``seed``, ``ivon``: a ``vbnn.IVON`` for the ``ivon``
+            entries).
 
     Raises:
         ValueError: bad data (the table's errors name file, line and column; a network's data
