@@ -1,7 +1,8 @@
 """IVON's initial Hessian h0 chosen on validation images: the CNN of ``examples/compare_cnn.py``.
 
 ``vbnn compare``'s CNN case (3,000 Fashion-MNIST training images, seeded as in the example),
-trained by ``vbnn.IVON`` on the first 2,700 and scored on the other 300, never on test images:
+trained by ``vbnn.IVON`` (alpha 0.1, the default when it ran; ``ivon_step_size.py`` then chose
+0.3) on the first 2,700 and scored on the other 300, never on test images:
 validation NLL and accuracy of the predictive probabilities averaged over 16 weight draws, and
 the median posterior std after training, per (h0, epochs, seed). With beta2 = 0.99999 the
 Hessian estimate barely moves in a few hundred steps, so every std stays near
@@ -74,7 +75,8 @@ def main() -> None:
                 torch.manual_seed(seed)
                 network = vbnn.convert(module.small_cnn(), "mf")
                 vbnn.train(network, (x[:FIT], y[:FIT]), epochs=epochs, seed=seed,
-                           optimizer=vbnn.IVON(hess_init=hess_init), progress=False)  # fmt: skip
+                           optimizer=vbnn.IVON(learning_rate=0.1, hess_init=hess_init),
+                           progress=False)  # fmt: skip
                 nll, accuracy = score(network, x[FIT:], y[FIT:])
                 layers = [m for m in network.modules() if isinstance(m, VariationalLayer)]
                 tensors = [t for layer in layers for t in layer.gaussian_weights()]

@@ -300,10 +300,10 @@ class IvonOptNetwork(nn.Module):
 
 def optimizer(arm: Arm, model: nn.Module, protocol: Protocol) -> torch.optim.Optimizer:
     """Adam (lr ``protocol.learning_rate``), or the natural-gradient arms' IVON at Shen et al.
-    2024's defaults (lr 0.1, ess = N, prior N(0, 1): weight decay 1 / N, h0 0.1; vbnn's default
-    h0 is now 1.0, chosen on validation images after these arms were measured)."""
+    2024's defaults (lr 0.1, ess = N, prior N(0, 1): weight decay 1 / N, h0 0.1; vbnn's defaults
+    are now lr 0.3 and h0 1.0, chosen on validation images after these arms were measured)."""
     if arm is Arm.VBNN_IVON:
-        return vbnn.IVON(hess_init=0.1).build(
+        return vbnn.IVON(learning_rate=0.1, hess_init=0.1).build(
             model,
             nn.Module(),
             learning_rate=protocol.learning_rate,

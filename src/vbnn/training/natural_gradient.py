@@ -167,10 +167,10 @@ class VariationalOnlineNewton(torch.optim.Optimizer):
 class IVON:
     """``vbnn.train(..., optimizer=IVON(...))``: the settings of ``VariationalOnlineNewton``.
 
-    Defaults are Shen et al. 2024's and ivon-opt's, with ivon-opt's ``hess_init`` 1.0, so
-    sigma_0 = 1 / sqrt(N (1 + delta)) (0.01 on 10,000 examples), chosen on validation images
-    over the paper's image-classification value 0.1 (``core.defaults``: ``IVON_LEARNING_RATE``,
-    ``IVON_HESS_INIT``, with the numbers).
+    Defaults are Shen et al. 2024's and ivon-opt's, except alpha = 0.3 and ivon-opt's
+    ``hess_init`` 1.0 (sigma_0 = 1 / sqrt(N (1 + delta)), 0.01 on 10,000 examples), both chosen
+    on validation images of ``vbnn compare``'s networks (``core.defaults``:
+    ``IVON_LEARNING_RATE``, ``IVON_HESS_INIT``, with the numbers).
 
     Attributes:
         learning_rate: alpha, the step of the means (ivon-opt's ``lr``: Shen et al. use 0.1 to

@@ -1,0 +1,113 @@
+"""IVON's step size alpha (and h0 beside it) chosen on validation images of ``vbnn compare``'s
+three networks, never on test images.
+
+The cases of ``compare_networks.py`` (the CNN of ``examples/compare_cnn.py`` at 5 and 20
+epochs and the residual CNN on Fashion-MNIST, the MLP 784-400-400-10 on MNIST), each on the same
+seeded 3,000 training images as there: ``vbnn.IVON`` trains a mean-field copy on the first 2,700
+and the other 300 score it (validation NLL and accuracy of the mean of 16 weight draws'
+probabilities; ``ivon_hess_init.score``). One run per (case, alpha, h0, seed).
+
+At h close to h0 IVON's step of the means is alpha (h0 + delta) / (h + delta) times the averaged
+gradient, about alpha g: SGD with an averaged (not summed) momentum, i.e. plain SGD with momentum
+at alpha (1 - beta1). Shen et al. 2024 chose alpha in 0.1 to 0.5 for runs of 100 and more epochs;
+``vbnn compare`` trains 5 to 20 epochs of 3,000 images, a few hundred steps.
+
+    VBNN_DATA_DIR=../shared/data OMP_NUM_THREADS=1 python benchmarks/ivon_step_size.py \\
+        --out benchmarks/results/ivon_step_size.jsonl
+    python benchmarks/ivon_step_size.py --out benchmarks/results/ivon_step_size.jsonl --report
+
+One JSON line per run is appended to ``--out`` (a re-run skips the runs already there);
+``--report`` prints the medians over seeds per case and setting, and each setting's rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from compare_networks import CASES, subset
+from ivon_hess_init import score
+
+import vbnn
+from vbnn.data.mnist import load_images
+from vbnn.layers.shell import VariationalLayer
+from vbnn.stores.markdown import markdown_table
+
+FIT, VALIDATION = 2700, 300
+
+
+def stored(out: Path) -> list[dict]:
+    """The rows of ``out`` (a torn last line of a killed run is skipped)."""
+    rows = []
+    if out.exists():
+        for line in out.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def run(case: str, learning_rate: float, hess_init: float, seed: int) -> dict:
+    """One IVON run of ``case`` scored on its validation images."""
+    spec = CASES[case]
+    x, y = subset(*load_images(spec.data, "train"), FIT + VALIDATION, 0)
+    torch.manual_seed(seed)
+    network = vbnn.convert(spec.build(), "mf")
+    start = time.perf_counter()
+    vbnn.train(network, (x[:FIT], y[:FIT]), epochs=spec.epochs, seed=seed, progress=False,
+               optimizer=vbnn.IVON(learning_rate=learning_rate, hess_init=hess_init))  # fmt: skip
+    seconds = time.perf_counter() - start
+    nll, accuracy = score(network, x[FIT:], y[FIT:])
+    layers = [m for m in network.modules() if isinstance(m, VariationalLayer)]
+    stds = torch.cat([t.std().detach().flatten() for layer in layers
+                      for t in layer.gaussian_weights()])  # fmt: skip
+    return {"case": case, "learning_rate": learning_rate, "hess_init": hess_init, "seed": seed,
+            "validation_nll": nll, "accuracy": accuracy, "seconds": seconds,
+            "median_std": float(np.median(stds.numpy()))}  # fmt: skip
+
+
+def report(rows: list[dict]) -> str:
+    """Medians over seeds per (case, alpha, h0), and each setting's mean rank over the cases."""
+    frame = pd.DataFrame(rows)
+    keys = ["case", "learning_rate", "hess_init"]
+    table = frame.groupby(keys)[["validation_nll", "accuracy", "median_std"]].median()
+    table["seeds"] = frame.groupby(keys).size()
+    wide = table["validation_nll"].unstack("case")
+    ranks = wide.rank().mean(axis=1).rename("mean rank").to_frame()
+    return (markdown_table(table.round(4), index=True) + "\n\nValidation NLL by case:\n\n"
+            + markdown_table(wide.round(4).join(ranks), index=True) + "\n")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("ivon_step_size.jsonl"))
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--learning-rates", type=float, nargs="+", default=[0.1, 0.3, 1.0, 3.0])
+    parser.add_argument("--hess-inits", type=float, nargs="+", default=[1.0, 3.0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--report", action="store_true", help="only print the stored medians")
+    args = parser.parse_args()
+    if not args.report:
+        done = {(r["case"], r["learning_rate"], r["hess_init"], r["seed"])
+                for r in stored(args.out)}  # fmt: skip
+        for seed in args.seeds:
+            for case in args.cases:
+                for learning_rate in args.learning_rates:
+                    for hess_init in args.hess_inits:
+                        if (case, learning_rate, hess_init, seed) in done:
+                            continue
+                        row = run(case, learning_rate, hess_init, seed)
+                        with args.out.open("a") as handle:  # one whole line a run
+                            handle.write(json.dumps(row) + "\n")
+                        print(json.dumps(row), flush=True)
+    print(report(stored(args.out)))
+
+
+if __name__ == "__main__":
+    main()
