@@ -37,7 +37,7 @@ def test_smoke_run_stores_units_and_resumes(benchmark, tmp_path, monkeypatch, ca
             "--threads", "1", "--out", str(tmp_path)]  # fmt: skip
     time_to_quality.main(argv)
     bayesian_torch = time_to_quality.bayesian_torch_version() is not None
-    arms = (5 if bayesian_torch else 3) + 1  # and vbnn-ivon
+    arms = (5 if bayesian_torch else 3) + 2  # and vbnn-ivon, vbnn-ivon-defaults
     arms += time_to_quality.ivon_opt_version() is not None
     if not bayesian_torch:
         assert "pip install --no-deps bayesian-torch==0.5.0" in capsys.readouterr().out
@@ -284,3 +284,9 @@ def test_sequence_arms_draw_per_sequence_or_per_minibatch(benchmark):
         ttq.Arm.PLAIN, ttq.Arm.VBNN_LRT, ttq.Arm.VBNN_WEIGHTS, ttq.Arm.VBNN_CONV_WEIGHTS,
         ttq.Arm.BT_REPARAMETERIZATION, ttq.Arm.BT_FLIPOUT,
     )  # fmt: skip
+    # the arm at vbnn.IVON()'s defaults runs on vbnn-ivon's step time, in vbnn-ivon's timing unit
+    ivon = ttq.Arm.VBNN_IVON_DEFAULTS
+    assert ttq.timing_arms(ttq.Network.MLP, ivon) == ttq.NATURAL_GRADIENT_ARMS
+    assert ivon not in ttq.NATURAL_GRADIENT_ARMS and ivon in ttq.measured_arms(ttq.Network.MLP)
+    optimizer = ttq.optimizer(ivon, ttq.build(ttq.Network.MLP, ivon, 0)[0], ttq.Protocol())
+    assert optimizer.param_groups[0]["lr"] == vbnn.IVON().learning_rate
