@@ -227,3 +227,29 @@ def test_cli_with_a_model_function_and_an_npz(tmp_path: Path, monkeypatch, capsy
     assert f"give the data file as --data {archive} (as vbnn fit does)" in capsys.readouterr().err
     assert main(["compare", "--model", "my_networks:nothing", "--data", str(archive)]) == 2
     assert "has no function 'nothing'" in capsys.readouterr().err
+
+
+def test_cli_ivon_flags_reach_the_ivon_entries(tmp_path: Path, monkeypatch, capsys) -> None:
+    seen = []
+    real = entries.train
+
+    def recorded(network, data, **options):
+        seen.append(options["optimizer"])
+        return real(network, data, **options)
+
+    monkeypatch.setattr(entries, "train", recorded)
+    (tmp_path / "tiny_networks.py").write_text(
+        "from torch import nn\n\n\ndef build():\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, 3))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (x, y), (x_test, y_test) = images(40, 0), images(10, 1)
+    archive = tmp_path / "data.npz"
+    np.savez(archive, x=x.numpy(), y=y.numpy(), x_test=x_test.numpy(), y_test=y_test.numpy())
+    arguments = ["compare", "--model", "tiny_networks:build", "--data", str(archive), "--families",
+                 "ivon", "--epochs", "1", "--test-samples", "2", "--out", str(tmp_path / "out"),
+                 "--no-progress"]  # fmt: skip
+    assert main([*arguments, "--ivon-learning-rate", "0.05", "--ivon-hess-init", "2"]) == 0
+    assert seen == [vbnn.IVON(learning_rate=0.05, hess_init=2.0)]
+    assert main([*arguments, "--ivon-learning-rate", "-1"]) == 2
+    assert "IVON: learning_rate must be > 0, got -1.0" in capsys.readouterr().err

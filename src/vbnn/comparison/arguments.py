@@ -87,6 +87,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=network.patience,
         help="--model: early stopping of point, ensemble, laplace (epochs; 0: none)",
     )
+    parser.add_argument(
+        "--ivon-learning-rate",
+        type=float,
+        default=network.ivon.learning_rate,
+        help="--model: the ivon entries' step size (vbnn.IVON)",
+    )
+    parser.add_argument(
+        "--ivon-hess-init",
+        type=float,
+        default=network.ivon.hess_init,
+        help="--model: the ivon entries' initial Hessian h0 (sets their initial std)",
+    )
     parser.add_argument("--device", default=None, help="--model: where to train (cuda, cpu)")
     parser.add_argument("--hidden", type=int, nargs="*", default=list(defaults.hidden))
     parser.add_argument(

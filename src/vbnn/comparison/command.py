@@ -26,6 +26,7 @@ from vbnn.data.table import read_table
 from vbnn.plots import pyplot
 from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.executors import settings_from
+from vbnn.training.natural_gradient import IVON
 
 NPZ_KEYS = ("x", "y", "x_test", "y_test", "x_ood")
 
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace) -> None:
             ensemble_size=args.ensemble_size,
             patience=args.patience or None,
             device=args.device,
+            ivon=IVON(learning_rate=args.ivon_learning_rate, hess_init=args.ivon_hess_init),
             seed=args.seed,
         )
         _report(args, result, database, "trained by vbnn.train", start)
