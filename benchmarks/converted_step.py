@@ -34,7 +34,9 @@ every variant alike. Reported: the median over rounds of the milliseconds a step
 over rounds of the ratio to ``plain`` measured in the same round. Inputs are random (speed does
 not depend on the pixel values). ``--fused-adam`` gives every variant ``Adam(fused=True)``;
 ``--device cuda`` times with ``torch.cuda.synchronize`` and counts the kernels of a step.
-``mf, ivon`` is mf trained by ``vbnn.IVON`` (no KL term: the prior is its weight decay);
+``mf, ivon`` is mf trained by ``vbnn.IVON`` (no KL term: the prior is its weight decay) and
+``mf weights, ivon`` the same with one weight draw a minibatch on every layer (``training_mode=
+"weights"``, no second product on the dense layers);
 ``ivon-opt (plain network)``, with ivon-opt installed, is the plain network trained by ivon-opt's
 IVON, which samples the weights into it around each forward and backward pass.
 """
@@ -213,6 +215,9 @@ def variants(name: str) -> dict[str, tuple[nn.Module, Callable[[nn.Module], torc
             compiled = torch.compile(vbnn.kl, fullgraph=True)
             out["mf, compiled KL"] = (vbnn.convert(base, family), compiled)
             out["mf, ivon"] = (vbnn.convert(base, family), NATURAL_GRADIENT)
+            # one weight draw a minibatch on every layer: no second product on the dense layers
+            weights = vbnn.convert(base, family, training_mode="weights")
+            out["mf weights, ivon"] = (weights, NATURAL_GRADIENT)
     try:
         import ivon  # noqa: F401  (the peer arm: ivon-opt on the plain network)
 

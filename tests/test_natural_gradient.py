@@ -23,7 +23,7 @@ class FixedNoise:
         self.blocks = deque(blocks)
 
     def randn(self, *shape: int, dtype=torch.float32, device=None) -> torch.Tensor:
-        return self.blocks.popleft().to(dtype).reshape(1, *shape)
+        return self.blocks.popleft().to(dtype).reshape(-1, *shape)  # (models, *shape)
 
     def get_state(self) -> None:
         return None
@@ -182,6 +182,40 @@ def test_the_parameterization_of_the_std_does_not_change_the_steps() -> None:
     for first, second in zip(layers[0].posterior_std(), layers[1].posterior_std(), strict=True):
         torch.testing.assert_close(first, second, rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(layers[0].weight_mean, layers[1].weight_mean, rtol=1e-4, atol=1e-6)
+
+
+def test_each_model_of_a_stack_takes_the_step_it_takes_alone() -> None:
+    """A stack of two models with their own prior stds (so their own delta, a tensor) moves
+    each model as a one-model layer with that prior moves, draw for draw."""
+    x, y = regression(12)
+    settings, stds = IVON(learning_rate=0.2, beta2=0.9), (1.0, 2.0)
+    torch.manual_seed(0)
+    stack = MeanField(3, 1, num_models=2, dtype=torch.float64)
+    prior = vbnn.GaussianPrior(torch.tensor(stds, dtype=torch.float64))
+    optimizer = settings.build(stack, nn.Module(), learning_rate=1e-3, rates={}, prior=prior,
+                               dataset_size=12)  # fmt: skip
+    alone = []
+    for model, std in enumerate(stds):
+        layer = MeanField(3, 1, dtype=torch.float64)
+        with torch.no_grad():
+            layer.weight_mean.copy_(stack.weight_mean[model : model + 1])
+            layer.bias_mean.copy_(stack.bias_mean[model : model + 1])
+        alone.append((layer, build(layer, settings, 12, prior_std=std)))
+    for _ in range(4):
+        eps = torch.randn(2, 4, 1, dtype=torch.float64)  # per model: the weights' and the bias'
+        optimizer.zero_grad()
+        prediction = stack(x.expand(2, -1, -1), mode="weights", noise=FixedNoise([eps]))
+        (0.5 * (prediction - y).square().mean((1, 2)).sum()).backward()  # each model's loss
+        optimizer.step()
+        for model, (layer, single) in enumerate(alone):
+            single.zero_grad()
+            noise = FixedNoise([eps[model]])
+            squared_error(layer(x, mode="weights", noise=noise), y).backward()
+            single.step()
+    for model, (layer, _) in enumerate(alone):
+        torch.testing.assert_close(stack.weight_mean[model], layer.weight_mean[0])
+        torch.testing.assert_close(stack.bias_mean[model], layer.bias_mean[0])
+        torch.testing.assert_close(stack.posterior_std()[0][model], layer.posterior_std()[0][0])
 
 
 def test_point_parameters_take_adams_step() -> None:

@@ -51,3 +51,14 @@ class GaussianWeights:
         if self.raw.grad is None:
             return torch.zeros_like(self.raw)
         return self.raw.grad / self.slope(self.raw.detach())
+
+    def curvature(self) -> torch.Tensor:
+        """(d loss / d std) / std of every entry: by Price's theorem the one-draw estimate of the
+        expected diagonal Hessian (IVON's h_hat). One pass fewer than ``std_gradient() /
+        std()`` where the std's slope is the std itself (sigma = exp(raw))."""
+        raw = self.raw.detach()
+        if self.raw.grad is None:
+            return torch.zeros_like(raw)
+        std = self.to_std(raw)
+        slope = std if self.slope is self.to_std else self.slope(raw)
+        return (self.raw.grad / slope).div_(std)

@@ -138,17 +138,31 @@ class VariationalOnlineNewton(torch.optim.Optimizer):
             state["hessian"] = torch.full_like(mean, group["hess_init"])
         state["step"] += 1
         gradient = mean.grad if mean.grad is not None else torch.zeros_like(mean)
-        curvature = tensor.std_gradient() / tensor.std()  # h_hat, by Price's theorem
+        curvature = tensor.curvature()  # h_hat, by Price's theorem
         beta1, beta2, hessian = group["beta1"], group["beta2"], state["hessian"]
-        state["momentum"].lerp_(gradient, 1.0 - beta1)
-        correction = 0.5 * (1.0 - beta2) ** 2 * (hessian - curvature).square() / (hessian + delta)
-        hessian.mul_(beta2).add_(curvature, alpha=1.0 - beta2).add_(correction)
-        debiased = state["momentum"] / (1.0 - beta1 ** state["step"])
-        direction = ((debiased + delta * mean) / (hessian + delta)).clamp_(
-            -group["clip_radius"], group["clip_radius"]
-        )
-        mean.sub_(direction * (group["lr"] * (group["hess_init"] + delta)))
-        tensor.set_std((group["ess"] * (hessian + delta)).rsqrt())
+        momentum, bias = state["momentum"], 1.0 - beta1 ** state["step"]
+        momentum.lerp_(gradient, 1.0 - beta1)
+        # h <- beta2 h + (1 - beta2) h_hat + (1 - beta2)^2 / 2 (h - h_hat)^2 / (h + delta), in
+        # place and in few passes (the step is element-wise over every weight: each pass counts)
+        scale = hessian + delta
+        difference = torch.sub(hessian, curvature).square_()
+        hessian.mul_(beta2).add_(curvature, alpha=1.0 - beta2)
+        hessian.addcdiv_(difference, scale, value=0.5 * (1.0 - beta2) ** 2)
+        torch.add(hessian, delta, out=scale)  # h + delta after the update
+        # m <- m - alpha (h0 + delta) clip((g / bias + delta m) / (h + delta)): the numerator
+        # times bias is g + delta bias m
+        if isinstance(delta, torch.Tensor):  # one delta per model of a stack
+            numerator = torch.addcmul(momentum, mean, delta * bias)
+        else:
+            numerator = torch.add(momentum, mean, alpha=delta * bias)
+        rate = group["lr"] * (group["hess_init"] + delta)
+        radius = group["clip_radius"]
+        if math.isinf(radius) and not isinstance(rate, torch.Tensor):
+            mean.addcdiv_(numerator, scale, value=-rate / bias)
+        else:
+            direction = numerator.div_(scale).div_(bias).clamp_(-radius, radius)
+            mean.sub_(direction.mul_(rate))
+        tensor.set_std(scale.mul_(group["ess"]).rsqrt_())  # sigma = 1 / sqrt(ess (h + delta))
 
     def _adam_step(self, group: dict) -> None:
         params = [p for p in group["params"] if p.grad is not None]
