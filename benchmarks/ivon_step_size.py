@@ -70,12 +70,16 @@ def sweep(out: Path, grid: list[dict], run: Callable[..., dict]) -> None:
         print(json.dumps(row), flush=True)
 
 
-def run(case: str, learning_rate: float, hess_init: float, seed: int) -> dict:
-    """One IVON run of ``case`` scored on its validation images."""
+def run(case: str, learning_rate: float, hess_init: float, seed: int,
+        training_mode: str | None = None) -> dict:  # fmt: skip
+    """One IVON run of ``case`` scored on its validation images; ``training_mode`` None: the
+    layers' estimators (the LRT on dense layers, one draw a minibatch on convolutions),
+    "weights": one draw a minibatch on every layer."""
     spec = CASES[case]
     x, y = subset(*load_images(spec.data, "train"), FIT + VALIDATION, 0)
     torch.manual_seed(seed)
-    network = vbnn.convert(spec.build(), "mf")
+    options = {} if training_mode is None else {"training_mode": training_mode}
+    network = vbnn.convert(spec.build(), "mf", **options)
     start = time.perf_counter()
     vbnn.train(network, (x[:FIT], y[:FIT]), epochs=spec.epochs, seed=seed, progress=False,
                optimizer=vbnn.IVON(learning_rate=learning_rate, hess_init=hess_init))  # fmt: skip
@@ -85,14 +89,16 @@ def run(case: str, learning_rate: float, hess_init: float, seed: int) -> dict:
     stds = torch.cat([t.std().detach().flatten() for layer in layers
                       for t in layer.gaussian_weights()])  # fmt: skip
     return {"case": case, "learning_rate": learning_rate, "hess_init": hess_init, "seed": seed,
-            "validation_nll": nll, "accuracy": accuracy, "seconds": seconds,
-            "median_std": float(np.median(stds.numpy()))}  # fmt: skip
+            "training_mode": training_mode, "validation_nll": nll, "accuracy": accuracy,
+            "seconds": seconds, "median_std": float(np.median(stds.numpy()))}  # fmt: skip
 
 
 def report(rows: list[dict]) -> str:
     """Medians over seeds per (case, alpha, h0), and each setting's worst regret over the cases."""
     frame = pd.DataFrame(rows)
-    keys = ["case", "learning_rate", "hess_init"]
+    modes = frame.get("training_mode", pd.Series(None, index=frame.index, dtype=object))
+    frame["training_mode"] = modes.astype(object).where(modes.notna(), "default")
+    keys = ["case", "learning_rate", "hess_init", "training_mode"]
     table = frame.groupby(keys)[["validation_nll", "accuracy", "median_std"]].median()
     table["seeds"] = frame.groupby(keys).size()
     wide = table["validation_nll"].unstack("case")
@@ -110,12 +116,17 @@ def main() -> None:
                         default=[0.1, 0.2, 0.3, 0.5, 1.0, 3.0])  # fmt: skip
     parser.add_argument("--hess-inits", type=float, nargs="+", default=[1.0, 3.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--training-modes", nargs="+", choices=["default", "weights"],
+                        default=["default"], help="the layers' estimators, or one draw a "
+                        "minibatch on every layer")  # fmt: skip
     parser.add_argument("--report", action="store_true", help="only print the stored medians")
     args = parser.parse_args()
     if not args.report:
-        grid = [{"case": case, "learning_rate": rate, "hess_init": hess_init, "seed": seed}
-                for seed in args.seeds for case in args.cases
-                for rate in args.learning_rates for hess_init in args.hess_inits]  # fmt: skip
+        modes = [None if mode == "default" else mode for mode in args.training_modes]
+        grid = [{"case": case, "learning_rate": rate, "hess_init": hess_init, "seed": seed,
+                 "training_mode": mode} for seed in args.seeds for case in args.cases
+                for rate in args.learning_rates for hess_init in args.hess_inits
+                for mode in modes]  # fmt: skip
         sweep(args.out, grid, run)
     print(report(stored(args.out)))
 
