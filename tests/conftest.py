@@ -65,3 +65,21 @@ def data_dir() -> Path:
     if not (candidate / "uci" / "bostonHousing" / "data.txt").is_file():
         pytest.skip(f"UCI data not found under {candidate}")
     return candidate
+
+
+@pytest.fixture
+def entry_trainings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict]]:
+    """Every call of ``vbnn.train`` by ``compare``'s entries (``comparison.entries``), recorded
+    as (the network's class name, the call's keyword options), in order; each call still
+    trains."""
+    from vbnn.comparison import entries
+
+    calls: list[tuple[str, dict]] = []
+    real = entries.train
+
+    def recorded(network, data, **options):
+        calls.append((type(network).__name__, options))
+        return real(network, data, **options)
+
+    monkeypatch.setattr(entries, "train", recorded)
+    return calls

@@ -15,7 +15,6 @@ from torch.utils.data import TensorDataset
 
 import vbnn
 from vbnn.cli import main
-from vbnn.comparison import entries
 from vbnn.comparison.entries import EntryRun, NetworkSource, predictive_samples, train_entry
 from vbnn.comparison.folds import Task
 from vbnn.comparison.network import score
@@ -38,20 +37,6 @@ def images(rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.randn(rows, 1, 8, 8, generator=torch.Generator().manual_seed(seed))
     y = (x.mean((1, 2, 3)) > 0).long() + (x[:, 0, 0, 0] > 1).long()
     return x, y
-
-
-@pytest.fixture
-def trainings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The entries' calls of ``vbnn.train``, counted."""
-    calls: list[str] = []
-    real = entries.train
-
-    def counted(network, data, **options):
-        calls.append(type(network).__name__)
-        return real(network, data, **options)
-
-    monkeypatch.setattr(entries, "train", counted)
-    return calls
 
 
 def run(name: str, **changes) -> EntryRun:
@@ -141,7 +126,7 @@ def test_the_ensemble_averages_its_members_and_member_zero_is_point() -> None:
     )
 
 
-def test_mc_dropout_keeps_dropout_active_and_needs_it(tmp_path: Path, trainings) -> None:
+def test_mc_dropout_keeps_dropout_active_and_needs_it(tmp_path: Path, entry_trainings) -> None:
     data, test = images(60, 0), images(20, 1)
     network = small_cnn()
     network.eval()
@@ -152,32 +137,32 @@ def test_mc_dropout_keeps_dropout_active_and_needs_it(tmp_path: Path, trainings)
     assert not network.training and not network[3].training  # left in eval mode
     with pytest.raises(ValueError, match="'mc-dropout': Sequential has no dropout layer"):
         vbnn.compare(no_dropout, data, test=test, families=["mc-dropout"], **FAST)
-    assert trainings == []
+    assert entry_trainings == []
 
 
-def test_an_identical_second_call_trains_nothing(tmp_path: Path, trainings) -> None:
+def test_an_identical_second_call_trains_nothing(tmp_path: Path, entry_trainings) -> None:
     data, test = images(60, 0), images(20, 1)
     arguments = {"test": test, "families": ["gd", "point", "mc-dropout"], "seeds": 2,
                  "database": tmp_path / "c.sqlite", **FAST}  # fmt: skip
     first = vbnn.compare(small_cnn, data, **arguments)
-    assert len(trainings) == 6
+    assert len(entry_trainings) == 6
     second = vbnn.compare(small_cnn, data, **arguments)
-    assert len(trainings) == 6
+    assert len(entry_trainings) == 6
     assert first.folds.equals(second.folds) and first.verdict == second.verdict
     as_dataset = vbnn.compare(small_cnn, TensorDataset(*data), **arguments)  # the same data
-    assert len(trainings) == 6 and as_dataset.folds.equals(first.folds)
+    assert len(entry_trainings) == 6 and as_dataset.folds.equals(first.folds)
     vbnn.compare(small_cnn, data, **(arguments | {"epochs": 3}))  # other settings: trained
-    assert len(trainings) == 12
+    assert len(entry_trainings) == 12
 
 
-def test_other_ivon_settings_retrain_only_the_ivon_entries(tmp_path: Path, trainings) -> None:
+def test_other_ivon_settings_retrain_only_the_ivon_entries(tmp_path: Path, entry_trainings) -> None:
     data, test = images(60, 0), images(20, 1)
     arguments = {"test": test, "families": ["ivon", "point"], "database": tmp_path / "c.sqlite",
                  **FAST}  # fmt: skip
     first = vbnn.compare(small_cnn, data, **arguments)
-    assert len(trainings) == 2
+    assert len(entry_trainings) == 2
     slower = vbnn.compare(small_cnn, data, ivon=vbnn.IVON(learning_rate=0.01), **arguments)
-    assert len(trainings) == 3  # ivon alone: the point network's run is read back
+    assert len(entry_trainings) == 3  # ivon alone: the point network's run is read back
     before = first.folds.set_index("family")["log_likelihood"]
     after = slower.folds.set_index("family")["log_likelihood"]
     assert before["point"] == after["point"] and before["ivon"] != after["ivon"]
@@ -185,7 +170,7 @@ def test_other_ivon_settings_retrain_only_the_ivon_entries(tmp_path: Path, train
         vbnn.compare(small_cnn, data, ivon={"learning_rate": 0.01}, **arguments)
 
 
-def test_bad_input_fails_before_training(trainings) -> None:
+def test_bad_input_fails_before_training(entry_trainings) -> None:
     data, test = images(40, 0), images(10, 1)
     with pytest.raises(ValueError, match=r"families\[1\]='deep': unknown; choose from \[.*'mf'"):
         vbnn.compare(small_cnn, data, test=test, families=["mf", "deep"])
@@ -201,7 +186,7 @@ def test_bad_input_fails_before_training(trainings) -> None:
         ValueError, match=r"'fc': convert: 0 is an nn\.Conv2d; family 'fc' is dense only"
     ):
         vbnn.compare(small_cnn, data, test=test, families=["fc"])
-    assert trainings == []
+    assert entry_trainings == []
 
 
 def test_cli_with_a_model_function_and_an_npz(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -229,15 +214,8 @@ def test_cli_with_a_model_function_and_an_npz(tmp_path: Path, monkeypatch, capsy
     assert "has no function 'nothing'" in capsys.readouterr().err
 
 
-def test_cli_ivon_flags_reach_the_ivon_entries(tmp_path: Path, monkeypatch, capsys) -> None:
-    seen = []
-    real = entries.train
-
-    def recorded(network, data, **options):
-        seen.append(options["optimizer"])
-        return real(network, data, **options)
-
-    monkeypatch.setattr(entries, "train", recorded)
+def test_cli_ivon_flags_reach_the_ivon_entries(tmp_path: Path, monkeypatch, capsys,
+                                               entry_trainings) -> None:  # fmt: skip
     (tmp_path / "tiny_networks.py").write_text(
         "from torch import nn\n\n\ndef build():\n"
         "    return nn.Sequential(nn.Flatten(), nn.Linear(64, 3))\n"
@@ -250,6 +228,8 @@ def test_cli_ivon_flags_reach_the_ivon_entries(tmp_path: Path, monkeypatch, caps
                  "ivon", "--epochs", "1", "--test-samples", "2", "--out", str(tmp_path / "out"),
                  "--no-progress"]  # fmt: skip
     assert main([*arguments, "--ivon-learning-rate", "0.05", "--ivon-hess-init", "2"]) == 0
-    assert seen == [vbnn.IVON(learning_rate=0.05, hess_init=2.0)]
+    assert [options["optimizer"] for _, options in entry_trainings] == [
+        vbnn.IVON(learning_rate=0.05, hess_init=2.0)
+    ]
     assert main([*arguments, "--ivon-learning-rate", "-1"]) == 2
     assert "IVON: learning_rate must be > 0, got -1.0" in capsys.readouterr().err
