@@ -1,10 +1,11 @@
 """A factorised Gaussian weight tensor seen from outside its layer: its mean and its std.
 
 Optimisers that move a Gaussian posterior by its natural gradient (``training.natural_gradient``)
-read each weight's mean, its std and the gradient of the loss with respect to the std, and write
-the std they compute. The layer knows how its std is parameterised (sigma = exp(rho) or
-softplus(rho)); ``GaussianWeights`` hides that, so the optimiser works on every
-parameterisation, and the posterior stays in the layer's own parameters at every step.
+read each weight's mean, its std and the gradient of the loss with respect to the std (as the
+curvature it estimates), and write the std they compute. The layer knows how its std is
+parameterised (sigma = exp(rho) or softplus(rho)); ``GaussianWeights`` hides that, so the
+optimiser works on every parameterisation, and the posterior stays in the layer's own parameters
+at every step.
 """
 
 from __future__ import annotations
@@ -45,17 +46,11 @@ class GaussianWeights:
         """Write ``std`` into the raw parameter (in place, keeping the parameter object)."""
         self.raw.copy_(self.from_std(std))
 
-    def std_gradient(self) -> torch.Tensor:
-        """d loss / d std of every entry, from the raw parameter's gradient by the chain rule
-        (zeros where the raw parameter has no gradient)."""
-        if self.raw.grad is None:
-            return torch.zeros_like(self.raw)
-        return self.raw.grad / self.slope(self.raw.detach())
-
     def curvature(self) -> torch.Tensor:
-        """(d loss / d std) / std of every entry: by Price's theorem the one-draw estimate of the
-        expected diagonal Hessian (IVON's h_hat). One pass fewer than ``std_gradient() /
-        std()`` where the std's slope is the std itself (sigma = exp(raw))."""
+        """(d loss / d std) / std of every entry, d loss / d std from the raw parameter's gradient
+        by the chain rule (zeros where it has none): by Price's theorem the one-draw estimate of
+        the expected diagonal Hessian (IVON's h_hat). Where the std's slope is the std itself
+        (sigma = exp(raw)) it is computed once."""
         raw = self.raw.detach()
         if self.raw.grad is None:
             return torch.zeros_like(raw)
