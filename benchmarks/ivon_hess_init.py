@@ -41,13 +41,26 @@ def example():
     return module
 
 
-def score(network: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    """Validation NLL and accuracy of the mean of ``DRAWS`` weight draws' probabilities."""
+def draws(network: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The predictive probabilities of ``DRAWS`` weight draws, (DRAWS, rows, classes)."""
     network.eval()
     with torch.no_grad(), vbnn.mode(network, "weights"):
-        probabilities = torch.stack([network(x).softmax(-1) for _ in range(DRAWS)]).mean(0)
+        return torch.stack([network(x).softmax(-1) for _ in range(DRAWS)])
+
+
+def score(network: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """Validation NLL and accuracy of the mean of ``DRAWS`` weight draws' probabilities."""
+    probabilities = draws(network, x).mean(0)
     nll = -probabilities[torch.arange(len(y)), y].clamp_min(1e-12).log().mean().item()
     return nll, (probabilities.argmax(-1) == y).float().mean().item()
+
+
+def median_std(network: torch.nn.Module) -> float:
+    """The median posterior std over every Gaussian weight and bias of ``network``."""
+    layers = [m for m in network.modules() if isinstance(m, VariationalLayer)]
+    stds = torch.cat([t.std().detach().flatten() for layer in layers
+                      for t in layer.gaussian_weights()])  # fmt: skip
+    return float(np.median(stds.numpy()))
 
 
 def main() -> None:
@@ -78,12 +91,9 @@ def main() -> None:
                            optimizer=vbnn.IVON(learning_rate=0.1, hess_init=hess_init),
                            progress=False)  # fmt: skip
                 nll, accuracy = score(network, x[FIT:], y[FIT:])
-                layers = [m for m in network.modules() if isinstance(m, VariationalLayer)]
-                tensors = [t for layer in layers for t in layer.gaussian_weights()]
-                stds = torch.cat([tensor.std().detach().flatten() for tensor in tensors])
                 row = {"hess_init": hess_init, "epochs": epochs, "seed": seed,
                        "validation_nll": nll, "accuracy": accuracy,
-                       "median_std": float(np.median(stds.numpy()))}  # fmt: skip
+                       "median_std": median_std(network)}  # fmt: skip
                 with args.out.open("a") as handle:  # one whole line a run
                     handle.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)

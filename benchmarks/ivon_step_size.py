@@ -30,15 +30,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 from compare_networks import CASES, subset
-from ivon_hess_init import score
+from ivon_hess_init import median_std, score
 
 import vbnn
 from vbnn.data.mnist import load_images
-from vbnn.layers.shell import VariationalLayer
 from vbnn.stores.markdown import markdown_table
 
 FIT, VALIDATION = 2700, 300
@@ -85,12 +83,9 @@ def run(case: str, learning_rate: float, hess_init: float, seed: int,
                optimizer=vbnn.IVON(learning_rate=learning_rate, hess_init=hess_init))  # fmt: skip
     seconds = time.perf_counter() - start
     nll, accuracy = score(network, x[FIT:], y[FIT:])
-    layers = [m for m in network.modules() if isinstance(m, VariationalLayer)]
-    stds = torch.cat([t.std().detach().flatten() for layer in layers
-                      for t in layer.gaussian_weights()])  # fmt: skip
     return {"case": case, "learning_rate": learning_rate, "hess_init": hess_init, "seed": seed,
             "training_mode": training_mode, "validation_nll": nll, "accuracy": accuracy,
-            "seconds": seconds, "median_std": float(np.median(stds.numpy()))}  # fmt: skip
+            "seconds": seconds, "median_std": median_std(network)}  # fmt: skip
 
 
 def report(rows: list[dict]) -> str:

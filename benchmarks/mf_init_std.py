@@ -30,23 +30,18 @@ import numpy as np
 import pandas as pd
 import torch
 from compare_networks import CASES, LEARNING_RATE, subset
+from ivon_hess_init import draws, median_std
 from ivon_step_size import FIT, VALIDATION, stored, sweep
 
 import vbnn
 from vbnn.data.mnist import load_images
-from vbnn.layers.shell import VariationalLayer
 from vbnn.stores.markdown import markdown_table
-
-DRAWS = 16
 
 
 def validation_scores(network: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
                       ) -> tuple[float, float, float]:  # fmt: skip
-    """(NLL, accuracy, mean mutual information) of ``DRAWS`` weight draws' probabilities, drawn
-    as ``ivon_hess_init.score`` draws them."""
-    network.eval()
-    with torch.no_grad(), vbnn.mode(network, "weights"):
-        probabilities = torch.stack([network(x).softmax(-1) for _ in range(DRAWS)])
+    """(NLL, accuracy, mean mutual information) of ``ivon_hess_init.draws``' probabilities."""
+    probabilities = draws(network, x)
     mean = probabilities.mean(0)
     nll = -mean[torch.arange(len(y)), y].clamp_min(1e-12).log().mean()
     entropy = -(mean * mean.clamp_min(1e-12).log()).sum(-1)
@@ -66,12 +61,9 @@ def run(case: str, init_std: float, seed: int) -> dict:
                seed=seed, progress=False)  # fmt: skip
     seconds = time.perf_counter() - start
     nll, accuracy, information = validation_scores(network, x[FIT:], y[FIT:])
-    layers = [m for m in network.modules() if isinstance(m, VariationalLayer)]
-    stds = torch.cat([t.std().detach().flatten() for layer in layers
-                      for t in layer.gaussian_weights()])  # fmt: skip
     return {"case": case, "init_std": init_std, "seed": seed, "validation_nll": nll,
             "accuracy": accuracy, "mutual_information": information, "seconds": seconds,
-            "median_std": float(np.median(stds.numpy()))}  # fmt: skip
+            "median_std": median_std(network)}  # fmt: skip
 
 
 def report(rows: list[dict], reference: float = 1e-4) -> str:
