@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from compare_networks import CASES, subset
@@ -68,7 +70,8 @@ def sweep(out: Path, grid: list[dict], run: Callable[..., dict]) -> None:
         print(json.dumps(row), flush=True)
 
 
-def run(case: str, learning_rate: float, hess_init: float, seed: int,
+def run(case: str, learning_rate: float, hess_init: float, beta2: float,
+        clip_radius: float, seed: int,
         training_mode: str | None = None) -> dict:  # fmt: skip
     """One IVON run of ``case`` scored on its validation images; ``training_mode`` None: the
     layers' estimators (the LRT on dense layers, one draw a minibatch on convolutions),
@@ -80,25 +83,48 @@ def run(case: str, learning_rate: float, hess_init: float, seed: int,
     network = vbnn.convert(spec.build(), "mf", **options)
     start = time.perf_counter()
     vbnn.train(network, (x[:FIT], y[:FIT]), epochs=spec.epochs, seed=seed, progress=False,
-               optimizer=vbnn.IVON(learning_rate=learning_rate, hess_init=hess_init))  # fmt: skip
+               optimizer=vbnn.IVON(learning_rate=learning_rate, hess_init=hess_init, beta2=beta2,
+                                   clip_radius=clip_radius))  # fmt: skip
     seconds = time.perf_counter() - start
     nll, accuracy = score(network, x[FIT:], y[FIT:])
-    return {"case": case, "learning_rate": learning_rate, "hess_init": hess_init, "seed": seed,
+    return {"case": case, "learning_rate": learning_rate, "hess_init": hess_init, "beta2": beta2,
+            "clip_radius": clip_radius, "seed": seed,
             "training_mode": training_mode, "validation_nll": nll, "accuracy": accuracy,
             "seconds": seconds, "median_std": median_std(network)}  # fmt: skip
 
 
+def by_case(frame: pd.DataFrame, keys: list[str], reference: object, name: str) -> pd.DataFrame:
+    """Validation NLL per setting (``keys``) and case, median over seeds; each setting's worst
+    regret (the NLL above the case's best setting of the grid, at the setting's worst case); and
+    its NLL against the ``reference`` setting's, paired by (case, seed): mean +- standard error,
+    in the column ``paired vs <name>``."""
+    wide = frame.groupby([*keys, "case"])["validation_nll"].median().unstack("case")
+    wide["worst regret"] = (wide - wide.min()).max(axis=1)
+    paired = frame.pivot_table("validation_nll", ["case", "seed"], keys)
+    differences = paired.sub(paired[reference], axis=0)
+    wide[f"paired vs {name}"] = [
+        f"{d.mean():+.3f} +- {d.std() / np.sqrt(d.count()):.3f}" for d in
+        (differences[setting].dropna() for setting in wide.index)
+    ]  # fmt: skip
+    return wide
+
+
 def report(rows: list[dict]) -> str:
-    """Medians over seeds per (case, alpha, h0), and each setting's worst regret over the cases."""
+    """Medians over seeds per setting and case; each setting's worst regret over the cases and
+    its NLL against the defaults' (``vbnn.IVON()``), paired by (case, seed)."""
+    if not rows:
+        return "no runs stored"
     frame = pd.DataFrame(rows)
     modes = frame.get("training_mode", pd.Series(None, index=frame.index, dtype=object))
     frame["training_mode"] = modes.astype(object).where(modes.notna(), "default")
-    keys = ["case", "learning_rate", "hess_init", "training_mode"]
-    table = frame.groupby(keys)[["validation_nll", "accuracy", "median_std"]].median()
-    table["seeds"] = frame.groupby(keys).size()
-    wide = table["validation_nll"].unstack("case")
-    # the NLL above the case's best setting of the grid, at the setting's worst case
-    wide["worst regret"] = (wide - wide.min()).max(axis=1)
+    settings = ["learning_rate", "hess_init", "beta2", "clip_radius", "training_mode"]
+    for key in settings[:-1]:  # as labels, in full (beta2 0.99999 is not 1.000)
+        frame[key] = frame[key].map("{:g}".format)
+    table = frame.groupby(["case", *settings])[["validation_nll", "accuracy", "median_std"]]
+    table = table.median().assign(seeds=table.size())
+    defaults = vbnn.IVON()
+    reference = (*(f"{getattr(defaults, key):g}" for key in settings[:-1]), "default")
+    wide = by_case(frame, settings, reference, "defaults")
     return (markdown_table(table.round(4), index=True) + "\n\nValidation NLL by case:\n\n"
             + markdown_table(wide.round(3), index=True) + "\n")  # fmt: skip
 
@@ -110,6 +136,10 @@ def main() -> None:
     parser.add_argument("--learning-rates", type=float, nargs="+",
                         default=[0.1, 0.2, 0.3, 0.5, 1.0, 3.0])  # fmt: skip
     parser.add_argument("--hess-inits", type=float, nargs="+", default=[1.0, 3.0])
+    parser.add_argument("--beta2s", type=float, nargs="+", default=[0.99999],
+                        help="the averaging factors of the Hessian estimate")  # fmt: skip
+    parser.add_argument("--clip-radii", type=float, nargs="+", default=[math.inf],
+                        help="bounds of the preconditioned step (inf: none)")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--training-modes", nargs="+", choices=["default", "weights"],
                         default=["default"], help="the layers' estimators, or one draw a "
@@ -118,10 +148,11 @@ def main() -> None:
     args = parser.parse_args()
     if not args.report:
         modes = [None if mode == "default" else mode for mode in args.training_modes]
-        grid = [{"case": case, "learning_rate": rate, "hess_init": hess_init, "seed": seed,
-                 "training_mode": mode} for seed in args.seeds for case in args.cases
-                for rate in args.learning_rates for hess_init in args.hess_inits
-                for mode in modes]  # fmt: skip
+        grid = [{"case": case, "learning_rate": rate, "hess_init": hess_init, "beta2": beta2,
+                 "clip_radius": radius, "seed": seed, "training_mode": mode}
+                for seed in args.seeds for case in args.cases for rate in args.learning_rates
+                for hess_init in args.hess_inits for beta2 in args.beta2s
+                for radius in args.clip_radii for mode in modes]  # fmt: skip
         sweep(args.out, grid, run)
     print(report(stored(args.out)))
 

@@ -26,12 +26,11 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 from compare_networks import CASES, LEARNING_RATE, subset
 from ivon_hess_init import draws, median_std
-from ivon_step_size import FIT, VALIDATION, stored, sweep
+from ivon_step_size import FIT, VALIDATION, by_case, stored, sweep
 
 import vbnn
 from vbnn.data.mnist import load_images
@@ -75,14 +74,7 @@ def report(rows: list[dict], reference: float = 1e-4) -> str:
     for column in ("mutual_information", "median_std"):
         table[column] = frame.groupby(keys)[column].median().map("{:.2g}".format)
     table["seeds"] = frame.groupby(keys).size()
-    wide = table["validation_nll"].unstack("case")
-    wide["worst regret"] = (wide - wide.min()).max(axis=1)
-    paired = frame.pivot_table("validation_nll", ["case", "seed"], "init_std")
-    differences = paired.sub(paired[f"{reference:g}"], axis=0)
-    wide[f"paired vs {reference:g}"] = [
-        f"{d.mean():+.3f} +- {d.std() / np.sqrt(d.count()):.3f}" for d in
-        (differences[column].dropna() for column in wide.index)
-    ]  # fmt: skip
+    wide = by_case(frame, ["init_std"], f"{reference:g}", f"{reference:g}")
     return (markdown_table(table, index=True) + "\n\nValidation NLL by case:\n\n"
             + markdown_table(wide.round(3), index=True) + "\n")  # fmt: skip
 
