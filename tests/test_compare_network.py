@@ -77,8 +77,10 @@ def test_metrics_equal_a_computation_by_hand(tmp_path: Path) -> None:
         "brier": ((mean - np.eye(3)[labels]) ** 2).sum(1).mean(),
         "entropy AUROC": pairs.mean(),
     }
+    # the entry is trained twice (in compare and here): with several torch threads the two runs
+    # may differ by float32 rounding, far below any error in a metric's formula
     for column, value in expected.items():
-        assert row[column] == pytest.approx(value, rel=1e-9), column
+        assert row[column] == pytest.approx(value, rel=1e-6), column
     assert row["mutual_information AUROC"] == pytest.approx(
         vbnn.metrics.auroc(
             torch.as_tensor(entropy(mean) - entropy(p).mean(0)), torch.as_tensor(information)
