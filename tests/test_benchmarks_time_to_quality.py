@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -284,9 +285,17 @@ def test_sequence_arms_draw_per_sequence_or_per_minibatch(benchmark):
         ttq.Arm.PLAIN, ttq.Arm.VBNN_LRT, ttq.Arm.VBNN_WEIGHTS, ttq.Arm.VBNN_CONV_WEIGHTS,
         ttq.Arm.BT_REPARAMETERIZATION, ttq.Arm.BT_FLIPOUT,
     )  # fmt: skip
-    # the arm at vbnn.IVON()'s defaults runs on vbnn-ivon's step time, in vbnn-ivon's timing unit
+    # the arm at vbnn.IVON()'s defaults is timed beside plain alone, and the defaults key it
     ivon = ttq.Arm.VBNN_IVON_DEFAULTS
-    assert ttq.timing_arms(ttq.Network.MLP, ivon) == ttq.NATURAL_GRADIENT_ARMS
+    assert ttq.timing_arms(ttq.Network.MLP, ivon) == (ttq.Arm.PLAIN, ivon)
     assert ivon not in ttq.NATURAL_GRADIENT_ARMS and ivon in ttq.measured_arms(ttq.Network.MLP)
     optimizer = ttq.optimizer(ivon, ttq.build(ttq.Network.MLP, ivon, 0)[0], ttq.Protocol())
-    assert optimizer.param_groups[0]["lr"] == vbnn.IVON().learning_rate
+    group = optimizer.param_groups[0]
+    assert (group["lr"], group["clip_radius"]) == (
+        vbnn.IVON().learning_rate,
+        vbnn.IVON().clip_radius,
+    )
+    key = ttq.settings("training", ttq.Network.MLP, ivon, 0, ttq.Protocol())
+    assert key["ivon"] == dataclasses.asdict(vbnn.IVON())
+    paper = ttq.optimizer(ttq.Arm.VBNN_IVON, ttq.build(ttq.Network.MLP, ivon, 0)[0], ttq.Protocol())
+    assert paper.param_groups[0]["clip_radius"] == math.inf  # Shen et al.'s, whatever the default

@@ -229,9 +229,10 @@ def test_cli_ivon_flags_reach_the_ivon_entries(tmp_path: Path, monkeypatch, caps
     arguments = ["compare", "--model", "tiny_networks:build", "--data", str(archive), "--families",
                  "ivon", "--epochs", "1", "--test-samples", "2", "--out", str(tmp_path / "out"),
                  "--no-progress"]  # fmt: skip
-    assert main([*arguments, "--ivon-learning-rate", "0.05", "--ivon-hess-init", "2"]) == 0
+    assert main([*arguments, "--ivon-learning-rate", "0.05", "--ivon-hess-init", "2",
+                 "--ivon-clip-radius", "inf"]) == 0  # fmt: skip
     assert [options["optimizer"] for _, options in entry_trainings] == [
-        vbnn.IVON(learning_rate=0.05, hess_init=2.0)
+        vbnn.IVON(learning_rate=0.05, hess_init=2.0, clip_radius=float("inf"))
     ]
     assert main([*arguments, "--ivon-learning-rate", "-1"]) == 2
     assert "IVON: learning_rate must be > 0, got -1.0" in capsys.readouterr().err

@@ -4,6 +4,7 @@ regression, resumption from a checkpoint, and the settings it refuses."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from pathlib import Path
 
@@ -48,9 +49,10 @@ def build(layer: nn.Module, settings: IVON, examples: int, prior_std: float = 1.
                           prior=vbnn.GaussianPrior(prior_std), dataset_size=examples)  # fmt: skip
 
 
-def test_one_step_is_the_update_written_out() -> None:
+@pytest.mark.parametrize("radius", [math.inf, 0.01])
+def test_one_step_is_the_update_written_out(radius: float) -> None:
     x, y = regression(20)
-    settings = IVON(learning_rate=0.3, hess_init=0.2, beta1=0.8, beta2=0.7)
+    settings = IVON(learning_rate=0.3, hess_init=0.2, beta1=0.8, beta2=0.7, clip_radius=radius)
     layer = MeanField(3, 1, bias=False, dtype=torch.float64)
     optimizer = build(layer, settings, examples=20, prior_std=2.0)
     delta = 1.0 / (20 * 2.0**2)
@@ -71,7 +73,10 @@ def test_one_step_is_the_update_written_out() -> None:
         hessian = (0.7 * hessian + 0.3 * curvature
                    + 0.5 * 0.3**2 * (hessian - curvature) ** 2 / (hessian + delta))  # fmt: skip
         direction = (momentum / (1 - 0.8**step) + delta * mean) / (hessian + delta)
-        mean = mean - 0.3 * (0.2 + delta) * direction
+        clipped = direction.clamp(-radius, radius)
+        if not math.isinf(radius):  # the bound is reached, so the test sees it
+            assert (clipped != direction).any()
+        mean = mean - 0.3 * (0.2 + delta) * clipped
         std = (20 * (hessian + delta)).rsqrt()
         torch.testing.assert_close(layer.weight_mean.detach(), mean, rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(layer.weight_std().detach(), std, rtol=1e-12, atol=1e-14)
@@ -123,7 +128,7 @@ def test_bayesian_linear_regression_reaches_the_mean_field_optimum(mode: str) ->
     layer = MeanField(3, 1, bias=False, dtype=torch.float64)
     # the mean's step is learning_rate (h0 + delta) / (h + delta) times the gradient: h0 = 0.1
     # makes it a tenth of a Newton step once h has converged
-    settings = IVON(learning_rate=1.0, beta1=0.5, beta2=0.995, hess_init=0.1)
+    settings = IVON(learning_rate=1.0, beta1=0.5, beta2=0.995, hess_init=0.1, clip_radius=math.inf)
     optimizer = build(layer, settings, examples)
     noise = vbnn.ModelGenerators([5])
     means, stds = [], []

@@ -99,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=network.ivon.hess_init,
         help="--model: the ivon entries' initial Hessian h0 (sets their initial std)",
     )
+    parser.add_argument(
+        "--ivon-clip-radius",
+        type=float,
+        default=network.ivon.clip_radius,
+        help="--model: the bound of the ivon entries' preconditioned step (inf: none)",
+    )
     parser.add_argument("--device", default=None, help="--model: where to train (cuda, cpu)")
     parser.add_argument("--hidden", type=int, nargs="*", default=list(defaults.hidden))
     parser.add_argument(

@@ -122,7 +122,11 @@ def run(args: argparse.Namespace) -> None:
             ensemble_size=args.ensemble_size,
             patience=args.patience or None,
             device=args.device,
-            ivon=IVON(learning_rate=args.ivon_learning_rate, hess_init=args.ivon_hess_init),
+            ivon=IVON(
+                learning_rate=args.ivon_learning_rate,
+                hess_init=args.ivon_hess_init,
+                clip_radius=args.ivon_clip_radius,
+            ),
             seed=args.seed,
         )
         _report(args, result, database, "trained by vbnn.train", start)
