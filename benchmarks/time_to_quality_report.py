@@ -80,6 +80,10 @@ def figure(units: list[dict[str, Any]], path: Path) -> None:
         return
     fig, axes = pyplot.subplots(1, len(networks), figsize=(4.5 * len(networks), 3.6),
                                 squeeze=False)  # fmt: skip
+    # one colour an arm in every panel (an arm missing from a network shifts no other's)
+    arms = list(dict.fromkeys(arm for _, arm in groups))
+    palette = pyplot.get_cmap("tab10" if len(arms) <= 10 else "tab20")
+    colours = {arm: palette(index) for index, arm in enumerate(arms)}
     for axis, network in zip(axes[0], networks, strict=True):
         for (name, arm), infos in groups.items():
             if name != network:
@@ -87,9 +91,10 @@ def figure(units: list[dict[str, Any]], path: Path) -> None:
             budgets = sorted({m["budget"] for info in infos for m in info["marks"]})
             values = [[m["nll"] for info in infos for m in info["marks"] if m["budget"] == b]
                       for b in budgets]  # fmt: skip
-            line = axis.plot(budgets, [statistics.median(v) for v in values], "o-", label=arm)
+            axis.plot(budgets, [statistics.median(v) for v in values], "o-", label=arm,
+                      color=colours[arm])  # fmt: skip
             axis.fill_between(budgets, [min(v) for v in values], [max(v) for v in values],
-                              color=line[0].get_color(), alpha=0.2)  # fmt: skip
+                              color=colours[arm], alpha=0.2)  # fmt: skip
         axis.set(title=network, xlabel="training seconds", ylabel="test NLL", xscale="log")
         axis.legend(fontsize="small")
     fig.tight_layout()
