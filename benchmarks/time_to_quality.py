@@ -311,13 +311,12 @@ class IvonOptNetwork(nn.Module):
 
 def optimizer(arm: Arm, model: nn.Module, protocol: Protocol) -> torch.optim.Optimizer:
     """Adam (lr ``protocol.learning_rate``), or the natural-gradient arms' IVON at Shen et al.
-    2024's defaults (lr 0.1, ess = N, prior N(0, 1): weight decay 1 / N, h0 0.1; vbnn's defaults
-    are now lr 0.3 and h0 1.0, chosen on validation images after these arms were measured), or
-    ``vbnn-ivon-defaults``'s ``vbnn.IVON()``."""
+    2024's settings (lr 0.1, no bound on the step, ess = N, prior N(0, 1): weight decay 1 / N,
+    h0 0.1), or ``vbnn-ivon-defaults``'s ``vbnn.IVON()`` (vbnn's defaults, chosen on
+    validation images after the other arms were measured)."""
     if arm in (Arm.VBNN_IVON, Arm.VBNN_IVON_DEFAULTS):
-        settings = vbnn.IVON(learning_rate=0.1, hess_init=0.1, clip_radius=math.inf)
-        if arm is Arm.VBNN_IVON_DEFAULTS:
-            settings = vbnn.IVON()
+        paper = vbnn.IVON(learning_rate=0.1, hess_init=0.1, clip_radius=math.inf)
+        settings = vbnn.IVON() if arm is Arm.VBNN_IVON_DEFAULTS else paper
         return settings.build(
             model,
             nn.Module(),

@@ -73,24 +73,23 @@ Training length and step:
   | 1.0, 0.003 | 0.657 | 0.488 | 0.610 | 0.514 | 0.069 |
   | 1.0, none | 0.775 | 0.558 | 1.720 | 0.496 | 1.179 |
 
-  Unbounded, the residual CNN wants alpha 0.1 (1.5 to 1.7 at alpha 1: a few steps of some
-  weights overshoot) and the plain networks 0.5 to 1; the bound lets the larger step through
-  on the plain networks and keeps the residual CNN within 0.04 nats of its best. The grid holds
-  30 settings of alpha in 0.1 to 3, r in 0.001 to 0.03 or none, h0 in {1, 3} and beta2 in
-  {0.99, 0.999, 0.99999}; a choice among so many on 12 runs flatters the winner by about the
-  seeds' spread, and its neighbours (alpha 0.5 to 1 at r 0.003 to 0.005) are -0.03 to -0.05
-  nats against 0.3 too. beta2 0.999 is tied with 0.99999 (+0.019 +- 0.018) and 0.99 is worse
-  (+0.249 +- 0.077): a faster Hessian average widens the stds of the many weights of little
-  curvature, so 0.99999 (Shen et al.'s) stays. At the chosen step and bound h0 = 1.0 is ahead
-  of 0.3 (+0.047 +- 0.022) and 3.0 (+0.053 +- 0.026); unbounded at alpha 0.3 it was tied with
-  3.0 (-0.011 +- 0.010), and at alpha 0.1 h0 = 0.1 scored 2.272 and 0.762 after 5 and 20 epochs,
-  the weight noise drowning the signal (``benchmarks/ivon_hess_init.py``). The settings suit
-  runs of a few hundred steps, ``vbnn compare``'s and ``vbnn.train``'s 20 epochs of a few
-  thousand examples; for much longer ones the paper's alpha 0.1 without a bound may be the
-  better start (on the time-to-quality benchmark's LeNet-5, about 2,100 to 2,300 steps of 10,000
-  images, these defaults end behind the paper's step 0.1 with h0 0.1, test NLL 0.065 against
-  0.055, while on its residual CNN they end ahead, 0.332 against 0.375; the test numbers are
-  reported, not used to choose: ``benchmarks/README.md``).
+  Unbounded, the residual CNN wants alpha 0.1 (1.5 to 1.7 at alpha 1) and the plain networks 0.5
+  to 1; the bound lets the larger step through on the plain networks and keeps the residual CNN
+  within 0.04 nats of its best. The grid holds 32 settings of alpha in 0.1 to 3, r in 0.001 to
+  0.03 or none, h0 in {0.3, 1, 3} and beta2 in {0.99, 0.999, 0.99999}; a choice among so many on
+  12 runs flatters the winner by about the seeds' spread, and its neighbours (alpha 0.5 to 1 at r
+  0.003 to 0.005) are -0.03 to -0.05 nats against 0.3 too. beta2 0.999 is tied with 0.99999
+  (+0.019 +- 0.018) and 0.99 is worse (+0.249 +- 0.077): a faster Hessian average widens the stds
+  of the many weights of little curvature, so 0.99999 (Shen et al.'s) stays. At the chosen step
+  and bound h0 = 1.0 is ahead of 0.3 (+0.047 +- 0.022) and 3.0 (+0.053 +- 0.026); unbounded at
+  alpha 0.3 it was tied with 3.0 (-0.011 +- 0.010), and at alpha 0.1 h0 = 0.1 scored 2.272 and
+  0.762 after 5 and 20 epochs, the weight noise drowning the signal
+  (``benchmarks/ivon_hess_init.py``). The settings suit runs of a few hundred steps, ``vbnn
+  compare``'s and ``vbnn.train``'s 20 epochs of a few thousand examples; for much longer ones the
+  paper's alpha 0.1 without a bound may be the better start (on the time-to-quality benchmark's
+  LeNet-5, about 2,100 to 2,300 steps of 10,000 images, these defaults end behind the paper's step
+  0.1 with h0 0.1, test NLL 0.065 against 0.055, while on its residual CNN they end ahead, 0.332
+  against 0.375; the test numbers are reported, not used to choose: ``benchmarks/README.md``).
 - ``PATIENCE`` = 3, ``VALIDATION_FRACTION`` = 0.1: ``vbnn compare`` on a network stops its
   maximum-likelihood entries (``point``, the deep ensemble's members, ``laplace``'s network)
   after 3 epochs without a lower NLL on 10 % of the training examples held out, keeping the best
