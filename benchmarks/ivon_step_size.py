@@ -120,8 +120,8 @@ def report(rows: list[dict]) -> str:
     settings = ["learning_rate", "hess_init", "beta2", "clip_radius", "training_mode"]
     for key in settings[:-1]:  # as labels, in full (beta2 0.99999 is not 1.000)
         frame[key] = frame[key].map("{:g}".format)
-    table = frame.groupby(["case", *settings])[["validation_nll", "accuracy", "median_std"]]
-    table = table.median().assign(seeds=table.size())
+    groups = frame.groupby(["case", *settings])[["validation_nll", "accuracy", "median_std"]]
+    table = groups.median().assign(seeds=groups.size())
     defaults = vbnn.IVON()
     reference = (*(f"{getattr(defaults, key):g}" for key in settings[:-1]), "default")
     wide = by_case(frame, settings, reference, "defaults")
