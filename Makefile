@@ -26,7 +26,7 @@ $(BIN)/python:
 $(VENV)/.installed: $(BIN)/python pyproject.toml lab/pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,jax,ray,ivon]'
+	$(BIN)/pip install --quiet -e '.[dev,jax,ray,ivon,hf]'
 	$(BIN)/pip install --quiet --no-deps $(LAPLACE)
 	$(BIN)/pip install --quiet -e ./lab
 	touch $@
