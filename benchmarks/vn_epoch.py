@@ -127,7 +127,7 @@ def measure(steps: int) -> dict[str, float]:
     from vbnn.classification.training import ClassifierConfig, train_classifier
     from vbnn.core.randomness import ModelGenerators
     from vbnn.networks.lenet import LeNet5, LeNetConfig
-    from vbnn.priors.dropout import LogUniformPrior
+    from vbnn.priors.log_uniform import LogUniformPrior
 
     generator = torch.Generator().manual_seed(0)
     images = torch.rand(steps * BATCH, 1, 28, 28, generator=generator)

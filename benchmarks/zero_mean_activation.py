@@ -17,7 +17,7 @@ from vbnn.classification.training import ClassifierConfig, accuracies, train_cla
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images
 from vbnn.networks.lenet import LeNet5, LeNetConfig
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.log_uniform import LogUniformPrior
 
 PREDICTIONS = ("sample", "ensemble", "deterministic")
 

@@ -24,7 +24,7 @@ from vbnn.data.cifar import (
 )
 from vbnn.data.uci import DataError
 from vbnn.networks.vgg import VGGConfig, VGGLike
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.log_uniform import LogUniformPrior
 
 
 def _images(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

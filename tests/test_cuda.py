@@ -24,7 +24,7 @@ from vbnn.data.splits import stack_splits
 from vbnn.diagnostics.layer_pruning import pruned_units_per_layer
 from vbnn.layers import FAMILIES
 from vbnn.networks.lenet import LeNet5, LeNetConfig
-from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
+from vbnn.priors import ARDPrior, LogUniformPrior, StudentTPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.regression.engine import run_splits, train_stack
 from vbnn.regression.estimator import BayesianRegressor

@@ -8,21 +8,27 @@ import numpy as np
 import pytest
 import torch
 from scipy import integrate, stats
-from torch.distributions import Normal, kl_divergence
+from torch.distributions import Normal
+from torch.distributions import kl_divergence as torch_kl
 
 from vbnn.layers.registry import FAMILIES
-from vbnn.priors.dropout import (
-    ARDPrior,
+from vbnn.priors.ard import ARDPrior, kl_ard
+from vbnn.priors.gaussian import GaussianPrior
+from vbnn.priors.kl import (
+    DiagonalGaussian,
+    DropoutGaussian,
+    ScaledUniform,
+    ZeroMeanGaussian,
+    kl_divergence,
+)
+from vbnn.priors.log_uniform import (
     KLEstimator,
     LogUniformPrior,
-    StudentTPrior,
-    kl_ard,
     kl_log_uniform_approximation,
     kl_log_uniform_one_sample,
-    kl_student_t_one_sample,
     log_uniform_kl_by_quadrature,
 )
-from vbnn.priors.gaussian import GaussianPrior
+from vbnn.priors.student_t import StudentTPrior, kl_student_t_one_sample
 
 GRID = np.linspace(-8.0, 10.0, 37)  # log alpha
 
@@ -54,17 +60,19 @@ def test_weight_wise_log_uniform_kl_has_the_derivative_of_the_approximation() ->
         4.0 * torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
     ).requires_grad_()
     prior = LogUniformPrior()
-    assert torch.autograd.gradcheck(lambda value: prior.kl_dropout(mean, value), (log_alpha,))
+    assert torch.autograd.gradcheck(
+        lambda value: kl_divergence(DropoutGaussian(mean, value), prior), (log_alpha,)
+    )
     weights = torch.tensor([0.5, -2.0], dtype=torch.float64)
-    (prior.kl_dropout(mean, log_alpha) * weights).sum().backward()
+    (kl_divergence(DropoutGaussian(mean, log_alpha), prior) * weights).sum().backward()
     fused = log_alpha.grad.clone()
     log_alpha.grad = None
     composite = kl_log_uniform_approximation(log_alpha).reshape(2, -1).sum(1)
-    torch.testing.assert_close(prior.kl_dropout(mean, log_alpha), composite)
+    torch.testing.assert_close(kl_divergence(DropoutGaussian(mean, log_alpha), prior), composite)
     (composite * weights).sum().backward()
     torch.testing.assert_close(fused, log_alpha.grad)
     (first,) = torch.autograd.grad(
-        prior.kl_dropout(mean, log_alpha).sum(), log_alpha, create_graph=True
+        kl_divergence(DropoutGaussian(mean, log_alpha), prior).sum(), log_alpha, create_graph=True
     )
     with pytest.raises(RuntimeError):
         torch.autograd.grad(first.sum(), log_alpha)
@@ -92,15 +100,20 @@ def test_ard_kl_is_the_gaussian_kl_at_the_optimal_prior_variance() -> None:
     mean = torch.tensor([-2.0, 0.3, 1.7], dtype=torch.float64)
     for log_alpha in (-3.0, 0.0, 4.0):
         alpha = math.exp(log_alpha)
-        exact = kl_divergence(
+        exact = torch_kl(
             Normal(mean, math.sqrt(alpha) * mean.abs()),
             Normal(0.0, math.sqrt(alpha + 1) * mean.abs()),
         )
-        got = ARDPrior().kl_dropout(mean.unsqueeze(0), torch.tensor(log_alpha, dtype=mean.dtype))
+        got = kl_divergence(
+            DropoutGaussian(mean.unsqueeze(0), torch.tensor(log_alpha, dtype=mean.dtype)),
+            ARDPrior(),
+        )
         torch.testing.assert_close(got, exact.sum().unsqueeze(0))
         # the same value through the additive form KL(N(mu, sigma^2) || N(0, mu^2 + sigma^2))
         std = math.sqrt(alpha) * mean.abs()
-        torch.testing.assert_close(ARDPrior().kl_diagonal(mean.unsqueeze(0), std.unsqueeze(0)), got)
+        torch.testing.assert_close(
+            kl_divergence(DiagonalGaussian(mean.unsqueeze(0), std.unsqueeze(0)), ARDPrior()), got
+        )
 
 
 def _student_t_kl_by_quadrature(mean: float, std: float, nu: float) -> float:
@@ -146,9 +159,12 @@ def test_zero_mean_kl_is_constant_in_sigma() -> None:
     here); the same for the Student-t estimate with nu = 1e-16 (identical noise gives identical
     values)."""
     small, large = torch.full((1, 4), 0.01), torch.full((1, 4), 30.0)
-    assert float(LogUniformPrior().kl_zero_mean(small)) == 0.0
-    assert float(ARDPrior().kl_zero_mean(large)) == 0.0
-    values = [StudentTPrior(seed=3).kl_zero_mean(std.double()) for std in (small, large)]
+    assert float(kl_divergence(ZeroMeanGaussian(small), LogUniformPrior())) == 0.0
+    assert float(kl_divergence(ZeroMeanGaussian(large), ARDPrior())) == 0.0
+    values = [
+        kl_divergence(ZeroMeanGaussian(std.double()), StudentTPrior(seed=3))
+        for std in (small, large)
+    ]
     torch.testing.assert_close(values[0], values[1], atol=1e-8, rtol=0)
     # the zero-mean layer is the alpha -> infinity limit of the dropout posterior
     assert abs(log_uniform_kl_by_quadrature(40.0)) < 1e-9
@@ -157,12 +173,16 @@ def test_zero_mean_kl_is_constant_in_sigma() -> None:
 def test_log_uniform_prior_estimators_agree_on_average() -> None:
     mean = torch.randn(1, 20_000, dtype=torch.float64)
     log_alpha = torch.tensor(0.5, dtype=torch.float64)
-    approx = LogUniformPrior().kl_dropout(mean, log_alpha)
-    sampled = LogUniformPrior(KLEstimator.ONE_SAMPLE, seed=4).kl_dropout(mean, log_alpha)
+    approx = kl_divergence(DropoutGaussian(mean, log_alpha), LogUniformPrior())
+    sampled = kl_divergence(
+        DropoutGaussian(mean, log_alpha), LogUniformPrior(KLEstimator.ONE_SAMPLE, seed=4)
+    )
     assert abs(float(approx - sampled)) / 20_000 < 0.02
-    # kl_diagonal goes through alpha = std^2 / mean^2
+    # the diagonal Gaussian goes through alpha = std^2 / mean^2
     std = math.exp(0.25) * mean.abs()
-    torch.testing.assert_close(LogUniformPrior().kl_diagonal(mean, std), approx)
+    torch.testing.assert_close(
+        kl_divergence(DiagonalGaussian(mean, std), LogUniformPrior()), approx
+    )
 
 
 def test_invalid_student_t_nu_is_named() -> None:
@@ -179,7 +199,7 @@ def _uniform_kl_by_quadrature(theta: float, log_density) -> float:
 @pytest.mark.parametrize(("theta", "nu"), [(0.05, 3.0), (1.0, 1.0), (4.0, 0.5), (0.3, 30.0)])
 def test_uniform_kl_to_the_student_t_is_its_closed_form(theta: float, nu: float) -> None:
     log_theta = torch.full((1, 1), math.log(theta), dtype=torch.float64)
-    got = float(StudentTPrior(nu).kl_uniform(log_theta))
+    got = float(kl_divergence(ScaledUniform(log_theta), StudentTPrior(nu)))
     expected = _uniform_kl_by_quadrature(theta, lambda w: stats.t.logpdf(w, nu))
     assert got == pytest.approx(expected, abs=1e-9)
 
@@ -187,7 +207,7 @@ def test_uniform_kl_to_the_student_t_is_its_closed_form(theta: float, nu: float)
 def test_uniform_kl_to_the_gaussian_is_its_closed_form_per_model() -> None:
     # a (M,) prior std gives every model its own KL
     log_theta = torch.log(torch.tensor([[0.2, 0.4], [1.5, 0.1]], dtype=torch.float64))
-    got = GaussianPrior(torch.tensor([0.5, 2.0])).kl_uniform(log_theta)
+    got = kl_divergence(ScaledUniform(log_theta), GaussianPrior(torch.tensor([0.5, 2.0])))
     for model, std in enumerate((0.5, 2.0)):
         expected = sum(
             _uniform_kl_by_quadrature(t, lambda w, s=std: stats.norm.logpdf(w, 0.0, s))
@@ -202,20 +222,32 @@ def test_uniform_kl_depends_on_the_scale_only_for_priors_that_are_not_scale_inva
     # the Student-t's dependence on theta vanishes
     small, large = (torch.full((1, 3), math.log(t), dtype=torch.float64) for t in (0.01, 3.0))
     for prior in (LogUniformPrior(), ARDPrior()):
-        assert prior.scale_invariant and float(prior.kl_uniform(large)) == 0.0
+        assert prior.scale_invariant and float(kl_divergence(ScaledUniform(large), prior)) == 0.0
     student = StudentTPrior(3.0)
     assert not student.scale_invariant
-    assert abs(float(student.kl_uniform(large) - student.kl_uniform(small))) > 1.0
+    assert (
+        abs(
+            float(
+                kl_divergence(ScaledUniform(large), student)
+                - kl_divergence(ScaledUniform(small), student)
+            )
+        )
+        > 1.0
+    )
     vanishing = StudentTPrior(1e-16)  # what remains: (nu + 1) pi sqrt(nu) / (2 theta) a weight
     remains = 0.5 * 3 * math.pi * 1e-8 / 0.01
-    difference = float(vanishing.kl_uniform(small) - vanishing.kl_uniform(large))
+    difference = float(
+        kl_divergence(ScaledUniform(small), vanishing)
+        - kl_divergence(ScaledUniform(large), vanishing)
+    )
     assert difference == pytest.approx(remains, rel=0.01)
 
 
 def test_variance_layers_take_their_kl_from_the_prior() -> None:
     uniform = FAMILIES["uniform-variance"].build(4, 3)
     torch.testing.assert_close(
-        uniform.kl(StudentTPrior(3.0)), StudentTPrior(3.0).kl_uniform(uniform.weight_log_scale)
+        uniform.kl(StudentTPrior(3.0)),
+        kl_divergence(ScaledUniform(uniform.weight_log_scale), StudentTPrior(3.0)),
     )
     assert float(uniform.kl(LogUniformPrior())) == 0.0
     bernoulli = FAMILIES["bernoulli-variance"].build(4, 3)

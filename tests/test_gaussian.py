@@ -17,6 +17,8 @@ from vbnn.core.gaussian import (
     log_mean_exp,
 )
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.priors.kl import DiagonalGaussian, LogStdGaussian
+from vbnn.priors.kl import kl_divergence as prior_kl
 
 
 def test_diagonal_kl_matches_torch_distributions() -> None:
@@ -56,15 +58,18 @@ def test_log_space_kl_of_several_pairs_is_the_sum_of_their_kls(prior_std) -> Non
     if isinstance(prior_std, torch.Tensor):
         prior_std = prior_std.double()
     prior = GaussianPrior(prior_std)
-    together = prior.kl_diagonal_log_std(*tensors)
-    apart = prior.kl_diagonal_log_std(*tensors[:2]) + prior.kl_diagonal_log_std(*tensors[2:])
+    weight, bias = (tensors[0], tensors[1]), (tensors[2], tensors[3])
+    together = prior_kl(LogStdGaussian((weight, bias)), prior)
+    apart = prior_kl(LogStdGaussian((weight,)), prior) + prior_kl(LogStdGaussian((bias,)), prior)
     torch.testing.assert_close(together, apart)
     weights = torch.tensor([0.3, -1.0, 2.0], dtype=torch.float64)
     got = torch.autograd.grad((together * weights).sum(), tensors)
     want = torch.autograd.grad((apart * weights).sum(), tensors)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
-    assert torch.autograd.gradcheck(lambda *t: prior.kl_diagonal_log_std(*t), tuple(tensors))
+    assert torch.autograd.gradcheck(
+        lambda *t: prior_kl(LogStdGaussian((t[:2], t[2:])), prior), tuple(tensors)
+    )
 
 
 @pytest.mark.parametrize("prior_std", [0.8, torch.tensor([0.5, 1.0, 2.0]).reshape(3, 1, 1)])
@@ -138,7 +143,7 @@ def test_full_kl_of_a_diagonal_factor_equals_diagonal_kl() -> None:
 
 def test_kl_is_zero_when_posterior_equals_prior() -> None:
     prior = GaussianPrior(1.3)
-    kl = prior.kl_diagonal(torch.zeros(1, 10), torch.full((1, 10), 1.3))
+    kl = prior_kl(DiagonalGaussian(torch.zeros(1, 10), torch.full((1, 10), 1.3)), prior)
     assert abs(float(kl[0])) < 1e-5
 
 

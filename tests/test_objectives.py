@@ -16,7 +16,7 @@ from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import network_output, variational_layers
 from vbnn.networks.lenet import LeNet5, LeNetConfig
 from vbnn.networks.mlp import MLP
-from vbnn.priors.dropout import ARDPrior, LogUniformPrior
+from vbnn.priors import ARDPrior, LogUniformPrior
 from vbnn.priors.gaussian import GaussianPrior
 from vbnn.training.likelihoods import (
     BernoulliLikelihood,

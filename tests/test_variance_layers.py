@@ -17,7 +17,7 @@ from vbnn.layers import FAMILIES
 from vbnn.layers.shell import LOG_ALPHA_RANGE, VARIANCE_FLOOR
 from vbnn.layers.zero_mean import ZeroMean
 from vbnn.networks.lenet import LeNet5, LeNetConfig
-from vbnn.priors.dropout import ARDPrior
+from vbnn.priors import ARDPrior
 
 MODELS = 2
 DENSE = (3, 2)  # in, out

@@ -56,8 +56,11 @@ from vbnn.networks.conversion import convert
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
 from vbnn.networks.summary import summary
-from vbnn.priors.dropout import ARDPrior, LogUniformPrior, StudentTPrior
+from vbnn.priors.ard import ARDPrior
 from vbnn.priors.gaussian import GaussianPrior
+from vbnn.priors.kl import register_kl
+from vbnn.priors.log_uniform import LogUniformPrior
+from vbnn.priors.student_t import StudentTPrior
 from vbnn.training.likelihoods import (
     BernoulliLikelihood,
     CategoricalLikelihood,
@@ -165,6 +168,7 @@ __all__ = [
     "metrics",
     "mode",
     "plots",
+    "register_kl",
     "sample",
     "summary",
     "train",

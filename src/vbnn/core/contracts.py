@@ -12,7 +12,7 @@ Shapes used throughout:
 The pieces:
     * :class:`ForwardMode` - how a variational layer maps inputs to outputs.
     * :class:`ParameterRole` - what a layer's parameter holds, for per-role learning rates.
-    * :class:`Prior` - what a family needs from a prior to report its KL.
+    * :class:`Prior` - a prior over a layer's weights; its KLs are the table of ``priors.kl``.
     * :class:`Activation` - the hidden non-linearities.
     * :class:`SplitResult` - the metrics of one split of a data set, as the stores keep them.
 
@@ -92,42 +92,20 @@ class Activation(str, Enum):
 
 @runtime_checkable
 class Prior(Protocol):
-    """A prior over the weights of one layer (factorised over its entries)."""
+    """A prior over the weights of one layer (factorised over its entries).
 
-    def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        """KL(N(mean, diag std^2) || prior), summed over all but the leading model dim -> (M,)."""
-        ...
+    Its KL to each posterior form is an entry of the table in ``priors.kl``
+    (``vbnn.register_kl(DiagonalGaussian, MyPrior)``), chosen by the pair of types as
+    ``torch.distributions`` chooses a KL; the layers never ask what type a prior is.
+    ``scale_invariant``: KL(theta q0 || prior) of a scaled fixed q0 does not depend on theta
+    (log-uniform, ARD).
+    """
 
-    def kl_correlated(
-        self, mean: torch.Tensor, trace: torch.Tensor, log_det: torch.Tensor
-    ) -> torch.Tensor:
-        """KL(N(mean, Sigma) || prior) -> (M,), for priors where it depends on Sigma only through
-        tr(Sigma) and log det(Sigma) (isotropic Gaussians); others raise TypeError.
-
-        mean (M, D), trace (M,), log_det (M,).
-        """
-        ...
+    scale_invariant: bool
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         """log p(value), summed over all but the leading model dim -> (M,)."""
         ...
-
-
-# --- Variance networks (Neklyudov et al. 2018, 2019) -------------------------------------
-
-
-@runtime_checkable
-class DropoutPrior(Protocol):
-    """A prior whose KL to the variational-dropout posterior N(mu, alpha mu^2) is known per alpha.
-
-    ``kl_dropout`` takes the means and log alpha (broadcastable to the means) and returns the KL
-    summed over all but the leading model dim, (M,). ``kl_zero_mean`` is the KL of the zero-mean
-    posterior N(0, std^2) (appendix F of Neklyudov et al. 2019), (M,).
-    """
-
-    def kl_dropout(self, mean: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor: ...
-
-    def kl_zero_mean(self, std: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,12 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from vbnn.core.contracts import DropoutPrior, ParameterRole
+from vbnn.core.contracts import ParameterRole
 from vbnn.core.kernels import clamp_derivative, variance_from_log_std
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import LOG_ALPHA_RANGE, VariationalLayer
-from vbnn.priors.dropout import LogUniformPrior, dropout_kl
+from vbnn.priors.kl import DiagonalGaussian, DropoutGaussian, has_kl, kl_divergence
+from vbnn.priors.log_uniform import LogUniformPrior
 
 MEAN_SQUARED_FLOOR = 1e-8
 DEFAULT_RELATIVE_STD = 0.1  # initial sigma = this times 1/sqrt(fan_in) when init_std is None
@@ -102,9 +103,9 @@ class Additive(VariationalLayer):
 
     def kl(self, prior: object) -> torch.Tensor:
         """Dropout priors: through alpha; other priors (Gaussian): their diagonal KL. (M,)."""
-        if isinstance(prior, DropoutPrior):
-            return dropout_kl(prior, self.weight_mean, self.clipped_log_alpha())
-        return prior.kl_diagonal(self.weight_mean, self.weight_log_std.exp())
+        if has_kl(DropoutGaussian, prior):
+            return kl_divergence(DropoutGaussian(self.weight_mean, self.clipped_log_alpha()), prior)
+        return kl_divergence(DiagonalGaussian(self.weight_mean, self.weight_log_std.exp()), prior)
 
     def mean_log_alpha(self) -> torch.Tensor:
         return self.clipped_log_alpha().detach().reshape(self.num_models, -1).mean(1)

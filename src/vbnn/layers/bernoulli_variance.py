@@ -25,7 +25,7 @@ from torch import nn
 from vbnn.core.contracts import ParameterRole
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.log_uniform import LogUniformPrior
 
 
 class BernoulliVariance(VariationalLayer):

@@ -18,6 +18,7 @@ from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.core.defaults import INIT_STD
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
+from vbnn.priors.kl import DiagonalGaussian, kl_divergence
 
 
 class FixedVariance(VariationalLayer):
@@ -82,9 +83,12 @@ class FixedVariance(VariationalLayer):
     def kl(self, prior: Prior) -> torch.Tensor:
         # sigma of shape (M, 1, ..., 1): a prior that sums over the distinct sigmas (the Gaussian
         # one) then touches only the means elementwise
-        total = prior.kl_diagonal(self.weight_mean, self._std_shape_of(self.weight_mean))
+        total = kl_divergence(
+            DiagonalGaussian(self.weight_mean, self._std_shape_of(self.weight_mean)), prior
+        )
         if self.bias_mean is not None:
-            total = total + prior.kl_diagonal(self.bias_mean, self._std_shape_of(self.bias_mean))
+            bias = DiagonalGaussian(self.bias_mean, self._std_shape_of(self.bias_mean))
+            total = total + kl_divergence(bias, prior)
         return total
 
     def _std_shape_of(self, tensor: torch.Tensor) -> torch.Tensor:

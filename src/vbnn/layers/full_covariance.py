@@ -37,6 +37,7 @@ from vbnn.core.contracts import ParameterRole, Prior
 from vbnn.core.defaults import INIT_STD
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import Moments, VariationalLayer
+from vbnn.priors.kl import CorrelatedGaussian, kl_divergence
 
 
 def full_covariance_output_moments(
@@ -198,7 +199,7 @@ class FullCovariance(JointGaussianLayer):
         """KL(q || prior): tr(L L^T) = sum of the marginal variances, log det = 2 sum_d l_d."""
         trace = self._marginal_variance().sum(-1)
         log_det = 2.0 * self.scale_log_diagonal.sum(-1)
-        return prior.kl_correlated(self.mean.flatten(1), trace, log_det)
+        return kl_divergence(CorrelatedGaussian(self.mean.flatten(1), trace, log_det), prior)
 
     def output_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact per-example output mean and variance, (M, N, O) each."""

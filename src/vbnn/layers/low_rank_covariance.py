@@ -35,6 +35,7 @@ from vbnn.core.defaults import INIT_STD
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.full_covariance import JointGaussianLayer
 from vbnn.layers.shell import Moments
+from vbnn.priors.kl import CorrelatedGaussian, kl_divergence
 
 
 def log_det_identity_plus_gram(factor: torch.Tensor) -> torch.Tensor:
@@ -108,4 +109,4 @@ class LowRankCovariance(JointGaussianLayer):
         trace = self._marginal_variance().sum(-1)
         log_det = 2.0 * self.scale_log_diagonal.sum(-1)
         log_det = log_det + log_det_identity_plus_gram(self.scale_factor)
-        return prior.kl_correlated(self.mean.flatten(1), trace, log_det)
+        return kl_divergence(CorrelatedGaussian(self.mean.flatten(1), trace, log_det), prior)

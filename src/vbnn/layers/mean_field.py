@@ -29,7 +29,7 @@ from vbnn.core.kernels import local_reparameterization_sample
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.gaussian_weights import GaussianWeights
 from vbnn.layers.shell import Moments, VariationalLayer
-from vbnn.priors.gaussian import GaussianPrior
+from vbnn.priors.kl import DiagonalGaussian, LogStdGaussian, kl_divergence
 
 
 class StdParameterization(str, Enum):
@@ -151,13 +151,15 @@ class MeanField(VariationalLayer):
         return None if raw is None else self._std(raw)
 
     def kl(self, prior: Prior) -> torch.Tensor:
-        if self.parameterization is StdParameterization.LOG and isinstance(prior, GaussianPrior):
-            # log sigma is the parameter: the KL's log and sigma^2 need no exp/log round trip
-            bias = () if self.bias_mean is None else (self.bias_mean, self.bias_log_std)
-            return prior.kl_diagonal_log_std(self.weight_mean, self.weight_log_std, *bias)
-        total = prior.kl_diagonal(self.weight_mean, self.weight_std())
+        if self.parameterization is StdParameterization.LOG:
+            # log sigma is the parameter: a prior with a log-space KL needs no exp/log round trip
+            pairs = [(self.weight_mean, self.weight_log_std)]
+            if self.bias_mean is not None:
+                pairs.append((self.bias_mean, self.bias_log_std))
+            return kl_divergence(LogStdGaussian(tuple(pairs)), prior)
+        total = kl_divergence(DiagonalGaussian(self.weight_mean, self.weight_std()), prior)
         if self.bias_mean is not None:
-            total = total + prior.kl_diagonal(self.bias_mean, self.bias_std())
+            total = total + kl_divergence(DiagonalGaussian(self.bias_mean, self.bias_std()), prior)
         return total
 
     def gaussian_weights(self) -> tuple[GaussianWeights, ...]:

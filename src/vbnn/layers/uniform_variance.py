@@ -5,10 +5,10 @@ the examples (``moment_matching=True`` draws the pre-activation from the Gaussia
 exact moments instead, see ``bernoulli_variance``). U(-1, 1) noise is erf(z / sqrt 2), z ~ N(0, 1),
 which is exactly uniform.
 
-KL: each prior's ``kl_uniform``. Against the log-uniform or ARD (scale-invariant) prior,
-KL(theta U || LogU) = -log(2 theta) + E log|theta eps| + C does not depend on theta: returned as
-0. Against N(0, s^2) and the Student-t, closed forms (``GaussianPrior.kl_uniform``,
-``StudentTPrior.kl_uniform``).
+KL: the table's entry for ``ScaledUniform`` and the prior (``priors.kl``). Against the
+log-uniform or ARD (scale-invariant) prior, KL(theta U || LogU) = -log(2 theta) + E log|theta eps|
++ C does not depend on theta: returned as 0. Against N(0, s^2) and the Student-t, closed forms
+(``priors.gaussian``, ``priors.student_t``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch
 
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.bernoulli_variance import BernoulliVariance
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.kl import ScaledUniform, kl_divergence
+from vbnn.priors.log_uniform import LogUniformPrior
 
 
 class UniformVariance(BernoulliVariance):
@@ -37,9 +38,6 @@ class UniformVariance(BernoulliVariance):
         return torch.erf(draw / math.sqrt(2.0))
 
     def kl(self, prior: object) -> torch.Tensor:
-        """KL(theta U(-1, 1) || prior), (M,): the prior's ``kl_uniform`` (0 for a scale-invariant
-        prior, closed forms for the Gaussian and the Student-t)."""
-        if not hasattr(prior, "kl_uniform"):
-            raise TypeError(f"UniformVariance: {type(prior).__name__} has no KL to a uniform q "
-                            "(kl_uniform)")  # fmt: skip
-        return prior.kl_uniform(self.weight_log_scale)
+        """KL(theta U(-1, 1) || prior), (M,) (0 for a scale-invariant prior, closed forms for the
+        Gaussian and the Student-t)."""
+        return kl_divergence(ScaledUniform(self.weight_log_scale), prior)

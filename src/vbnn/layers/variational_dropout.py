@@ -33,7 +33,8 @@ from vbnn.core.contracts import ParameterRole
 from vbnn.core.kernels import clamp_derivative, exponential
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import LOG_ALPHA_RANGE, VariationalLayer, clip_log_alpha
-from vbnn.priors.dropout import LogUniformPrior, dropout_kl
+from vbnn.priors.kl import DropoutGaussian, kl_divergence
+from vbnn.priors.log_uniform import LogUniformPrior
 
 DEFAULT_LOG_ALPHA = -4.0  # initial log alpha (sqrt(alpha) ~ 0.14: std 14% of |mu|)
 
@@ -150,7 +151,7 @@ class VariationalDropout(VariationalLayer):
 
     def kl(self, prior: object) -> torch.Tensor:
         """KL(q || prior) of the weights, (M,); biases are point parameters (no KL)."""
-        return dropout_kl(prior, self.weight_mean, self.clipped_log_alpha())
+        return kl_divergence(DropoutGaussian(self.weight_mean, self.clipped_log_alpha()), prior)
 
     def mean_log_alpha(self) -> torch.Tensor:
         """Mean of log alpha over the layer's weights, per model (M,)."""

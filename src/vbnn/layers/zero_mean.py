@@ -8,7 +8,7 @@ Source: Neklyudov et al. 2019 section 3 and appendix E:
 eps independent per example and output position, so E[b] = 0 exactly (plus the bias, if any), and
 mean propagation (eq. 3) gives an output independent of the input. The KL to the log-uniform or ARD
 prior does not depend on sigma (appendix F); it is 0 under the normalisation of
-``vbnn.priors.dropout``. Parameter: log sigma.
+``vbnn.priors.log_uniform``. Parameter: log sigma.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from vbnn.core.contracts import ParameterRole
 from vbnn.core.kernels import variance_from_log_std
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers.shell import VariationalLayer
-from vbnn.priors.dropout import LogUniformPrior, zero_mean_kl
+from vbnn.priors.kl import ZeroMeanGaussian, kl_divergence
+from vbnn.priors.log_uniform import LogUniformPrior
 
 
 class ZeroMean(VariationalLayer):
@@ -71,7 +72,7 @@ class ZeroMean(VariationalLayer):
         return std * noise.randn(*std.shape[1:], dtype=std.dtype, device=std.device)
 
     def kl(self, prior: object) -> torch.Tensor:
-        return zero_mean_kl(prior, self.weight_log_std.exp())
+        return kl_divergence(ZeroMeanGaussian(self.weight_log_std.exp()), prior)
 
     def prune_by_std(self, threshold: float) -> float:
         """Zero every weight with sigma < threshold (Neklyudov et al. 2019 Fig. 5); returns the

@@ -1,4 +1,9 @@
-"""Priors over layer weights. Later priors (log-uniform, Student-t, ARD) add a class here."""
+"""The factorised Gaussian prior N(0, s^2) and its KL to every Gaussian and uniform posterior.
+
+Its KLs are entries of the table of ``priors.kl``: the diagonal Gaussian (Blundell et al. 2015),
+in log std for the mean-field layer, the correlated Gaussian through tr(Sigma) and log det(Sigma)
+(full-covariance and low-rank families), and the scaled uniform of the uniform variance layer.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,13 @@ from vbnn.core.gaussian import (
     kl_diagonal_gaussian,
     kl_diagonal_gaussian_log_std,
     kl_to_isotropic_gaussian,
+)
+from vbnn.priors.kl import (
+    CorrelatedGaussian,
+    DiagonalGaussian,
+    LogStdGaussian,
+    ScaledUniform,
+    register_kl,
 )
 
 
@@ -39,36 +51,43 @@ class GaussianPrior:
         if not bool((torch.as_tensor(self.std) > 0).all()):
             raise ValueError(f"GaussianPrior: std must be > 0, got {self.std!r}")
 
-    def kl_diagonal(self, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        return kl_diagonal_gaussian(mean, std, per_model(self.std, mean))
-
-    def kl_diagonal_log_std(
-        self, mean: torch.Tensor, log_std: torch.Tensor, *more: torch.Tensor
-    ) -> torch.Tensor:
-        """``kl_diagonal`` with std = exp(log_std), computed in log space (fewer passes);
-        ``more``: further (mean, log_std) pairs (``kl_diagonal_gaussian_log_std``)."""
-        return kl_diagonal_gaussian_log_std(mean, log_std, per_model(self.std, mean), *more)
-
-    def kl_correlated(
-        self, mean: torch.Tensor, trace: torch.Tensor, log_det: torch.Tensor
-    ) -> torch.Tensor:
-        prior_std = per_model(self.std, mean[:, 0])  # (M,): one value per model's KL
-        return kl_to_isotropic_gaussian(mean, trace, log_det, prior_std)
-
-    def kl_uniform(self, log_scale: torch.Tensor) -> torch.Tensor:
-        """KL(U(-theta, theta) || N(0, s^2)) per model, (M,), from log theta (M, ...):
-
-            -log(2 theta) + 1/2 log(2 pi s^2) + theta^2 / (6 s^2)
-
-        (E_q log q = -log(2 theta) and E_q w^2 = theta^2 / 3; Neklyudov et al. 2019 section 3.3)."""
-        variance = per_model(self.std, log_scale) ** 2
-        terms = (
-            -(math.log(2.0) + log_scale)
-            + 0.5 * torch.log(2.0 * math.pi * torch.as_tensor(variance, dtype=log_scale.dtype))
-            + torch.exp(2.0 * log_scale) / (6.0 * variance)
-        )
-        return terms.reshape(log_scale.shape[0], -1).sum(1)
-
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         log_density = gaussian_log_prob(value, 0.0, per_model(self.std, value))
         return log_density.reshape(value.shape[0], -1).sum(1)
+
+
+@register_kl(DiagonalGaussian, GaussianPrior)
+def _kl_diagonal(q: DiagonalGaussian, p: GaussianPrior) -> torch.Tensor:
+    return kl_diagonal_gaussian(q.mean, q.std, per_model(p.std, q.mean))
+
+
+@register_kl(LogStdGaussian, GaussianPrior)
+def _kl_log_std(q: LogStdGaussian, p: GaussianPrior) -> torch.Tensor:
+    """The diagonal KL computed in log space, every (mean, log std) pair in one call
+    (``kl_diagonal_gaussian_log_std``)."""
+    (mean, log_std), *more = q.pairs
+    rest = [tensor for pair in more for tensor in pair]
+    return kl_diagonal_gaussian_log_std(mean, log_std, per_model(p.std, mean), *rest)
+
+
+@register_kl(CorrelatedGaussian, GaussianPrior)
+def _kl_correlated(q: CorrelatedGaussian, p: GaussianPrior) -> torch.Tensor:
+    prior_std = per_model(p.std, q.mean[:, 0])  # (M,): one value per model's KL
+    return kl_to_isotropic_gaussian(q.mean, q.trace, q.log_det, prior_std)
+
+
+@register_kl(ScaledUniform, GaussianPrior)
+def _kl_uniform(q: ScaledUniform, p: GaussianPrior) -> torch.Tensor:
+    """KL(U(-theta, theta) || N(0, s^2)) per model, (M,), from log theta (M, ...):
+
+        -log(2 theta) + 1/2 log(2 pi s^2) + theta^2 / (6 s^2)
+
+    (E_q log q = -log(2 theta) and E_q w^2 = theta^2 / 3; Neklyudov et al. 2019 section 3.3)."""
+    log_scale = q.log_scale
+    variance = per_model(p.std, log_scale) ** 2
+    terms = (
+        -(math.log(2.0) + log_scale)
+        + 0.5 * torch.log(2.0 * math.pi * torch.as_tensor(variance, dtype=log_scale.dtype))
+        + torch.exp(2.0 * log_scale) / (6.0 * variance)
+    )
+    return terms.reshape(log_scale.shape[0], -1).sum(1)
