@@ -7,10 +7,10 @@ from pathlib import Path
 
 from vbnn.data import load_uci
 from vbnn.regression.methods import method_config
+from vbnn.regression.split_units import SplitUnits
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.sweeps.contracts import ExecutorSettings
 from vbnn.sweeps.driver import Runs, train_missing
-from vbnn.sweeps.uci import SplitUnits
 
 
 def stored_runs(path: Path) -> list[tuple]:
@@ -33,8 +33,8 @@ def stored_trials(path: Path) -> list[tuple]:
 
 def driven_rows(path: Path, data_dir: Path, settings: ExecutorSettings) -> list[tuple]:
     """Boston ES (100 iterations) on splits 0-1, one engine chunk, trained through the driver
-    (``sweeps.driver``, ``sweeps.uci.SplitUnits``) on the executor of ``settings`` with the
-    default CPUs of a unit; every stored row. ES on boston rounds differently on 1 and on 2
+    (``sweeps.driver``, ``regression.split_units.SplitUnits``) on the executor of ``settings``
+    with the default CPUs of a unit; every stored row. ES on boston rounds differently on 1 and on 2
     torch threads, so equal rows mean equal thread counts."""
     dataset = load_uci("boston", data_dir)
     runs = [Runs("boston", method_config("es", iterations=100, seed=2), (0, 1))]

@@ -17,9 +17,9 @@ from vbnn.comparison.classification import ClassifierRun, classification_stack
 from vbnn.comparison.folds import Task, infer_task, k_folds
 from vbnn.comparison.report import paired_gaps, verdict
 from vbnn.data.uci import DataError
+from vbnn.regression import split_units as uci_module
+from vbnn.regression import tuning_driver as tuning_driver_module
 from vbnn.sweeps import driver as driver_module
-from vbnn.sweeps import tuning_driver as tuning_driver_module
-from vbnn.sweeps import uci as uci_module
 
 FAST = {"iterations": 60, "hidden": (8,), "test_samples": 8}
 

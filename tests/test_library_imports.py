@@ -49,7 +49,7 @@ def test_every_module_of_the_library_imports_without_the_lab() -> None:
     assert not report["failed"], report["failed"]
     assert report["lab"] == [], f"the library imported {report['lab']}"
     assert len(report["imported"]) >= 80, report  # the walk found the library's modules
-    assert "vbnn.cli" in report["imported"] and "vbnn.sweeps.uci" in report["imported"]
+    assert "vbnn.cli" in report["imported"] and "vbnn.regression.split_units" in report["imported"]
 
 
 def _vbnn_imports(path: Path) -> list[tuple[int, str]]:
@@ -77,5 +77,21 @@ def test_the_core_imports_nothing_of_vbnn_above_it() -> None:
         for path in files
         for line, name in _vbnn_imports(path)
         if name != "vbnn.core" and not name.startswith("vbnn.core.")
+    ]
+    assert not upward, upward
+
+
+def test_the_sweeps_import_no_pipeline() -> None:
+    """The executors and the driver of stored runs sit below the pipelines that use them (the UCI
+    engine, compare, the lab): they import only the core, the stores and themselves."""
+    sweeps = Path(vbnn.core.__file__).parents[1] / "sweeps"
+    files = sorted(sweeps.glob("*.py"))
+    assert {"driver.py", "executors.py"} <= {f.name for f in files}, files
+    allowed = ("vbnn.core", "vbnn.stores", "vbnn.sweeps")
+    upward = [
+        f"{path.name}:{line} imports {name}"
+        for path in files
+        for line, name in _vbnn_imports(path)
+        if not any(name == floor or name.startswith(floor + ".") for floor in allowed)
     ]
     assert not upward, upward

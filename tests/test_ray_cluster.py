@@ -21,10 +21,10 @@ from stored_rows import stored_runs
 
 from vbnn.data import load_uci
 from vbnn.regression.methods import method_config
+from vbnn.regression.split_units import SplitUnits
 from vbnn.stores.results_db import ResultsDatabase
 from vbnn.sweeps.contracts import ExecutorKind, ExecutorSettings, Unit
 from vbnn.sweeps.driver import Runs, train_missing
-from vbnn.sweeps.uci import SplitUnits
 
 if os.environ.get("VBNN_RAY_TESTS") == "0":
     pytest.skip("VBNN_RAY_TESTS=0: the Ray cluster tests are switched off", allow_module_level=True)

@@ -13,11 +13,11 @@ import optuna
 import pytest
 
 from vbnn.cli import main
+from vbnn.regression.grid import GridError, load_grid, parse_grid
 from vbnn.regression.methods import method_config
-from vbnn.sweeps.command import search_study_name
+from vbnn.regression.sweep_command import search_study_name
 from vbnn.sweeps.contracts import ExecutorKind, ExecutorSettings, Unit
 from vbnn.sweeps.executors import LocalExecutor, SweepError, drive, make_executor, settings_from
-from vbnn.sweeps.grid import GridError, load_grid, parse_grid
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "grid.toml"
 

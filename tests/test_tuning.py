@@ -24,7 +24,7 @@ from vbnn.regression.tuning import (
     tuning_problem,
     tuning_rows,
 )
-from vbnn.sweeps.tuning_driver import store_trials, stored_trials, tuning_unit
+from vbnn.regression.tuning_driver import store_trials, stored_trials, tuning_unit
 
 
 def test_tuning_rows_come_from_the_training_rows_only(data_dir: Path) -> None:

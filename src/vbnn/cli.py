@@ -3,7 +3,7 @@
 reproductions (the lab beside the library) are installed."""
 
 # The docstring above is ``vbnn --help``'s description. This module builds the parser from light
-# modules only: each job (``cli_handlers``, ``comparison.command``, ``sweeps.command``) is
+# modules only: each job (``cli_handlers``, ``comparison.command``, ``regression.sweep_command``) is
 # imported when its subcommand runs, and an installed command adds its flags when it is parsed,
 # so ``vbnn --help`` loads none of pandas, scikit-learn, SciPy, Optuna or matplotlib.
 
@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = commands.add_parser("sweep", help=sweep_arguments.DESCRIPTION,
                                 description=sweep_arguments.DESCRIPTION)  # fmt: skip
     sweep_arguments.add_arguments(sweep)
-    sweep.set_defaults(handler=_run("vbnn.sweeps.command:run"))
+    sweep.set_defaults(handler=_run("vbnn.regression.sweep_command:run"))
     _add_installed_commands(commands)
     return parser
 

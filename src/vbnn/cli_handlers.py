@@ -1,6 +1,6 @@
 """The jobs of the ``vbnn`` subcommands that ``vbnn.cli`` defines: ``uci``, ``fit``, ``demo``,
 ``data download|check`` and ``diagnose pruning|report`` (``compare`` and ``sweep`` run in
-``comparison.command`` and ``sweeps.command``).
+``comparison.command`` and ``regression.sweep_command``).
 
 ``vbnn.cli`` builds the parser without importing this module, so ``vbnn --help`` loads none of
 the libraries these jobs need (pandas, scikit-learn, SciPy); ``main`` imports it when one of

@@ -27,7 +27,7 @@ from vbnn.regression.engine import TrainedStack
 from vbnn.regression.methods import method_config, method_fields
 from vbnn.regression.presets import preset
 from vbnn.regression.runs import PredictiveKind, TrainConfig
-from vbnn.sweeps.tuning_driver import stored_trials
+from vbnn.regression.tuning_driver import stored_trials
 
 COVERAGE = "coverage"
 

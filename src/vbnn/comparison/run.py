@@ -56,13 +56,13 @@ from vbnn.comparison.report import (
     verdict,
 )
 from vbnn.data.uci import RegressionDataset
+from vbnn.regression.split_units import SplitUnits
 from vbnn.regression.tuning import TuningConfig, study_name
+from vbnn.regression.tuning_driver import tune_missing
 from vbnn.stores.markdown import markdown_table
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.contracts import ExecutorKind, ExecutorSettings, Unit
 from vbnn.sweeps.driver import Runs, UnitBuilder, train_missing
-from vbnn.sweeps.tuning_driver import tune_missing
-from vbnn.sweeps.uci import SplitUnits
 
 
 @dataclass(frozen=True)

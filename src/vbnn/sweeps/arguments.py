@@ -1,5 +1,5 @@
-"""The flags of ``vbnn sweep`` (its job is ``sweeps.command.run``), apart from the job so that
-building the parser (``vbnn --help``) imports neither Optuna nor pandas."""
+"""The flags of ``vbnn sweep`` (its job is ``regression.sweep_command.run``), apart from the job
+so that building the parser (``vbnn --help``) imports neither Optuna nor pandas."""
 
 from __future__ import annotations
 

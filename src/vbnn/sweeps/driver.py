@@ -10,11 +10,12 @@ requested replicate back (:class:`StoredRuns`). So a killed run loses at most th
 flight, a second identical call trains nothing, and the rows read back do not depend on the
 executor or on how often the run was resumed.
 
-Every caller that stores runs goes through here: ``vbnn sweep`` (``sweeps.command``),
+Every caller that stores runs goes through here: ``vbnn sweep`` (``regression.sweep_command``),
 ``vbnn.compare`` (``comparison.run``), the UCI reproductions of the lab and
-``regression.engine.run_splits(database=...)``; ``sweeps.uci.SplitUnits`` is the builder of the
-UCI engine's chunks that the UCI callers share. Those that tune first complete their Optuna
-studies through the tuning loop beside this one, ``sweeps.tuning_driver.tune_missing``.
+``regression.engine.run_splits(database=...)``; ``regression.split_units.SplitUnits`` is the
+builder of the UCI engine's chunks that the UCI callers share. Those that tune first complete
+their Optuna studies through the tuning loop beside this one,
+``regression.tuning_driver.tune_missing``.
 """
 
 from __future__ import annotations

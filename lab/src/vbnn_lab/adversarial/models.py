@@ -37,7 +37,7 @@ from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.networks.lenet import LAYER_NAMES, LeNet5, LeNetConfig
 from vbnn.networks.summary import mean_log_alpha
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.log_uniform import LogUniformPrior
 from vbnn.stores import unit_store
 from vbnn_lab import PAPERS_ESTIMATOR
 from vbnn_lab.adversarial.attack import Prediction

@@ -32,19 +32,19 @@ from pathlib import Path
 
 from vbnn.data.splits import parse_splits
 from vbnn.regression.runs import TABLE1_METHODS, RunResult
-from vbnn.regression.tuning import TuningConfig, tune
-from vbnn.stores.atomic import write_atomic
-from vbnn.stores.results_db import ResultsDatabase, optuna_storage
-from vbnn.sweeps.driver import Runs, train_missing
-from vbnn.sweeps.executors import add_executor_arguments, settings_from
-from vbnn.sweeps.tuning_driver import tune_missing
-from vbnn.sweeps.uci import (
+from vbnn.regression.split_units import (
     Job,
     SplitUnits,
     add_study_arguments,
     print_progress,
     uci_jobs,
 )
+from vbnn.regression.tuning import TuningConfig, tune
+from vbnn.regression.tuning_driver import tune_missing
+from vbnn.stores.atomic import write_atomic
+from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+from vbnn.sweeps.driver import Runs, train_missing
+from vbnn.sweeps.executors import add_executor_arguments, settings_from
 from vbnn_lab.overpruning import figures as overpruning_figures
 from vbnn_lab.overpruning.extension import (
     EXTENSION_DATASETS,

@@ -32,7 +32,7 @@ from vbnn.data.mnist import load_images
 from vbnn.networks.lenet import LAYER_NAMES, LeNet5
 from vbnn.networks.summary import mean_log_alpha
 from vbnn.plots import pyplot, save_figure
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.log_uniform import LogUniformPrior
 from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic
 from vbnn.stores.markdown import markdown_table

@@ -36,7 +36,7 @@ from vbnn.classification.training import ClassifierConfig, train_classifier
 from vbnn.core.randomness import ModelGenerators
 from vbnn.data.mnist import load_images
 from vbnn.networks.lenet import LeNet5
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.log_uniform import LogUniformPrior
 from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.contracts import ExecutorKind
 from vbnn.sweeps.executors import add_executor_arguments, settings_from

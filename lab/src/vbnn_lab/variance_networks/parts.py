@@ -25,7 +25,7 @@ from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.layers import Point, ZeroMean
 from vbnn.metrics import accuracy
 from vbnn.plots import pyplot, save_figure
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.log_uniform import LogUniformPrior
 from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.settings import TrainerConfig
 from vbnn.training.trainer import train

@@ -43,7 +43,7 @@ from vbnn.classification.training import (
 from vbnn.core.randomness import ModelGenerators
 from vbnn.networks.lenet import LAYER_NAMES, LeNet5, LeNetConfig
 from vbnn.networks.summary import mean_log_alpha
-from vbnn.priors.dropout import LogUniformPrior
+from vbnn.priors.log_uniform import LogUniformPrior
 from vbnn.stores import unit_store
 from vbnn.stores.atomic import write_atomic
 from vbnn.sweeps.contracts import ExecutorSettings, Unit

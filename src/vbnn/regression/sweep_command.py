@@ -1,9 +1,10 @@
-"""``vbnn sweep GRID.toml``: every run of a grid (``sweeps.grid``) on an executor, stored in
+"""``vbnn sweep GRID.toml``: every run of a grid (``regression.grid``) on an executor, stored in
 ``OUT/results.sqlite`` by the driver alone.
 
 The units: for each (data set, config), the splits the database still lacks, cut into groups of
 ``splits_per_unit`` (default: the engine's chunks), each trained as one stack (the driver of
-every stored run, ``sweeps.driver``, with the UCI builder ``sweeps.uci.SplitUnits``). With
+every stored run, ``sweeps.driver``, with the UCI builder
+``regression.split_units.SplitUnits``). With
 ``[search]``, first ``workers`` search units per (data set, config) whose study is short of
 ``trials`` (``regression.tuning.tune`` on a shared Optuna study), then the evaluation units with
 the best values. A killed sweep re-run with the same command trains only what is missing; a
@@ -21,16 +22,16 @@ from pathlib import Path
 import optuna
 
 from vbnn.data.uci import RegressionDataset, load_uci
+from vbnn.regression.grid import Grid, Search, load_grid
 from vbnn.regression.runs import TrainConfig
+from vbnn.regression.split_units import SplitUnits
 from vbnn.regression.studies import RUNNING, requeue_unfinished, used_budget
 from vbnn.regression.tuning import TuningConfig, tune
+from vbnn.regression.tuning_driver import stored_trials
 from vbnn.stores.results_db import ResultsDatabase, config_hash
 from vbnn.sweeps.contracts import Unit
 from vbnn.sweeps.driver import Pending, Runs, train_missing
 from vbnn.sweeps.executors import run_sweep, settings_from
-from vbnn.sweeps.grid import Grid, Search, load_grid
-from vbnn.sweeps.tuning_driver import stored_trials
-from vbnn.sweeps.uci import SplitUnits
 
 
 def storage_for(search: Search, out: Path) -> str | optuna.storages.BaseStorage:

@@ -1,6 +1,7 @@
 """Units of UCI training for the driver and the shared parts of the UCI reproductions
-(``sweeps.command`` for ``vbnn sweep``; the lab's ``vbnn reproduce overpruning`` for Table 1 and
-``vbnn reproduce uci-depth``); their tuning studies run through ``sweeps.tuning_driver``.
+(``regression.sweep_command`` for ``vbnn sweep``; the lab's ``vbnn reproduce overpruning`` for
+Table 1 and ``vbnn reproduce uci-depth``); their tuning studies run through
+``regression.tuning_driver``.
 
 - :class:`SplitUnits` is the unit builder of the driver (``sweeps.driver.train_missing``) that
   every UCI caller shares: :func:`split_units` cuts the splits a configuration still lacks into
@@ -42,10 +43,10 @@ from vbnn.regression.methods import add_runtime_arguments, method_config, method
 from vbnn.regression.runs import TrainConfig
 from vbnn.regression.studies import used_budget
 from vbnn.regression.tuning import TuningConfig, hidden_label, study_name
+from vbnn.regression.tuning_driver import stored_trials
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
 from vbnn.sweeps.contracts import Unit
 from vbnn.sweeps.driver import Runs
-from vbnn.sweeps.tuning_driver import stored_trials
 
 Job = tuple[RegressionDataset, TrainConfig, list[int]]  # a configuration and its splits
 Shapes = Callable[[str], Iterable[tuple[str, tuple[int, ...]]]]  # data set -> (method, hidden)
