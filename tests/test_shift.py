@@ -203,3 +203,39 @@ def test_covariate_shift_moves_named_columns_by_training_stds() -> None:
         covariate_shift(test, train, ["d"], 1.0, names=["a", "b", "c"])
     with pytest.raises(ValueError, match=r"column 3 is not an index in 0\.\.2"):
         covariate_shift(test, train, [3], 1.0)
+
+
+def test_shift_figure_draws_the_mean_of_each_entry_per_intensity(tmp_path) -> None:
+    import pandas as pd
+
+    from vbnn.plots import plot_shift
+
+    rows = [
+        {
+            "entry": entry,
+            "shift": shift,
+            "intensity": level,
+            "seed": seed,
+            "accuracy": 1.0 - 0.1 * level * (1 + (entry == "mf")) + 0.01 * seed,
+            "nll": 0.2 * level + seed,
+            "ece": 0.01 * level,
+            "brier": 0.05 * level,
+        }
+        for entry in ("mf", "ensemble")
+        for shift, levels in (("rotation", (0, 15, 30)), ("contrast", (0, 1, 2)))
+        for level in levels
+        for seed in (0, 1)
+    ]
+    figure = plot_shift(pd.DataFrame(rows), path=tmp_path / "shift.png")
+    axes = np.array(figure.axes).reshape(4, 2)
+    assert [axis.get_ylabel() for axis in axes[:, 0]] == ["accuracy", "NLL", "ECE", "Brier"]
+    assert axes[0, 1].get_xlabel() == "contrast intensity"
+    curves = axes[0, 0].containers  # one errorbar per entry, in the frame's order
+    assert [curve.get_label() for curve in curves] == ["mf", "ensemble"]
+    mf, ensemble = (curve.lines[0] for curve in curves)
+    np.testing.assert_array_equal(mf.get_xdata(), [0, 15, 30])
+    np.testing.assert_allclose(mf.get_ydata(), [1.005, 1.005 - 3.0, 1.005 - 6.0])
+    np.testing.assert_allclose(ensemble.get_ydata(), [1.005, 1.005 - 1.5, 1.005 - 3.0])
+    assert (tmp_path / "shift.png").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match=r"metric columns \['auroc'\] not in"):
+        plot_shift(pd.DataFrame(rows), metrics=["auroc"])
