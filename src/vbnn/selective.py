@@ -55,12 +55,12 @@ def _selective_risks(errors: torch.Tensor, confidence: torch.Tensor) -> torch.Te
     starts_group = torch.cat([first_of_group, confidence[1:] != confidence[:-1]])
     group = starts_group.cumsum(0) - 1
     groups = int(group[-1]) + 1
-    size = torch.zeros(groups, dtype=errors.dtype).index_add_(0, group, torch.ones_like(errors))
-    mean_error = torch.zeros(groups, dtype=errors.dtype).index_add_(0, group, errors) / size
+    size = errors.new_zeros(groups).index_add_(0, group, torch.ones_like(errors))
+    mean_error = errors.new_zeros(groups).index_add_(0, group, errors) / size
     # errors in the groups before each position, then e_g / n_g per position inside its group
     before = torch.cat([errors.new_zeros(1), (mean_error * size).cumsum(0)[:-1]])[group]
     first = torch.cat([errors.new_zeros(1), size.cumsum(0)[:-1]])[group]
-    position = torch.arange(1, len(errors) + 1, dtype=errors.dtype)
+    position = torch.arange(1, len(errors) + 1, dtype=errors.dtype, device=errors.device)
     return (before + (position - first) * mean_error[group]) / position
 
 
@@ -78,7 +78,8 @@ def risk_coverage(
         ``coverage`` and ``risk``, each (N,) float64, coverage increasing from 1 / N to 1.
     """
     errors, confidence = _errors_and_confidence(probabilities, labels, confidence)
-    coverage = torch.arange(1, len(errors) + 1, dtype=torch.float64) / len(errors)
+    coverage = torch.arange(1, len(errors) + 1, dtype=errors.dtype, device=errors.device)
+    coverage = coverage / len(errors)
     return coverage, _selective_risks(errors, confidence)
 
 
@@ -119,7 +120,7 @@ def optimal_aurc(probabilities: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     """
     errors, _ = _errors_and_confidence(probabilities, labels, None)
     correct = len(errors) - errors.sum()
-    position = torch.arange(1, len(errors) + 1, dtype=torch.float64)
+    position = torch.arange(1, len(errors) + 1, dtype=errors.dtype, device=errors.device)
     return ((position - correct).clamp_min(0) / position).mean()
 
 

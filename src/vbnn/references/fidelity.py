@@ -107,8 +107,10 @@ def empirical_wasserstein_1d(
     size_first, size_second = first.shape[1], second.shape[1]
     # breakpoints in units of 1 / (S R): i R and j S; on (a, b] the quantiles are the
     # (a // R)-th and (a // S)-th sorted samples (0-based)
-    ends_first = torch.arange(1, size_first + 1) * size_second
-    ends = torch.cat([ends_first, torch.arange(1, size_second + 1) * size_first]).unique()
+    device = first.device
+    ends_first = torch.arange(1, size_first + 1, device=device) * size_second
+    ends_second = torch.arange(1, size_second + 1, device=device) * size_first
+    ends = torch.cat([ends_first, ends_second]).unique()
     starts = torch.cat([ends.new_zeros(1), ends[:-1]])
     widths = (ends - starts).double() / (size_first * size_second)
     gaps = (first[:, starts // size_second] - second[:, starts // size_first]).abs()
