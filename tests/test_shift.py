@@ -187,6 +187,9 @@ def test_shifted_copies_in_order_and_normalised() -> None:
         Shift("contrast", 6)
     with pytest.raises(ValueError, match="'blur' is not a valid ShiftKind"):
         Shift("blur", 1)
+    with pytest.raises(ValueError, match=r"intensity must be an integer; got 1\.5"):
+        Shift("pixelate", 1.5)
+    assert Shift("pixelate", np.int64(2)) == Shift(ShiftKind.PIXELATE, 2)
 
 
 def test_covariate_shift_moves_named_columns_by_training_stds() -> None:

@@ -17,6 +17,8 @@ images), applied to any number of channels:
 * pixelate: down to floor(s H) x floor(s W) and back up with Pillow's box filter, s = 0.95, 0.9,
   0.85, 0.75, 0.65.
 
+Pixels stay floating point: their code saves 8-bit images (Pillow rounds between its two resize
+passes too); here nothing is rounded, as Pillow does for 32-bit float images.
 The random ones draw from an explicit ``torch.Generator`` on the images' device.
 Rotation (Ovadia et al. 2019: 0 to 180 degrees in steps of 15) is bilinear, zeros outside.
 """
@@ -24,6 +26,7 @@ Rotation (Ovadia et al. 2019: 0 to 180 degrees in steps of 15) is bilinear, zero
 from __future__ import annotations
 
 import math
+from numbers import Integral
 
 import torch
 import torch.nn.functional as F
@@ -54,10 +57,10 @@ def check_images(images: torch.Tensor, name: str = "images") -> None:
 
 def _level(intensity: int, table: tuple[float, ...]) -> float | None:
     """The constant of ``intensity`` in ``table``; None for intensity 0."""
-    integer = isinstance(intensity, int) and not isinstance(intensity, bool)
+    integer = isinstance(intensity, Integral) and not isinstance(intensity, bool)
     if not integer or intensity not in INTENSITIES:
         raise ValueError(f"intensity must be an integer in 0..5; got {intensity!r}")
-    return None if intensity == 0 else table[intensity - 1]
+    return None if intensity == 0 else table[int(intensity) - 1]
 
 
 def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from numbers import Integral
 
 import torch
 
@@ -60,8 +61,9 @@ class Shift:
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", ShiftKind(self.kind))
         highest = 359 if self.kind is ShiftKind.ROTATION else 5
-        if isinstance(self.intensity, bool) or not isinstance(self.intensity, int):
+        if isinstance(self.intensity, bool) or not isinstance(self.intensity, Integral):
             raise ValueError(f"Shift intensity must be an integer; got {self.intensity!r}")
+        object.__setattr__(self, "intensity", int(self.intensity))
         if not 0 <= self.intensity <= highest:
             raise ValueError(
                 f"Shift intensity of {self.kind.value} must lie in 0..{highest}; "
