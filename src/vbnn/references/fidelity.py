@@ -12,9 +12,10 @@ inputs, rather than by how well either fits the labels:
   (``predictive_wasserstein``); or, for Gaussian predictives, its closed form
   (``gaussian_predictive_wasserstein``).
 
-The competition asked for 1000 predictive samples per test input. Its paper names the
-regression metric W2; its published scoring script calls ``scipy.stats.wasserstein_distance``,
-which is the order-1 distance W1, averages it over inputs and negates it as a score.
+The competition asked for 1000 predictive samples per test input and names its regression
+metric W2, but the function of its published scoring script that computes it calls
+``scipy.stats.wasserstein_distance``, the order-1 distance W1 between the two empirical
+distributions, averages that over inputs and negates it as a score.
 ``predictive_wasserstein(..., order=1)`` gives that average (unnegated), ``order=2`` the W2.
 
 These compare predictives in output space; ``references.wasserstein`` measures distances between
@@ -121,7 +122,7 @@ def predictive_wasserstein(
     samples: torch.Tensor, reference: torch.Tensor, order: float = 2
 ) -> torch.Tensor:
     """Mean over inputs of ``empirical_wasserstein_1d``: the competition's regression metric
-    (order 1 is what its scoring script computes, order 2 what its paper names).
+    (order 1 is what its scoring script computes, order 2 the W2 it names).
 
     Args:
         samples: (N, S) predictive samples per input.
