@@ -1,4 +1,5 @@
-"""Figures a user looks at: the predictive band of a 1-D regression and a reliability diagram.
+"""Figures a user looks at: the predictive band of a 1-D regression, a reliability diagram and
+metrics under dataset shift.
 
 Each function draws on a new matplotlib figure (Agg backend), writes it to ``path`` atomically
 when given one, and returns the figure so that a notebook can show or restyle it.
@@ -9,6 +10,7 @@ experiments' and diagnostics' figures use them too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,8 +21,18 @@ from vbnn.metrics import expected_calibration_error, reliability_table
 from vbnn.stores.atomic import write_atomic
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the module
+    import pandas as pd
     from matplotlib.figure import Figure
     from numpy.typing import ArrayLike
+
+# metric column -> axis label, in the order the shift figure draws them
+SHIFT_METRICS = {
+    "accuracy": "accuracy",
+    "nll": "NLL",
+    "log_likelihood": "test LL",
+    "ece": "ECE",
+    "brier": "Brier",
+}
 
 
 def pyplot():
@@ -134,6 +146,66 @@ def plot_reliability(
     share = table["count"].numpy() / max(1, int(table["count"].sum()))
     bottom.bar(centres, share, width=width, edgecolor="black")
     bottom.set(xlabel="confidence (max probability)", ylabel="share")
+    figure.tight_layout()
+    if path is not None:
+        save_figure(figure, path, close=False)
+    return figure
+
+
+def plot_shift(
+    results: pd.DataFrame, metrics: Sequence[str] | None = None, path: str | Path | None = None
+) -> Figure:
+    """Each metric against the shift's intensity, one line per entry (Ovadia et al. 2019's
+    figures): a row of panels per metric, a column per shift.
+
+    Rows that repeat an (entry, shift, intensity) (seeds, folds) are averaged; the error bars
+    are then their standard errors.
+
+    Args:
+        results: a frame with columns ``entry``, ``shift`` (the kind, e.g. "rotation"),
+            ``intensity`` (degrees or severity) and the metric columns.
+        metrics: the columns to draw; None: those of ``SHIFT_METRICS`` the frame holds.
+        path: where to write the figure (its suffix picks the format); None writes nothing.
+
+    Returns:
+        The matplotlib figure.
+    """
+    missing = [c for c in ("entry", "shift", "intensity") if c not in results.columns]
+    if missing or results.empty:
+        raise ValueError(
+            f"results need rows and the columns entry, shift, intensity; missing {missing}, "
+            f"{len(results)} rows"
+        )
+    if metrics is None:
+        metrics = [name for name in SHIFT_METRICS if name in results.columns]
+    unknown = [name for name in metrics if name not in results.columns]
+    if unknown or not metrics:
+        raise ValueError(f"metric columns {unknown or 'none'} not in {list(results.columns)}")
+    shifts = list(dict.fromkeys(results["shift"]))
+    figure, axes = pyplot().subplots(
+        len(metrics), len(shifts), squeeze=False, figsize=(3.2 * len(shifts), 2.6 * len(metrics))
+    )
+    grouped = results.groupby(["shift", "entry", "intensity"], sort=True)[list(metrics)]
+    means, errors = grouped.mean(), grouped.sem().fillna(0.0)
+    for column, shift in enumerate(shifts):
+        for row, metric in enumerate(metrics):
+            axis = axes[row, column]
+            for entry in dict.fromkeys(results["entry"][results["shift"] == shift]):
+                line = means.loc[(shift, entry), metric]
+                axis.errorbar(
+                    line.index,
+                    line.to_numpy(),
+                    yerr=errors.loc[(shift, entry), metric],
+                    marker="o",
+                    markersize=3,
+                    capsize=2,
+                    label=str(entry),
+                )
+            axis.set(
+                xlabel=f"{getattr(shift, 'value', shift)} intensity",
+                ylabel=SHIFT_METRICS.get(metric, metric),
+            )
+    axes[0, 0].legend(fontsize="small")
     figure.tight_layout()
     if path is not None:
         save_figure(figure, path, close=False)
