@@ -140,9 +140,9 @@ class SWAGCollector:
         """Add the current parameters as the next iterate theta_n (Algorithm 1)."""
         theta = parameters_to_vector([p.detach() for p in self.parameters]).double()
         self.count += 1
-        weight = 1.0 / self.count
-        self.mean.mul_(1 - weight).add_(theta, alpha=weight)
-        self.square_mean.mul_(1 - weight).add_(theta.square(), alpha=weight)
+        # m_n = m_{n-1} + (theta_n - m_{n-1}) / n: a constant iterate leaves m exactly unchanged
+        self.mean.add_(theta - self.mean, alpha=1.0 / self.count)
+        self.square_mean.add_(theta.square() - self.square_mean, alpha=1.0 / self.count)
         if self.rank:
             kept = self.deviations[:, -(self.rank - 1) :] if self.deviations.shape[1] else None
             column = (theta - self.mean).unsqueeze(1)
