@@ -4,6 +4,7 @@ gradient descent by hand."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -230,6 +231,48 @@ def test_swag_through_train_collects_the_sgd_iterates_by_step_and_by_epoch() -> 
     assert torch.equal(restored.posterior().deviations, by_step.posterior().deviations)
 
 
+def test_a_run_resumed_from_its_checkpoint_collects_what_an_uninterrupted_run_does(
+    tmp_path,
+) -> None:
+    """The epoch collector travels in ``vbnn.train``'s checkpoint: a run stopped in epoch 3
+    (after epoch 2's checkpoint) and resumed by a fresh collector ends with the moments of a
+    run that was never stopped."""
+    torch.manual_seed(0)
+    x, y = torch.randn(24, 3, dtype=torch.float64), torch.randint(0, 2, (24,))
+    initial = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    options = {
+        "objective": "likelihood",
+        "epochs": 4,
+        "batch_size": 8,
+        "learning_rate": 0.1,
+        "optimizer": vbnn.SGD(),
+        "progress": False,
+    }
+
+    def run(callbacks, network, checkpoint=None):
+        vbnn.train(network, (x, y), callbacks=callbacks, checkpoint=checkpoint, **options)
+
+    whole = copy.deepcopy(initial)
+    uninterrupted = SWAGCollector(whole, rank=2, start=2)
+    run([uninterrupted], whole)
+
+    def stop(epoch, network, metrics):
+        if epoch == 3:
+            raise KeyboardInterrupt
+
+    first = copy.deepcopy(initial)
+    with pytest.raises(KeyboardInterrupt):
+        run([SWAGCollector(first, rank=2, start=2), stop], first, tmp_path)
+    second = copy.deepcopy(initial)
+    resumed = SWAGCollector(second, rank=2, start=2)
+    run([resumed], second, tmp_path)
+    assert resumed.count == uninterrupted.count == 3
+    for name in ("mean", "variance", "deviations"):
+        assert torch.equal(
+            getattr(resumed.posterior(), name), getattr(uninterrupted.posterior(), name)
+        ), name
+
+
 def test_sgd_without_momentum_is_gradient_descent_on_the_mean_negative_log_likelihood() -> None:
     """One full-batch step of objective "likelihood" with unit Gaussian noise: theta_1 =
     theta_0 - lr (1/N) sum_n (f(x_n) - y_n) (x_n, 1)."""
@@ -267,6 +310,8 @@ def test_bad_settings_are_refused_with_the_reason() -> None:
         collector.posterior()
     collector.collect()
     other = nn.Linear(3, 1).double()
+    with pytest.raises(ValueError, match="called with another network"):
+        collector(1, other, {})
     with pytest.raises(ValueError, match=r"posteriors\[0\] holds 3 parameters, Linear has 4"):
         swag_predict(
             collector.posterior(), other, torch.zeros(1, 3), samples=1, generator=torch.Generator()

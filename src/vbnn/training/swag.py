@@ -125,7 +125,7 @@ class SWAGCollector:
                 f"SWAGCollector: rank must be 0 or >= 2, start and every >= 1; got "
                 f"rank={rank}, start={start}, every={every}"
             )
-        self.parameters = _trainable(network)
+        self.network, self.parameters = network, _trainable(network)
         if not self.parameters:
             raise ValueError(f"SWAGCollector: {type(network).__name__} has no trainable parameter")
         self.rank, self.start, self.every = rank, start, every
@@ -139,6 +139,8 @@ class SWAGCollector:
     def collect(self) -> None:
         """Add the current parameters as the next iterate theta_n (Algorithm 1)."""
         theta = parameters_to_vector([p.detach() for p in self.parameters]).double()
+        if theta.device != self.mean.device:  # the network moved (``vbnn.train(device=...)``)
+            self.load_state_dict(self.state_dict(), theta.device)
         self.count += 1
         # m_n = m_{n-1} + (theta_n - m_{n-1}) / n: a constant iterate leaves m exactly unchanged
         self.mean.add_(theta - self.mean, alpha=1.0 / self.count)
@@ -153,6 +155,11 @@ class SWAGCollector:
 
     def __call__(self, epoch: int, network: nn.Module, metrics: dict) -> None:
         """The epoch callback of ``vbnn.train``: collects after a due epoch."""
+        if network is not self.network:
+            raise ValueError(
+                f"SWAGCollector: called with another network ({type(network).__name__}) than "
+                f"the one it collects ({type(self.network).__name__})"
+            )
         if self._due(epoch):
             self.collect()
 
@@ -185,8 +192,9 @@ class SWAGCollector:
             "deviations": self.deviations.clone(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        device = self.mean.device
+    def load_state_dict(self, state: dict[str, Any], device: torch.device | None = None) -> None:
+        """Restore the moments of ``state_dict`` (onto ``device``; None: where they are)."""
+        device = device or self.mean.device
         self.count = int(state["count"])
         self.mean = state["mean"].to(device)
         self.square_mean = state["square_mean"].to(device)
@@ -269,7 +277,9 @@ def swag_predict(
     For each of the M posteriors in turn (one: SWAG; several: MultiSWAG, the equal mixture of
     M runs), S parameter draws (``SWAGPosterior.sample``, from ``generator``) are loaded into
     the network, its batch norms recomputed on ``batch_norm`` (``update_batch_norm``), and
-    ``x`` passes in eval mode. The network's parameters, buffers and mode are restored after.
+    ``x`` passes in eval mode (all N examples at once). ``network`` is any network of the
+    posteriors' architecture (e.g. the last one trained); its parameters, buffers and mode are
+    restored after.
 
     Raises:
         ValueError: ``samples`` < 1, no posterior, a posterior of another number of parameters,
