@@ -95,6 +95,30 @@ def test_iterates_of_a_known_gaussian_give_back_its_covariance() -> None:
     assert bool(((posterior.mean - mu).abs() < 5 * (diagonal / count).sqrt()).all())
 
 
+def test_a_linear_networks_predictive_has_the_moments_of_sigma() -> None:
+    """f(x) = phi(x)^T theta with phi = (x_1, x_2, 1) (``nn.Linear``'s weight, then bias): the S
+    outputs of ``swag_predict`` have mean phi^T theta_bar and variance phi^T Sigma phi, each
+    within 5 standard errors (sqrt(v / S) and sqrt(2 / S) v)."""
+    network = _linear()
+    make = torch.Generator().manual_seed(6)
+    posterior = SWAGPosterior(
+        torch.randn(3, generator=make, dtype=torch.float64),
+        torch.rand(3, generator=make, dtype=torch.float64),
+        torch.randn(3, 4, generator=make, dtype=torch.float64),
+    )
+    x = torch.randn(5, 2, generator=make, dtype=torch.float64)
+    draws = 4000
+    out = swag_predict(
+        posterior, network, x, samples=draws, generator=torch.Generator().manual_seed(7)
+    ).squeeze(-1)
+    features = torch.cat([x, torch.ones(5, 1, dtype=torch.float64)], dim=1)
+    variance = ((features @ posterior.covariance()) * features).sum(1)
+    assert bool(
+        ((out.mean(0) - features @ posterior.mean).abs() < 5 * (variance / draws).sqrt()).all()
+    )
+    assert bool(((out.var(0) - variance).abs() < 5 * (2 / draws) ** 0.5 * variance).all())
+
+
 def test_batch_norm_recompute_gives_the_inputs_batch_statistics() -> None:
     """After ``update_batch_norm`` a BatchNorm1d behind a linear layer holds, per batch of equal
     size, the mean of the batch means of h = W x + b and of their unbiased variances; with one
