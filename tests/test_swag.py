@@ -196,6 +196,15 @@ def test_multiswag_of_one_run_is_swag_and_its_predictive_is_the_equal_mixture() 
         return swag_predict(chosen, network, x, samples=samples, generator=generator)
 
     assert torch.equal(predict(posteriors[0]), predict(posteriors[:1]))
+    chunked = swag_predict(
+        posteriors[0],
+        network,
+        x,
+        samples=5,
+        batch_size=4,
+        generator=torch.Generator().manual_seed(7),
+    )
+    torch.testing.assert_close(chunked, predict(posteriors[0]), rtol=0, atol=1e-15)
     both = predict(posteriors)
     assert both.shape == (10, 6, 3)
     assert torch.equal(both[:5], predict(posteriors[0]))

@@ -248,6 +248,11 @@ def update_batch_norm(network: nn.Module, inputs: torch.Tensor, batch_size: int 
             module.training = training
 
 
+def _passes(network: nn.Module, x: torch.Tensor, step: int) -> torch.Tensor:
+    """network(x), ``step`` examples at a time."""
+    return torch.cat([network(x[begin : begin + step]) for begin in range(0, len(x), step)])
+
+
 @dataclass(frozen=True)
 class BatchNormData:
     """Training inputs on which ``swag_predict`` recomputes batch-norm statistics per sample.
@@ -271,26 +276,29 @@ def swag_predict(
     generator: torch.Generator,
     scale: float = 0.5,
     batch_norm: BatchNormData | None = None,
+    batch_size: int | None = None,
 ) -> torch.Tensor:
     """S = ``samples`` outputs f_s(x) of ``network`` under each posterior: (M S, N, ...).
 
     For each of the M posteriors in turn (one: SWAG; several: MultiSWAG, the equal mixture of
     M runs), S parameter draws (``SWAGPosterior.sample``, from ``generator``) are loaded into
     the network, its batch norms recomputed on ``batch_norm`` (``update_batch_norm``), and
-    ``x`` passes in eval mode (all N examples at once). ``network`` is any network of the
+    ``x`` passes in eval mode, ``batch_size`` examples at a time (None: all N at once).
+    ``network`` is any network of the
     posteriors' architecture (e.g. the last one trained); its parameters, buffers and mode are
     restored after.
 
     Raises:
-        ValueError: ``samples`` < 1, no posterior, a posterior of another number of parameters,
-            or a network with batch norm and no ``batch_norm`` data.
+        ValueError: ``samples`` or ``batch_size`` < 1, no posterior, a posterior of another
+            number of parameters, or a network with batch norm and no ``batch_norm`` data.
     """
     posteriors = [posteriors] if isinstance(posteriors, SWAGPosterior) else list(posteriors)
     parameters = _trainable(network)
     size = sum(p.numel() for p in parameters)
-    if samples < 1 or not posteriors:
+    if samples < 1 or not posteriors or (batch_size is not None and batch_size < 1):
         raise ValueError(
-            f"swag_predict: samples={samples} and {len(posteriors)} posteriors; need >= 1 of each"
+            f"swag_predict: samples={samples}, batch_size={batch_size} and {len(posteriors)} "
+            "posteriors; need >= 1 of each"
         )
     for index, posterior in enumerate(posteriors):
         if posterior.mean.shape[0] != size:
@@ -313,7 +321,11 @@ def swag_predict(
                 vector_to_parameters(theta.to(parameters[0]), parameters)
                 if batch_norm is not None:
                     update_batch_norm(network, batch_norm.inputs, batch_norm.batch_size)
-                outputs.append(network.eval()(x))
+                network.eval()
+                step = batch_size or len(x)
+                outputs.append(
+                    torch.cat([network(x[b : b + step]) for b in range(0, len(x), step)])
+                )
     finally:
         network.load_state_dict(state)
         network.train(training)
