@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import parameters_to_vector
 
 from vbnn.training.loop import Terms
 
@@ -248,6 +248,15 @@ def update_batch_norm(network: nn.Module, inputs: torch.Tensor, batch_size: int 
             module.training = training
 
 
+def _load(parameters: list[nn.Parameter], theta: torch.Tensor) -> None:
+    """Copy the (P,) vector ``theta`` into ``parameters`` in place, in their order."""
+    begin = 0
+    for parameter in parameters:
+        size = parameter.numel()
+        parameter.copy_(theta[begin : begin + size].view_as(parameter))
+        begin += size
+
+
 def _passes(network: nn.Module, x: torch.Tensor, step: int) -> torch.Tensor:
     """network(x), ``step`` examples at a time."""
     return torch.cat([network(x[begin : begin + step]) for begin in range(0, len(x), step)])
@@ -318,7 +327,7 @@ def swag_predict(
         for posterior in posteriors:
             for _ in range(samples):
                 theta = posterior.sample(generator, scale)
-                vector_to_parameters(theta.to(parameters[0]), parameters)
+                _load(parameters, theta)
                 if batch_norm is not None:
                     update_batch_norm(network, batch_norm.inputs, batch_norm.batch_size)
                 network.eval()
