@@ -250,7 +250,8 @@ def test_what_ivon_refuses() -> None:
     with pytest.raises(ValueError, match=r"kl_weight=0.5.*IVON\(ess=\.\.\.\)"):
         vbnn.train(net, (x, y), optimizer="ivon", epochs=1, progress=False,
                    config=vbnn.TrainerConfig(kl_weight=0.5))  # fmt: skip
-    with pytest.raises(ValueError, match=r"optimizer: unknown 'sgd'; choose one of 'adam', 'ivon'"):
-        vbnn.train(net, (x, y), optimizer="sgd", epochs=1, progress=False)
+    unknown = r"optimizer: unknown 'rmsprop'; choose one of 'adam', 'ivon', 'sgd'"
+    with pytest.raises(ValueError, match=unknown):
+        vbnn.train(net, (x, y), optimizer="rmsprop", epochs=1, progress=False)
     with pytest.raises(ValueError, match=r"IVON: beta2 must be in \[0, 1\), got 1.0"):
         IVON(beta2=1.0)

@@ -11,7 +11,9 @@ The public surface, one name per concept:
 * the objectives over any module: ``kl``, ``log_prior``, ``elbo``, ``log_joint``,
   ``log_likelihood``; priors and likelihoods; ``train`` (the epoch loop for any network and
   data, returning a ``TrainingResult``; rarer settings in ``TrainerConfig``), ``train_loop``
-  (its steps) and ``LangevinDynamics``;
+  (its steps), ``LangevinDynamics`` and ``SGD``;
+* the baselines: SWAG and MultiSWAG (``SWAGCollector``, ``SWAGPosterior``, ``swag_predict``)
+  and temperature scaling (``fit_temperature``, ``temperature_scaled``);
 * the estimators ``BayesianRegressor`` and ``BayesianClassifier``; ``compare`` (which family
   for my data: families over the same folds, ``vbnn.comparison``); ``diagnose``; the modules
   ``metrics`` and ``plots``.
@@ -27,6 +29,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from vbnn import metrics, plots
+from vbnn.calibration import fit_temperature, temperature_scaled
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.diagnostics.report import DiagnosisReport, diagnose
@@ -70,7 +73,9 @@ from vbnn.training.likelihoods import (
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
 from vbnn.training.natural_gradient import IVON, VariationalOnlineNewton
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood, log_prior
+from vbnn.training.optimizer import SGD
 from vbnn.training.settings import TrainerConfig
+from vbnn.training.swag import SWAGCollector, SWAGPosterior, swag_predict
 from vbnn.training.trainer import TrainingResult, train
 
 if TYPE_CHECKING:
@@ -120,6 +125,7 @@ __all__ = [
     "FAMILIES",
     "IVON",
     "MLP",
+    "SGD",
     "ARDPrior",
     "Additive",
     "BayesianClassifier",
@@ -147,6 +153,8 @@ __all__ = [
     "NonFiniteLossError",
     "Point",
     "Prior",
+    "SWAGCollector",
+    "SWAGPosterior",
     "StudentTPrior",
     "TrainerConfig",
     "TrainingResult",
@@ -161,6 +169,7 @@ __all__ = [
     "diagnose",
     "elbo",
     "family",
+    "fit_temperature",
     "kl",
     "log_joint",
     "log_likelihood",
@@ -171,6 +180,8 @@ __all__ = [
     "register_kl",
     "sample",
     "summary",
+    "swag_predict",
+    "temperature_scaled",
     "train",
     "train_loop",
     "use_noise",

@@ -110,9 +110,61 @@ class Adam:
         return torch.optim.Adam(groups, lr=learning_rate, foreach=True)
 
 
-OPTIMIZERS: Mapping[str, type] = MappingProxyType({"adam": Adam, "ivon": IVON})
+@dataclass(frozen=True)
+class SGD:
+    """``torch.optim.SGD`` with heavy-ball momentum on every trainable parameter, at
+    ``vbnn.train``'s ``learning_rate`` and the per-role ``rates`` (``learning_rate_groups``), on
+    the loss -L_s / N of the objective: v <- momentum v + g + weight_decay theta,
+    theta <- theta - lr v (Nesterov: theta <- theta - lr (g + momentum v)). The optimiser of
+    SWAG's iterates (Maddox et al. 2019; ``training.swag``).
 
-OptimizerSettings = Adam | IVON
+    Attributes:
+        momentum: the momentum coefficient in [0, 1).
+        weight_decay: lambda >= 0 of the decay term; on the per-example loss -L_s / N it is a
+            N(0, 1 / (lambda N)) prior on every weight (objective "likelihood"; objective "map"
+            holds its prior already).
+        nesterov: Nesterov's momentum (needs momentum > 0).
+    """
+
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    includes_prior: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.momentum < 1.0 or self.weight_decay < 0:
+            raise ValueError(
+                f"SGD: momentum must lie in [0, 1) and weight_decay be >= 0, got "
+                f"{self.momentum} and {self.weight_decay}"
+            )
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("SGD: nesterov=True needs momentum > 0")
+
+    def build(
+        self,
+        network: nn.Module,
+        likelihood: nn.Module,
+        *,
+        learning_rate: float,
+        rates: Mapping[ParameterRole, float | None],
+        prior: Prior | None,
+        dataset_size: int,
+    ) -> torch.optim.Optimizer:
+        groups = learning_rate_groups(network, learning_rate, rates)
+        groups[0]["params"] += [p for p in likelihood.parameters() if p.requires_grad]
+        return torch.optim.SGD(
+            groups,
+            lr=learning_rate,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            nesterov=self.nesterov,
+            foreach=True,
+        )
+
+
+OPTIMIZERS: Mapping[str, type] = MappingProxyType({"adam": Adam, "ivon": IVON, "sgd": SGD})
+
+OptimizerSettings = Adam | IVON | SGD
 
 
 def optimizer_settings(value: str | OptimizerSettings) -> OptimizerSettings:

@@ -171,7 +171,8 @@ def train(
         optimizer: a name of ``training.optimizer.OPTIMIZERS`` or its settings: "adam" (on the
             objective), or "ivon" / ``IVON(...)``: natural-gradient mean-field VI of the 'mf'
             layers (objective "elbo"; the prior enters as IVON's weight decay, a tempered
-            posterior through ``IVON.ess``, not ``kl_weight``).
+            posterior through ``IVON.ess``, not ``kl_weight``); "sgd" / ``SGD(...)``: SGD with
+            momentum on the objective (SWAG's iterates, ``training.swag``).
 
     Raises:
         ValueError: before any training: empty data, x and y of different lengths, targets of
