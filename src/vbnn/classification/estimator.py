@@ -7,6 +7,10 @@ average the class probabilities over K weight samples,
 
     p(y = c | x) = (1/K) sum_k softmax(f_k(x))_c,
 
+the K weight draws coming from a stream keyed by ``seed`` alone and each shared by every row, so
+a row's probabilities do not depend on the other rows of X. Inputs are checked by scikit-learn's
+own validation (``regression.estimator_input``), and the estimator passes
+``sklearn.utils.estimator_checks``.
 ``predict_uncertainty`` splits the predictive entropy into its aleatoric part (the expected
 entropy) and its epistemic part (the mutual information between the label and the weights), and
 ``score(X, y)`` is the mean test log-likelihood (1/N) sum_n log p(y_n | x_n) in nats, not the
