@@ -92,7 +92,7 @@ def test_save_and_load_give_the_same_predictions(tmp_path) -> None:
         (np.zeros((4, 2)), np.array(["a"] * 4), "y holds one class"),
         (np.zeros((4, 2)), np.array([0, 1, 0]), r"y must be 1-D with 4 labels"),
         (np.array([[0.0, 1.0], [np.nan, 1.0]]), np.array([0, 1]), "X has NaN or inf in row 1"),
-        (np.zeros(4), np.array([0, 1, 0, 1]), "X must be 2-D"),
+        (np.zeros(4), np.array([0, 1, 0, 1]), "Expected 2D array, got 1D array"),
         (np.zeros((4, 2)), [0.3, 1.7, 2.0, 1.0], r"y\[0\] = 0.3 is not a whole number"),
         (np.zeros((4, 2)), np.array([0.0, 1.0, 2.5, 1.0]), r"y\[2\] = 2.5 .* regression target"),
         (np.zeros((4, 2)), np.array([0.0, np.nan, 1.0, 1.0]), r"y\[1\] = nan .*BayesianRegressor"),
@@ -120,7 +120,7 @@ def test_unknown_family_and_unseen_labels_are_named() -> None:
     model = BayesianClassifier(hidden=(4,), epochs=1).fit(x, y)
     with pytest.raises(ValueError, match=r"y\[1\] = 'z' is not a class seen in fit"):
         model.score(x[:2], np.array(["a", "z"]))
-    with pytest.raises(ValueError, match="X has 3 features; the model was fit on 2"):
+    with pytest.raises(ValueError, match="X has 3 features, but BayesianClassifier is expecting 2"):
         model.predict(np.zeros((2, 3)))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import cross_val_score
 
 import vbnn
@@ -52,9 +53,9 @@ def test_estimator_works_with_clone_and_cross_val_score_and_round_trips(tmp_path
 def test_bad_input_is_named() -> None:
     x, y = linear_data(20)
     estimator = vbnn.BayesianRegressor(iterations=5)
-    with pytest.raises(RuntimeError, match="call fit before predict"):
+    with pytest.raises(NotFittedError, match="BayesianRegressor instance is not fitted yet"):
         estimator.predict(x)
-    with pytest.raises(ValueError, match=r"X must be 2-D .* got shape \(20,\) \(one feature"):
+    with pytest.raises(ValueError, match=r"(?s)Expected 2D array, got 1D array.*single feature"):
         estimator.fit(x[:, 0], y)
     with pytest.raises(ValueError, match=r"y must be 1-D with 20 values .* got shape \(19,\)"):
         estimator.fit(x, y[:19])
@@ -63,7 +64,7 @@ def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="X has NaN or inf in row 7"):
         estimator.fit(bad, y)
     estimator.fit(x, y)
-    with pytest.raises(ValueError, match="X has 2 features; the model was fit on 1"):
+    with pytest.raises(ValueError, match="X has 2 features, but BayesianRegressor is expecting 1"):
         estimator.predict(np.hstack([x, x]))
     with pytest.raises(ValueError, match="unknown family 'gauss'"):
         vbnn.BayesianRegressor(family="gauss").fit(x, y)
@@ -75,7 +76,7 @@ def test_bad_input_is_named() -> None:
     "estimator", [vbnn.BayesianRegressor(iterations=5), vbnn.BayesianClassifier(epochs=1)]
 )
 def test_both_estimators_refuse_to_fit_one_row(estimator) -> None:
-    with pytest.raises(ValueError, match=r"X has 1 row; fitting needs at least 2"):
+    with pytest.raises(ValueError, match=r"X has 1 sample; fitting needs at least 2"):
         estimator.fit(np.array([[0.5, 1.0]]), np.array([1]))
     estimator.fit(np.array([[0.5, 1.0], [1.5, 0.0]]), np.array([1, 0]))  # two rows fit
     assert estimator.predict(np.array([[0.5, 1.0]])).shape == (1,)  # one row predicts

@@ -7,6 +7,10 @@ average the class probabilities over K weight samples,
 
     p(y = c | x) = (1/K) sum_k softmax(f_k(x))_c,
 
+the K weight draws coming from a stream keyed by ``seed`` alone and each shared by every row, so
+a row's probabilities do not depend on the other rows of X. Inputs are checked by scikit-learn's
+own validation (``regression.estimator_input``), and the estimator passes
+``sklearn.utils.estimator_checks``.
 ``predict_uncertainty`` splits the predictive entropy into its aleatoric part (the expected
 entropy) and its epistemic part (the mutual information between the label and the weights), and
 ``score(X, y)`` is the mean test log-likelihood (1/N) sum_n log p(y_n | x_n) in nats, not the
@@ -32,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
 
 from vbnn.classification.training import ClassifierConfig, train_classifier
 from vbnn.core.defaults import BATCH_SIZE, TABLE_EPOCHS, TABLE_LEARNING_RATE
@@ -47,7 +53,8 @@ from vbnn.metrics import (
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import class_probabilities, predictive_probabilities, sample
 from vbnn.priors.gaussian import GaussianPrior
-from vbnn.regression.estimator import FIT_ROWS, as_arrays, initial_posterior_std
+from vbnn.regression.estimator import initial_posterior_std
+from vbnn.regression.estimator_input import fit_input, predict_input
 from vbnn.stores.atomic import write_folder_atomic
 
 STATE_FILE, PARAMS_FILE = "classifier.pt", "classifier.json"
@@ -135,21 +142,18 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         """Standardise X, encode y, train for ``epochs`` passes. Returns self.
 
         Raises:
-            ValueError: X not 2-D or holding NaN/inf, y not one label per row, a float y with
-                a value that is not a whole number (the first is named: a regression target),
-                fewer than two classes or two rows, an unknown family or activation; all
-                before any training.
+            ValueError: X not 2-D, complex or holding NaN/inf (the row is named), y None or
+                not one label per row, a float y with a value that is not a whole number (the
+                first is named: a regression target), fewer than two classes or two rows, an
+                unknown family or activation; all before any training.
+            TypeError: a sparse X.
         """
-        x, _ = as_arrays(X, min_rows=FIT_ROWS)
-        labels = np.asarray(y)
-        if labels.ndim != 1 or len(labels) != len(x):
-            raise ValueError(f"y must be 1-D with {len(x)} labels (one per row of X), got shape "
-                             f"{labels.shape}")  # fmt: skip
+        x, labels = fit_input(self, X, y, numeric=False)
         check_class_labels(labels)
+        check_classification_targets(labels)
         self.classes_, encoded = np.unique(labels, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(f"y holds one class ({self.classes_[0]!r}); a classifier needs two")
-        self.n_features_in_ = x.shape[1]
         self.x_mean_, self.x_scale_ = standard_scale(x)
         self.model_ = self._build(x.shape[1], len(self.classes_))
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_, dtype=torch.float32)
@@ -176,19 +180,16 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
     def _sample_logits(self, X) -> torch.Tensor:
         """The network's outputs under each of the K weight samples (the same K for every call),
         (K, N, C)."""
-        if not hasattr(self, "model_"):
-            raise RuntimeError("BayesianClassifier: call fit before predicting")
-        x, _ = as_arrays(X)
-        if x.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {x.shape[1]} features; the model was fit on "
-                             f"{self.n_features_in_}")  # fmt: skip
+        check_is_fitted(self, "model_")
+        x = predict_input(self, X)
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_, dtype=torch.float32)
         noise = ModelGenerators.for_keys(self.seed, [0], "eval")
         return sample(self.model_, inputs, self.samples, noise=noise)
 
     def predict(self, X) -> np.ndarray:
         """The most probable class of each row under the averaged predictive, (N,)."""
-        return self.classes_[self.predict_proba(X).argmax(1)]
+        probabilities = self.predict_proba(X)  # first: it checks that the model is fitted
+        return self.classes_[probabilities.argmax(1)]
 
     def predict_uncertainty(self, X) -> dict[str, np.ndarray]:
         """Per row, in nats: "total" (predictive entropy) = "aleatoric" (expected entropy) +
@@ -209,6 +210,7 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
         """
         if sample_weight is not None:
             raise ValueError("BayesianClassifier.score: sample_weight is not supported")
+        check_is_fitted(self, "model_")
         labels = np.asarray(y)
         index = np.searchsorted(self.classes_, labels)
         index = np.clip(index, 0, len(self.classes_) - 1)
@@ -222,8 +224,7 @@ class BayesianClassifier(ClassifierMixin, BaseEstimator):
 
     def save(self, folder: str | Path) -> Path:
         """The network's weights and the estimator's settings, scaler and classes in ``folder``."""
-        if not hasattr(self, "model_"):
-            raise RuntimeError("BayesianClassifier: nothing to save before fit")
+        check_is_fitted(self, "model_")
         settings = {"params": self.get_params(), "classes": self.classes_.tolist(),
                     "x_mean": self.x_mean_.tolist(), "x_scale": self.x_scale_.tolist(),
                     "n_features_in": self.n_features_in_}  # fmt: skip

@@ -1,7 +1,7 @@
 """The data of a comparison: a CSV table and its target column, a UCI set by name, or arrays.
 
 A CSV file goes through ``vbnn.data.table.read_table`` (the errors of ``vbnn fit``, naming file,
-line and column); arrays through the estimators' checks (``regression.estimator.as_arrays``).
+line and column); arrays through the estimators' checks (``regression.estimator_input.as_arrays``).
 A target of class names (strings, in arrays or a CSV column) is coded 0 .. C-1 in sorted
 order; ``Table.classes`` keeps the names, so the report can state the order.
 """
@@ -16,7 +16,7 @@ import numpy as np
 
 from vbnn.data.table import read_table
 from vbnn.data.uci import DATASETS, load_uci
-from vbnn.regression.estimator import as_arrays
+from vbnn.regression.estimator_input import as_arrays
 
 
 @dataclass(frozen=True)
