@@ -20,6 +20,7 @@ command skips every unit already stored.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator, Sequence
 
 import ray
@@ -41,6 +42,8 @@ class RayExecutor:
         self.owns_connection = not ray.is_initialized()
         if self.owns_connection:
             private = settings.address is None
+            if not private:
+                check_reachable(settings.address, settings.connect_timeout)
             # "local": a new private instance, even when a cluster started on this machine
             # (``ray start``, a test cluster) is still registered, which ``None`` would join
             ray.init(
@@ -76,6 +79,38 @@ class RayExecutor:
     def close(self) -> None:
         if self.owns_connection:
             ray.shutdown()
+
+
+def check_reachable(address: str, timeout: float) -> None:
+    """Open and close a TCP connection to the Ray cluster at ``address`` ("host:port" of ``ray
+    start --head``, or "ray://host:port" of its client server, port 10001 by default) within
+    ``timeout`` seconds; ``ray.init`` on an address where nothing answers waits many minutes.
+    Other addresses ("auto", "local") are Ray's to resolve.
+
+    Raises:
+        ConnectionError: nothing answered there in time (the address named, with how to start
+            a cluster or run without one).
+    """
+    client = address.startswith("ray://")
+    location = address.removeprefix("ray://")
+    host, colon, port = location.rpartition(":")
+    if not colon and client:
+        host, port = location, "10001"
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as error:
+        reason = (
+            f"no answer within {timeout:g} s"
+            if isinstance(error, TimeoutError)
+            else error.strerror or type(error).__name__
+        )
+        raise ConnectionError(
+            f"--address {address}: no Ray cluster reachable at {host}:{port} ({reason}). Start "
+            f"one on that machine with `ray start --head --port {port}`, or leave --address out "
+            "to run on a private Ray instance here"
+        ) from None
 
 
 def failure_message(error: ray.exceptions.RayError, max_retries: int) -> str:
