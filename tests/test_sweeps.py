@@ -9,6 +9,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -134,28 +135,54 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_seconds(
     assert not ray.is_initialized()
 
 
-def test_the_ray_address_probe_waits_connect_timeout_and_passes_a_listener(monkeypatch) -> None:
+def _answering(frame: bytes) -> tuple[socket.socket, threading.Thread]:
+    """A listener that answers its first connection with ``frame``, as a gRPC server answers
+    with its SETTINGS frame."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.sendall(frame)
+            connection.recv(64)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+def test_the_ray_address_probe_tells_a_grpc_server_from_another_listener(monkeypatch) -> None:
     pytest.importorskip("ray")
     from vbnn.sweeps.ray_executor import check_reachable
 
-    with socket.socket() as listener:  # the kernel answers a listening socket's connection
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        check_reachable(f"127.0.0.1:{listener.getsockname()[1]}", 1.0)
-        check_reachable(f"ray://127.0.0.1:{listener.getsockname()[1]}", 1.0)
+    settings = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # an empty SETTINGS frame's header
+    for prefix in ("", "ray://"):
+        listener, thread = _answering(settings)
+        with listener:
+            check_reachable(f"{prefix}127.0.0.1:{listener.getsockname()[1]}", 5.0)
+            thread.join(5)
+    listener, thread = _answering(b"+OK redis\r\n")
+    with listener, pytest.raises(ConnectionError, match=r"something listens at .* but not a Ray"):
+        check_reachable(f"127.0.0.1:{listener.getsockname()[1]}", 5.0)
+    thread.join(5)
+    with socket.socket() as silent:  # the kernel accepts the connection; nobody answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match=r"not a Ray cluster \(no answer within 0\.5 s"):
+            check_reachable(f"127.0.0.1:{silent.getsockname()[1]}", 0.5)
+        assert time.monotonic() - start < 3
     check_reachable("auto", 1.0)  # Ray's to resolve
-    waited = []
 
-    def silent(address, timeout):
-        waited.append((address, timeout))
+    def unanswered(address, timeout):
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(socket, "create_connection", silent)
+    monkeypatch.setattr(socket, "create_connection", unanswered)
     refused = r"ray://10\.0\.0\.5: no Ray cluster reachable at 10\.0\.0\.5:10001 \(no answer "
-    refused += r"within 2\.5 s\)"
-    with pytest.raises(ConnectionError, match=refused):
+    with pytest.raises(ConnectionError, match=refused + r"within 2\.5 s\)"):
         check_reachable("ray://10.0.0.5", 2.5)
-    assert waited == [(("10.0.0.5", 10001), 2.5)]
     with pytest.raises(ValueError, match="connect_timeout must be > 0, got 0"):
         ExecutorSettings(kind=ExecutorKind.RAY, connect_timeout=0)
 
