@@ -15,9 +15,11 @@ from torch.utils.data import TensorDataset
 
 import vbnn
 from vbnn.cli import main
+from vbnn.comparison import UnseenClassWarning
+from vbnn.comparison.config import NetworkConfig
 from vbnn.comparison.entries import EntryRun, NetworkSource, predictive_samples, train_entry
 from vbnn.comparison.folds import Task
-from vbnn.comparison.network import score
+from vbnn.comparison.network import prepare, score
 
 FAST = {"epochs": 2, "batch_size": 32, "test_samples": 6}
 
@@ -198,6 +200,38 @@ def test_bad_input_fails_before_training(entry_trainings) -> None:
     ):
         vbnn.compare(small_cnn, data, test=test, families=["fc"])
     assert entry_trainings == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_without_cuda_is_refused_before_any_unit(entry_trainings) -> None:
+    data, test = images(40, 0), images(10, 1)
+    with pytest.raises(ValueError, match=r"device='cuda': .*; use device='cpu'"):
+        vbnn.compare(small_cnn, data, test=test, families=["point"], device="cuda")
+    with pytest.raises(ValueError, match=r"device='gpu': not a device"):
+        vbnn.compare(small_cnn, data, test=test, families=["point"], device="gpu")
+    assert entry_trainings == []
+
+
+def test_test_labels_of_classes_absent_from_training_are_warned() -> None:
+    """The unseen classes and the test examples that hold them, counted; none: no warning."""
+    (x, y), (x_test, y_test) = images(40, 0), images(10, 1)
+    y, y_test = y.clamp(max=1), y_test.clamp(max=1)
+
+    def checked(test, splits=None):
+        return prepare(
+            small_cnn, (x, y), test, None, ["point"], 1, None, splits, NetworkConfig(), None
+        )
+
+    assert checked((x_test, y_test)).task is Task.CLASSIFICATION  # every class seen: silent
+    y_test[:3] = 2
+    seen = r"test: y_test holds 1 class\(es\) absent from the training labels, \[2\], in 3 of 10"
+    with pytest.warns(UnseenClassWarning, match=seen):
+        checked((x_test, y_test))
+    y[0] = 2  # in the test rows of the first split only
+    rows = np.arange(40)
+    folds = r"1 of 2 replicates .* replicate 0's test rows hold 1 class\(es\) .*\[2\], in 1 of 3"
+    with pytest.warns(UnseenClassWarning, match=folds):
+        checked(None, [(rows[3:], rows[:3]), (rows[:30], rows[30:])])
 
 
 def test_cli_with_a_model_function_and_an_npz(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -55,8 +55,9 @@ import torch.distributed as dist
 from test_distributed import train_case
 
 torch.set_num_threads(1)
-dist.init_process_group("gloo")
-rank = dist.get_rank()
+if os.environ["CHILD_INITIALISES"] == "1":  # else vbnn.train must
+    dist.init_process_group("gloo")
+rank = int(os.environ["RANK"])
 out, checkpoint, pause_at = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 calls = 0
 
@@ -72,7 +73,8 @@ results = {
     name: train_case(name, checkpoint=None if checkpoint == "-" else checkpoint, hook=pause)
     for name in sys.argv[4:]
 }
-torch.save({"results": results, "calls": calls}, out / f"rank-{rank}.pt")
+world = dist.get_world_size()
+torch.save({"results": results, "calls": calls, "world": world}, out / f"rank-{rank}.pt")
 dist.barrier()  # no process tears gloo down while another is still in a collective
 dist.destroy_process_group()
 """
@@ -139,14 +141,22 @@ class ShardedNoise:
             stream.set_state(saved)
 
 
-def torchrun(out: Path, checkpoint: str, pause_at: int, *cases: str) -> subprocess.Popen:
-    """Start the child script in 2 processes (one torch thread each) with ``torchrun``."""
+def torchrun(
+    out: Path, checkpoint: str, pause_at: int, *cases: str, initialise: bool = True
+) -> subprocess.Popen:
+    """Start the child script in 2 processes (one torch thread each) with ``torchrun``; with
+    ``initialise`` False the script leaves the process group to ``vbnn.train``."""
     script = out / "child.py"
     script.write_text(CHILD)
     tests = Path(__file__).resolve().parent
     source = Path(vbnn.__file__).resolve().parents[1]
     path = os.pathsep.join([str(source), str(tests), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        "OMP_NUM_THREADS": "1",
+        "CHILD_INITIALISES": str(int(initialise)),
+    }
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
@@ -157,18 +167,27 @@ def torchrun(out: Path, checkpoint: str, pause_at: int, *cases: str) -> subproce
                             text=True)  # fmt: skip
 
 
-def finish(process: subprocess.Popen) -> None:
+def finish(process: subprocess.Popen) -> str:
     output, _ = process.communicate(timeout=240)
     assert process.returncode == 0, output
+    return output
 
 
 @pytest.fixture(scope="module")
-def two_processes(tmp_path_factory) -> list[dict[str, Any]]:
-    """What each of the 2 processes trained, case by case (one torchrun launch)."""
+def launch(tmp_path_factory) -> tuple[str, list[dict[str, Any]]]:
+    """The output of one torchrun launch of every case in 2 processes whose script leaves the
+    process group to ``vbnn.train``, and what each process saved (the killed run's script
+    initialises it: the two give the same numbers)."""
     out = tmp_path_factory.mktemp("two-processes")
-    finish(torchrun(out, "-", 0, *CASES))
+    output = finish(torchrun(out, "-", 0, *CASES, initialise=False))
     files = [out / f"rank-{rank}.pt" for rank in range(WORLD)]
-    return [torch.load(file, weights_only=True)["results"] for file in files]
+    return output, [torch.load(file, weights_only=True) for file in files]
+
+
+@pytest.fixture(scope="module")
+def two_processes(launch) -> list[dict[str, Any]]:
+    """What each of the 2 processes trained, case by case."""
+    return [saved["results"] for saved in launch[1]]
 
 
 def assert_states_close(trained: dict, reference: dict, rtol: float) -> None:
@@ -201,6 +220,34 @@ def test_two_processes_train_to_the_numbers_of_one(case: str, two_processes) -> 
         assert row.keys() == expected.keys()
         for key, value in expected.items():
             assert row[key] == pytest.approx(value, rel=RTOL), (row["epoch"], key)
+
+
+def test_a_launch_without_a_process_group_has_it_initialised_with_a_warning(launch) -> None:
+    """torchrun with no init_process_group: vbnn.train initialises gloo once a process (process
+    0 says so) and the processes train the data-parallel run (the numbers of
+    ``test_two_processes_train_to_the_numbers_of_one``), not independent copies."""
+    output, saved = launch
+    assert output.count("initialised torch.distributed (gloo)") == 1, output
+    assert [run["world"] for run in saved] == [WORLD, WORLD]
+
+
+def test_a_launch_without_the_launchers_variables_is_refused(monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(
+        ValueError,
+        match=r"MASTER_ADDR, MASTER_PORT unset.*torchrun "
+        r"--nproc-per-node 2 script.py.*init_process_group",
+    ):
+        train_case("map")
+    assert not torch.distributed.is_initialized()
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE='two' in the environment"):
+        train_case("map")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # a launch of one process: trained here, alone
+    assert train_case("map")["best_epoch"] >= 1
 
 
 def test_a_killed_two_process_run_resumes_to_the_same_numbers(tmp_path, two_processes) -> None:

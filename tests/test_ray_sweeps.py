@@ -99,6 +99,13 @@ def _stored(path: Path) -> list[tuple]:
         return []
 
 
+def test_the_address_probe_passes_a_ray_head(cluster: str) -> None:
+    """The head's GCS answers the HTTP/2 preface as gRPC does (``check_reachable``)."""
+    from vbnn.sweeps.ray_executor import check_reachable
+
+    check_reachable(cluster, 10.0)
+
+
 def test_ray_sweep_stores_the_local_rows(cluster: str, local_rows: list, tmp_path: Path) -> None:
     (tmp_path / "grid.toml").write_text(GRID)
     command = ["sweep", str(tmp_path / "grid.toml"), "--out", str(tmp_path), "--no-progress",

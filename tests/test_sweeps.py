@@ -1,12 +1,16 @@
 """Sweeps without Ray: GRID.toml parsing and its errors, the local executor's failure summary,
-a grid and an Optuna search end to end, and the clear error when Ray is not installed."""
+a grid and an Optuna search end to end, and the clear errors when Ray is not installed or its
+address does not answer."""
 
 from __future__ import annotations
 
 import argparse
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import optuna
@@ -101,6 +105,86 @@ def test_ray_missing_gives_the_install_command(monkeypatch: pytest.MonkeyPatch) 
         make_executor(ExecutorSettings(kind=ExecutorKind.RAY))
     with pytest.raises(ValueError, match="--address needs --executor ray"):
         ExecutorSettings(address="127.0.0.1:6379")
+
+
+def _silent_port() -> int:
+    """A port of this machine where nothing listens (bound, then let go)."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        return free.getsockname()[1]
+
+
+def test_a_ray_address_where_nothing_answers_is_refused_in_seconds(
+    data_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """No ray.init on it (which waits minutes): the command ends at once, naming the address
+    and how to start a cluster there; nothing is stored."""
+    ray = pytest.importorskip("ray")
+    port = _silent_port()
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[grid]\ndatasets = ["yacht"]\nmethods = ["map"]\nsplits = "0"\n')
+    out = tmp_path / "out"
+    start = time.monotonic()
+    command = ["sweep", str(grid), "--out", str(out), "--no-progress", "--executor", "ray"]
+    command += ["--address", f"127.0.0.1:{port}"]
+    assert main(command) == 2
+    assert time.monotonic() - start < 10
+    error = capsys.readouterr().err
+    assert f"vbnn: error: --address 127.0.0.1:{port}: no Ray cluster reachable" in error
+    assert f"`ray start --head --port {port}`" in error and "Traceback" not in error
+    assert not ray.is_initialized()
+
+
+def _answering(frame: bytes) -> tuple[socket.socket, threading.Thread]:
+    """A listener that answers its first connection with ``frame``, as a gRPC server answers
+    with its SETTINGS frame."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.sendall(frame)
+            connection.recv(64)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+def test_the_ray_address_probe_tells_a_grpc_server_from_another_listener(monkeypatch) -> None:
+    pytest.importorskip("ray")
+    from vbnn.sweeps.ray_executor import check_reachable
+
+    settings = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # an empty SETTINGS frame's header
+    for prefix in ("", "ray://"):
+        listener, thread = _answering(settings)
+        with listener:
+            check_reachable(f"{prefix}127.0.0.1:{listener.getsockname()[1]}", 5.0)
+            thread.join(5)
+    listener, thread = _answering(b"+OK redis\r\n")
+    with listener, pytest.raises(ConnectionError, match=r"something listens at .* but not a Ray"):
+        check_reachable(f"127.0.0.1:{listener.getsockname()[1]}", 5.0)
+    thread.join(5)
+    with socket.socket() as silent:  # the kernel accepts the connection; nobody answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match=r"not a Ray cluster \(no answer within 0\.5 s"):
+            check_reachable(f"127.0.0.1:{silent.getsockname()[1]}", 0.5)
+        assert time.monotonic() - start < 3
+    check_reachable("auto", 1.0)  # Ray's to resolve
+
+    def unanswered(address, timeout):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", unanswered)
+    refused = r"ray://10\.0\.0\.5: no Ray cluster reachable at 10\.0\.0\.5:10001 \(no answer "
+    with pytest.raises(ConnectionError, match=refused + r"within 2\.5 s\)"):
+        check_reachable("ray://10.0.0.5", 2.5)
+    with pytest.raises(ValueError, match="connect_timeout must be > 0, got 0"):
+        ExecutorSettings(kind=ExecutorKind.RAY, connect_timeout=0)
 
 
 def _rows(path: Path) -> list[tuple]:

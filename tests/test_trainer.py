@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import vbnn
+from vbnn.core.devices import usable_device
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers import MeanField
 
@@ -203,6 +204,12 @@ X, LABELS, CATEGORICAL = torch.zeros(4, 3), torch.tensor([0, 1, 1, 0]), vbnn.Cat
         ((X, LABELS), {"epochs": 0}, "epochs must be >= 1"),
         (TensorDataset(torch.zeros(0, 3), torch.zeros(0)), {}, "data is empty"),
         ("table.csv", {}, "expected \\(x, y\\) tensors or arrays"),
+        ((X, LABELS), {"optimizer": torch.optim.SGD}, r"optimizer: SGD is not a vbnn optimiser "
+         r"setting; give a name \('adam', 'ivon'\) or an instance .*vbnn\.train_loop"),
+        ((X, LABELS), {"optimizer": vbnn.IVON}, r"call the class: IVON\(\)"),
+        ((X, LABELS), {"device": "gpu"}, r"device='gpu': not a device; use 'cpu', 'cuda'"),
+        pytest.param((X, LABELS), {"device": "cuda"}, r"device='cuda': .*; use device='cpu'",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA here")),
     ],
 )  # fmt: skip
 def test_bad_input_is_named_before_training(data, options, message) -> None:
@@ -212,6 +219,15 @@ def test_bad_input_is_named_before_training(data, options, message) -> None:
         vbnn.train(model, data, progress=False, **options)
     for name, value in before.items():
         assert torch.equal(value, model.state_dict()[name]), name
+
+
+def test_a_cuda_index_past_the_visible_gpus_is_refused(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    refused = r"device='cuda:2': this process sees 2 CUDA GPU\(s\), cuda:0 \.\. cuda:1"
+    with pytest.raises(ValueError, match=refused):
+        vbnn.train(network(), (X, LABELS), device="cuda:2", progress=False)
+    assert usable_device("cuda:1") == torch.device("cuda", 1)
 
 
 def test_sgld_objective_samples_the_exact_conjugate_posterior() -> None:

@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _progress_lines_to_stderr():
             args.handler(args)
-    except (DataError, FileNotFoundError, NonFiniteLossError, ValueError) as error:
+    except (ConnectionError, DataError, FileNotFoundError, NonFiniteLossError, ValueError) as error:
         print(f"vbnn: error: {error}", file=sys.stderr)
         return 2
     except SweepError as error:  # the finished units are stored; a re-run retries the rest

@@ -14,7 +14,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from vbnn.comparison.config import CompareConfig
-from vbnn.comparison.folds import Task
+from vbnn.comparison.folds import Task, UnseenClassWarning
 
 if TYPE_CHECKING:
     from vbnn.comparison.run import ComparisonResult, compare
@@ -35,4 +35,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["CompareConfig", "ComparisonResult", "Task", "compare"]
+__all__ = ["CompareConfig", "ComparisonResult", "Task", "UnseenClassWarning", "compare"]

@@ -12,6 +12,7 @@ every training part.
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Sequence
 from enum import Enum
 
@@ -141,6 +142,48 @@ def check_classes_in_training(target: np.ndarray, splits: Sequence[Split]) -> No
                 f"splits[{k}]: its training rows lack class {missing[0]:g}; every training part "
                 "needs every class"
             )
+
+
+class UnseenClassWarning(UserWarning):
+    """Test labels hold a class that the training labels they are paired with do not: the
+    network never trained on it, and its test metrics score those examples all the same."""
+
+
+def warn_unseen_classes(
+    target: np.ndarray,
+    replicates: Sequence[tuple[np.ndarray, np.ndarray | None]],
+    test_target: np.ndarray | None = None,
+) -> None:
+    """An ``UnseenClassWarning`` when the test labels of a replicate hold classes its training
+    labels lack, naming them and how many test examples carry them.
+
+    Args:
+        target: the labels (N,) the replicates' rows index.
+        replicates: (training rows, test rows) per replicate; test rows None: ``test_target``.
+        test_target: the labels of a separate test set.
+    """
+    found = []
+    for k, (train, held) in enumerate(replicates):
+        tested = test_target if held is None else target[held]
+        unseen = np.setdiff1d(tested, target[train])
+        if unseen.size:
+            found.append((k, unseen.tolist(), int(np.isin(tested, unseen).sum()), len(tested)))
+    if not found:
+        return
+    k, classes, count, total = found[0]
+    what = f"{len(classes)} class(es) absent from the training labels, {classes}"
+    if test_target is not None:
+        message = f"test: y_test holds {what}, in {count} of {total} test examples"
+    else:
+        message = (
+            f"{len(found)} of {len(replicates)} replicates test on classes absent from their "
+            f"training rows; replicate {k}'s test rows hold {what}, in {count} of {total}"
+        )
+    warnings.warn(
+        f"{message}: the networks never train on them, yet their test metrics count them",
+        UnseenClassWarning,
+        stacklevel=5,  # compare's caller (through prepare and _compare_network)
+    )
 
 
 def data_key(

@@ -40,7 +40,14 @@ from vbnn.comparison.entries import (
     entry_kind,
     train_entry,
 )
-from vbnn.comparison.folds import Split, Task, check_splits, data_key, k_folds
+from vbnn.comparison.folds import (
+    Split,
+    Task,
+    check_splits,
+    data_key,
+    k_folds,
+    warn_unseen_classes,
+)
 from vbnn.core.contracts import SplitResult
 from vbnn.core.randomness import derive_seed
 from vbnn.metrics import (
@@ -275,6 +282,9 @@ def prepare(
     names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial, x[:2],
                           config.ensemble_size)  # fmt: skip
     chosen = replicates(y, test_pair, seeds, folds, splits, task, config.seed)
+    if task is Task.CLASSIFICATION:
+        tested = None if test_pair is None else test_pair[1].numpy()
+        warn_unseen_classes(y.numpy(), chosen.rows, tested)
     runs = {
         n: EntryRun(
             method=n,

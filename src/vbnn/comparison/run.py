@@ -55,6 +55,7 @@ from vbnn.comparison.report import (
     summary_frame,
     verdict,
 )
+from vbnn.core.devices import usable_device
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.split_units import SplitUnits
 from vbnn.regression.tuning import TuningConfig, study_name
@@ -178,7 +179,13 @@ def compare(
     Raises:
         ValueError: bad data (the table's errors name file, line and column; a network's data
             name the argument and shape), an unknown or unsuitable family, too few rows for K
-            folds, a one-class target, a bad setting; all before any training.
+            folds, a one-class target, a bad setting, a ``device`` this machine cannot use
+            ("cuda" without CUDA; not checked on Ray, whose workers may hold the GPUs); all
+            before any training.
+
+    Warns:
+        UnseenClassWarning: a network's test labels (of ``test``, or of a fold's test rows)
+            hold classes that its training labels lack.
     """
     if isinstance(data, nn.Module) or callable(data):
         for given, name in ((target, "target"), (task, "task"), (data_dir, "data_dir")):
@@ -304,6 +311,8 @@ def _compare_network(
         )
     config = NetworkConfig(**settings)
     run_settings = executor_settings(executor)
+    if config.device is not None and run_settings.kind is not ExecutorKind.RAY:
+        usable_device(config.device)  # on Ray the workers' GPUs count, not the driver's
     prepared = prepare(network, data, test, ood, families, seeds, folds, splits, config,
                        run_settings.cpus_per_unit)  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:

@@ -105,6 +105,8 @@ class ExecutorSettings:
         num_cpus: CPUs of a private Ray instance (None: all of this machine's).
         gpus_per_unit: GPUs a Ray task declares (a fraction shares one); Ray hides the GPUs from
             a task that declares none, so units that train on CUDA need it.
+        connect_timeout: seconds the Ray executor waits for ``address`` to answer before
+            refusing it (``ray_executor.check_reachable``).
     """
 
     kind: ExecutorKind = ExecutorKind.LOCAL
@@ -114,6 +116,7 @@ class ExecutorSettings:
     num_cpus: int | None = None
     workers: int | None = None
     gpus_per_unit: float = 0.0
+    connect_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         if self.cpus_per_unit is not None and self.cpus_per_unit < 1:
@@ -128,6 +131,8 @@ class ExecutorSettings:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
         if not self.gpus_per_unit >= 0:
             raise ValueError(f"--gpus-per-unit must be >= 0, got {self.gpus_per_unit}")
+        if not self.connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be > 0, got {self.connect_timeout}")
         if self.gpus_per_unit and self.kind is not ExecutorKind.RAY:
             raise ValueError("--gpus-per-unit needs --executor ray (here every unit sees the GPUs)")
 

@@ -20,6 +20,8 @@ command skips every unit already stored.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Iterator, Sequence
 
 import ray
@@ -27,6 +29,9 @@ import ray
 from vbnn.sweeps.contracts import ExecutorSettings, Outcome, Unit, call_with_threads
 
 _remote_call = ray.remote(call_with_threads)
+# the client's HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5)
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+SETTINGS_FRAME = 4  # the type byte of a frame's 9-byte header
 
 
 class RayExecutor:
@@ -41,6 +46,8 @@ class RayExecutor:
         self.owns_connection = not ray.is_initialized()
         if self.owns_connection:
             private = settings.address is None
+            if not private:
+                check_reachable(settings.address, settings.connect_timeout)
             # "local": a new private instance, even when a cluster started on this machine
             # (``ray start``, a test cluster) is still registered, which ``None`` would join
             ray.init(
@@ -76,6 +83,74 @@ class RayExecutor:
     def close(self) -> None:
         if self.owns_connection:
             ray.shutdown()
+
+
+def check_reachable(address: str, timeout: float) -> None:
+    """Refuse within about ``timeout`` seconds a Ray address where no Ray cluster answers.
+
+    ``ray.init`` on such an address waits many minutes. Ray's head (``ray start --head``,
+    "host:port") and its client server ("ray://host:port", port 10001 by default) are gRPC
+    servers, which answer the HTTP/2 connection preface (RFC 9113, section 3.4) with a SETTINGS
+    frame; so a TCP connection is opened, the preface sent, and the first frame's type read
+    (with ``RAY_USE_TLS`` set, the connection alone). Other addresses ("auto", "local") are
+    Ray's to resolve.
+
+    Raises:
+        ConnectionError: nothing reachable there, or something that does not answer as gRPC
+            does (the address named, with how to start a cluster or run without one).
+    """
+    client = address.startswith("ray://")
+    location = address.removeprefix("ray://")
+    host, colon, port = location.rpartition(":")
+    if not colon and client:
+        host, port = location, "10001"
+    if not host or not port.isdigit():
+        return
+    where = f"--address {address}"
+    advice = (
+        f"Start a cluster on that machine with `ray start --head --port {port}`, or leave "
+        "--address out to run on a private Ray instance here"
+    )
+    try:
+        connection = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+    except OSError as error:
+        reason = _reason(error, timeout)
+        raise ConnectionError(
+            f"{where}: no Ray cluster reachable at {host}:{port} ({reason}). {advice}"
+        ) from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        connection.close()  # a TLS handshake comes before any frame: reachable is all we know
+        return
+    with connection:
+        try:
+            connection.sendall(HTTP2_PREFACE)
+            head = _receive(connection, 9)
+        except OSError as error:
+            head, reason = b"", _reason(error, timeout)
+        else:
+            reason = "it answers, but not with an HTTP/2 SETTINGS frame"
+    if len(head) < 9 or head[3] != SETTINGS_FRAME:
+        raise ConnectionError(
+            f"{where}: something listens at {host}:{port}, but not a Ray cluster ({reason}). "
+            f"{advice}"
+        )
+
+
+def _reason(error: OSError, timeout: float) -> str:
+    if isinstance(error, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    return error.strerror or type(error).__name__
+
+
+def _receive(connection: socket.socket, size: int) -> bytes:
+    """Up to ``size`` bytes (fewer when the peer closes first)."""
+    data = b""
+    while len(data) < size:
+        part = connection.recv(size - len(data))
+        if not part:
+            break
+        data += part
+    return data
 
 
 def failure_message(error: ray.exceptions.RayError, max_retries: int) -> str:

@@ -3,7 +3,9 @@
 A script started by ``torchrun --nproc-per-node W`` that calls
 ``torch.distributed.init_process_group`` (gloo on CPUs, NCCL on GPUs) before ``vbnn.train`` trains
 data-parallel: ``train`` finds the initialised group (``Processes.current``) and runs W copies
-of one run, one per process, that stay equal.
+of one run, one per process, that stay equal. A launched script that does not initialise the
+group (``WORLD_SIZE`` > 1 in its environment) has it initialised by ``train``, with a warning
+(``join_launched_group``), rather than training W independent copies.
 
 Sharding. Every process holds the whole network and data and draws the same order of the data
 (the data-order generator is seeded by ``seed`` alone). ``batch_size`` is the global batch: each
@@ -46,6 +48,9 @@ machine or a shared file system).
 
 from __future__ import annotations
 
+import atexit
+import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +65,9 @@ from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.training.batches import Batch, Batches
 from vbnn.training.checkpoint import ResumableRun, Stateful, save_checkpoint
 from vbnn.training.settings import Objective
+
+# what a launcher (``torchrun``) sets beside WORLD_SIZE, read by init_process_group's env://
+LAUNCH_VARIABLES = ("RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass(frozen=True)
@@ -78,8 +86,14 @@ class Processes:
 
     @classmethod
     def current(cls, device: torch.device) -> Processes:
-        """The default group of ``torch.distributed`` when it is initialised, else one process."""
-        if not (dist.is_available() and dist.is_initialized()):
+        """The default group of ``torch.distributed`` when it is initialised; in a process of a
+        launch of several (``WORLD_SIZE`` > 1, as ``torchrun`` sets) without one, the group
+        ``join_launched_group`` initialises; else one process."""
+        initialised = dist.is_available() and dist.is_initialized()
+        if not initialised and launched_world() > 1:
+            join_launched_group(device)
+            initialised = True
+        if not initialised:
             return cls(device=device)
         return cls(dist.get_rank(), dist.get_world_size(), device)
 
@@ -109,6 +123,59 @@ class Processes:
     def barrier(self) -> None:
         if self.parallel:
             dist.barrier()
+
+
+def launched_world() -> int:
+    """W of the launch this process belongs to: ``WORLD_SIZE`` of the environment (1 unset).
+
+    Raises:
+        ValueError: ``WORLD_SIZE`` is not a positive integer.
+    """
+    text = os.environ.get("WORLD_SIZE", "1")
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"WORLD_SIZE={text!r} in the environment: not a number of processes")
+    return int(text)
+
+
+def join_launched_group(device: torch.device) -> None:
+    """Initialise the default process group of a launched process (gloo; NCCL for a CUDA
+    ``device``, each process on GPU ``LOCAL_RANK`` when ``device`` names no index) from the
+    variables a launcher sets (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), with
+    a warning from process 0 that it did; the group is destroyed when the process exits.
+
+    Without it, W processes started by ``torchrun`` would train W independent copies.
+
+    Raises:
+        ValueError: a launcher's variable missing, or ``torch.distributed`` not available; the
+            message says how to launch or initialise.
+    """
+    world = launched_world()
+    missing = [name for name in LAUNCH_VARIABLES if name not in os.environ]
+    if missing or not dist.is_available():
+        lacking = f"{', '.join(missing)} unset" if missing else "torch.distributed unavailable"
+        raise ValueError(
+            f"WORLD_SIZE={world} in the environment but {lacking}, and no process group "
+            f"initialised: start the script with `torchrun --nproc-per-node {world} script.py`, "
+            "or call torch.distributed.init_process_group() before vbnn.train (or unset "
+            "WORLD_SIZE to train in one process)"
+        )
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda" and device.index is None:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend)
+    atexit.register(_destroy_group)
+    if dist.get_rank() == 0:
+        warnings.warn(
+            f"vbnn.train: launched with WORLD_SIZE={world} and no process group; initialised "
+            f"torch.distributed ({backend}) for a data-parallel run of {world} processes (call "
+            "torch.distributed.init_process_group() before vbnn.train to choose the backend)",
+            stacklevel=4,
+        )
+
+
+def _destroy_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def check_parallel(processes: Processes, objective: Objective, **sources: Any) -> None:

@@ -168,11 +168,33 @@ OptimizerSettings = Adam | IVON | SGD
 
 
 def optimizer_settings(value: str | OptimizerSettings) -> OptimizerSettings:
-    """The settings named ``value`` (with their defaults), or ``value`` itself; a ValueError
-    lists the registered names."""
-    if not isinstance(value, str):
+    """The settings named ``value`` (with their defaults), or ``value`` itself.
+
+    Raises:
+        ValueError: an unknown name (the registered names listed).
+        TypeError: neither a name nor an instance of a settings class of ``OPTIMIZERS`` (e.g.
+            ``torch.optim.SGD``, or ``vbnn.IVON`` not called); the message lists what is
+            accepted.
+    """
+    classes = tuple(OPTIMIZERS.values())
+    names = ", ".join(repr(name) for name in OPTIMIZERS)
+    if isinstance(value, classes):
         return value
-    if value not in OPTIMIZERS:
-        choices = ", ".join(repr(name) for name in OPTIMIZERS)
-        raise ValueError(f"optimizer: unknown {value!r}; choose one of {choices}")
-    return OPTIMIZERS[value]()
+    if isinstance(value, str):
+        if value not in OPTIMIZERS:
+            raise ValueError(f"optimizer: unknown {value!r}; choose one of {names}")
+        return OPTIMIZERS[value]()
+    kind = value if isinstance(value, type) else type(value)
+    hint = ""
+    if issubclass(kind, classes):
+        hint = f"; call the class: {kind.__name__}()"
+    elif issubclass(kind, torch.optim.Optimizer):
+        hint = (
+            "; vbnn.train builds its optimiser itself (to step a torch.optim optimiser of your "
+            "own, use vbnn.train_loop)"
+        )
+    settings = ", ".join(f"{c.__name__}(...)" for c in classes)
+    raise TypeError(
+        f"optimizer: {kind.__name__} is not a vbnn optimiser setting; give a name ({names}) or "
+        f"an instance of its settings ({settings}){hint}"
+    )

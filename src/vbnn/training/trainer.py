@@ -21,7 +21,8 @@ after it). The same call therefore gives the same numbers whatever the global RN
 run killed after epoch e and started again with the same call resumes from its checkpoint and
 ends with exactly the numbers of a run that was never stopped.
 
-Inside an initialised ``torch.distributed`` process group (a script started by ``torchrun``) the
+Inside an initialised ``torch.distributed`` process group (a script started by ``torchrun``; a
+launched script that initialises none has it initialised here, gloo on CPUs, NCCL on GPUs) the
 run is data-parallel (``training.distributed``): each process computes on its shard of every
 global batch of ``batch_size`` examples, with its own noise streams, and one all-reduce of the
 shard-weighted gradients a step makes every process take the single-process step of the global
@@ -43,6 +44,7 @@ from tqdm.auto import tqdm
 
 from vbnn.core.contracts import Prior
 from vbnn.core.defaults import BATCH_SIZE, EPOCHS, LEARNING_RATE
+from vbnn.core.devices import usable_device
 from vbnn.core.gaussian import gaussian_log_prob
 from vbnn.core.randomness import ModelGenerators
 from vbnn.core.runtime import keep_freed_memory
@@ -181,7 +183,11 @@ def train(
             validation data, a checkpoint of other settings, or an optimizer that holds the
             prior (IVON) with another objective than "elbo" or a ``kl_weight`` other than 1;
             data-parallel: objective "sgld", a DataLoader shuffling from torch's global RNG or
-            sharded already, a batch with fewer examples than processes.
+            sharded already, a batch with fewer examples than processes; a ``device`` this
+            process cannot use ("cuda" without CUDA); launched by ``torchrun`` (``WORLD_SIZE``
+            > 1) with neither a process group nor the launcher's variables to initialise one.
+        TypeError: ``optimizer`` neither a name nor a vbnn optimiser setting (e.g.
+            ``torch.optim.SGD``).
         NonFiniteLossError: the objective became NaN or inf (names the epoch and the step).
     """
     objective = Objective.parse(objective)
@@ -192,11 +198,13 @@ def train(
     if patience is not None and (patience < 1 or validation is None):
         raise ValueError(f"patience={patience} needs validation data and must be >= 1")
     parameter = next(network.parameters(), None)
-    device = torch.device(device) if device is not None else (
-        parameter.device if parameter is not None else torch.device("cpu"))  # fmt: skip
+    if device is not None:
+        device = usable_device(device)
+    else:
+        device = parameter.device if parameter is not None else torch.device("cpu")
+    processes = distributed.Processes.current(device)  # before .to: NCCL picks the GPU
     network.to(device)
     models = stack_size(network)
-    processes = distributed.Processes.current(device)
     distributed.check_parallel(processes, objective, data=data, validation=validation)
     progress = progress and processes.rank == 0
     batches = as_batches(data, batch_size, torch.Generator().manual_seed(seed), device,
