@@ -20,7 +20,7 @@ from vbnn.comparison.entries import (
     train_entry,
     validation_split,
 )
-from vbnn.comparison.laplace import fit_laplace, laplace_samples
+from vbnn.methods.laplace import fit_laplace, laplace_samples
 
 needs_laplace = pytest.mark.skipif(
     importlib.util.find_spec("laplace") is None, reason="the laplace entry needs laplace-torch"

@@ -17,9 +17,10 @@ import vbnn
 from vbnn.cli import main
 from vbnn.comparison import UnseenClassWarning
 from vbnn.comparison.config import NetworkConfig
-from vbnn.comparison.entries import EntryRun, NetworkSource, predictive_samples, train_entry
+from vbnn.comparison.entries import EntryRun, NetworkSource, train_entry
 from vbnn.comparison.folds import Task
 from vbnn.comparison.network import prepare, score
+from vbnn.methods.mc_dropout import dropout_samples
 
 FAST = {"epochs": 2, "batch_size": 32, "test_samples": 6}
 
@@ -143,9 +144,9 @@ def test_mc_dropout_keeps_dropout_active_and_needs_it(tmp_path: Path, entry_trai
     data, test = images(60, 0), images(20, 1)
     network = small_cnn()
     network.eval()
-    samples = predictive_samples("mc-dropout", network, test[0], run("mc-dropout"), 5)
+    samples = dropout_samples(network, test[0], run("mc-dropout"), 5)
     assert not torch.allclose(samples[0], samples[1])  # dropout active at test time
-    again = predictive_samples("mc-dropout", network, test[0], run("mc-dropout"), 5)
+    again = dropout_samples(network, test[0], run("mc-dropout"), 5)
     torch.testing.assert_close(samples, again, rtol=0, atol=0)  # seeded
     assert not network.training and not network[3].training  # left in eval mode
     with pytest.raises(ValueError, match="'mc-dropout': Sequential has no dropout layer"):

@@ -1,33 +1,19 @@
 """The entries of a comparison on the user's own network: families and the usual baselines.
 
-Every entry starts from the same initial network (per seed) and trains through ``vbnn.train``;
-each then gives K predictive samples of the test inputs, (K, N, ...) network outputs (logits for
-a classifier, means (K, N, 1) for a regressor) whose average is its predictive:
+Every entry starts from the same initial network (per seed) and trains through ``vbnn.train``
+as its method says (``vbnn.methods``: the ``METHODS`` table of every family and baseline); each
+then gives K predictive samples of the test inputs, (K, N, ...) network outputs (logits for a
+classifier, means (K, N, 1) for a regressor) whose average is its predictive.
 
-* a ``vbnn.FAMILIES`` name: ``vbnn.convert(copy, name)`` trained on the ELBO by Adam; K weight
-  samples drawn from q (``vbnn.sample``, "weights" mode), p(y | x) = 1/K sum_k p(y | x, W_k)
-  (Neklyudov et al. 2019 eq. 2);
-* ``ivon``: ``vbnn.convert(copy, "mf")`` trained on the ELBO by IVON (``vbnn.IVON``, the
-  natural-gradient variational online Newton step of Shen et al. 2024, at its own defaults);
-  K weight samples as a family's; ``ivon-ensemble``: M such posteriors, each from its own initial
-  weights, K samples each (an ensemble of variational posteriors);
-* ``point``: the copy trained by maximum likelihood; one pass (K = 1);
-* ``ensemble``: M point networks, each from its own initial weights and minibatch order (a deep
-  ensemble, Lakshminarayanan et al. 2017); the K = M samples are the members' outputs, so the
-  predictive is the average of the members' predictive distributions;
-* ``mc-dropout``: the copy trained by maximum likelihood with its own ``nn.Dropout`` layers; K
-  passes with those layers kept active at test time (Gal & Ghahramani 2016);
-* ``laplace``: the point network, then a last-layer Kronecker-factored Laplace approximation
-  through laplace-torch, its prior precision by marginal likelihood (``comparison.laplace``).
-
-``point``, the ensemble's members and ``laplace``'s network stop early: a share
-(``EntryRun.validation_fraction``) of the training examples, drawn per replicate, is held out,
-and the network keeps the weights of its epoch of lowest validation NLL (``patience`` epochs
-without improvement end the run; ``vbnn.train``). The variational entries train on every example
-for every epoch, as their objective already holds the prior. A regressor's targets are
-standardised on the training examples, y' = (y - mean) / std, for every entry; its predictive
-means and noise std are mapped back (mean + std f', std sigma'), so every metric is in the
-targets' own units.
+A method that stops early (``point``, the ensemble's members, ``laplace``'s network) holds
+out a share (``EntryRun.validation_fraction``) of the training examples, drawn per replicate,
+and keeps the weights of its epoch of lowest validation NLL (``patience`` epochs without
+improvement end the run; ``vbnn.train``). The variational entries train on every example for
+every epoch, as their objective already holds the prior. A temperature-scaled entry
+(``NAME+ts``) holds the same share out to fit its temperature (``methods.temperature``). A
+regressor's targets are standardised on the training examples, y' = (y - mean) / std, for every
+entry; its predictive means and noise std are mapped back (mean + std f', std sigma'), so every
+metric is in the targets' own units.
 
 Initial weights: with a function, the network of seed s is ``function()`` called under
 ``torch.manual_seed(s)``; with a module, a deep copy of it (its own weights). The ensemble's member
@@ -38,69 +24,19 @@ m > 0 draws fresh weights: ``function()`` under its own seed, or, for a module, 
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 from torch import nn
 
-from vbnn.comparison.laplace import fit_laplace, laplace_package, laplace_samples, last_linear
-from vbnn.core.contracts import ForwardMode
 from vbnn.core.defaults import VALIDATION_FRACTION
-from vbnn.core.randomness import ModelGenerators, derive_seed
-from vbnn.layers.registry import FAMILIES
-from vbnn.networks.conversion import convert
-from vbnn.networks.predictive import sample
+from vbnn.core.randomness import derive_seed
+from vbnn.methods.base import Fitted, Method
+from vbnn.methods.registry import METHODS, method
+from vbnn.methods.temperature import TemperatureScaled, scale_samples
 from vbnn.training.natural_gradient import IVON
 from vbnn.training.trainer import train
-
-DROPOUT = (
-    nn.Dropout,
-    nn.Dropout1d,
-    nn.Dropout2d,
-    nn.Dropout3d,
-    nn.AlphaDropout,
-    nn.FeatureAlphaDropout,
-)
-
-
-@dataclass(frozen=True)
-class EntryKind:
-    """How an entry trains and predicts (module docstring).
-
-    Attributes:
-        family: the ``vbnn.FAMILIES`` name its copy is converted to; None: the network as given,
-            trained by maximum likelihood.
-        optimizer: ``vbnn.train``'s optimiser ("adam" or "ivon").
-        predictive: "posterior" (weight samples of q), "point" (one pass), "mc-dropout" or
-            "laplace".
-        ensemble: M members (``EntryRun.ensemble_size``) rather than one network.
-        early_stopping: stopped on a validation split of the training examples.
-    """
-
-    family: str | None
-    optimizer: str = "adam"
-    predictive: str = "posterior"
-    ensemble: bool = False
-    early_stopping: bool = False
-
-
-BASELINE_KINDS = {
-    "point": EntryKind(None, predictive="point", early_stopping=True),
-    "ensemble": EntryKind(None, predictive="point", ensemble=True, early_stopping=True),
-    "mc-dropout": EntryKind(None, predictive="mc-dropout"),
-    "laplace": EntryKind(None, predictive="laplace", early_stopping=True),
-    "ivon": EntryKind("mf", optimizer="ivon"),
-    "ivon-ensemble": EntryKind("mf", optimizer="ivon", ensemble=True),
-}
-BASELINES = tuple(BASELINE_KINDS)
-
-
-def entry_kind(name: str) -> EntryKind:
-    """The :class:`EntryKind` of entry ``name``: a baseline's, else family ``name`` by Adam."""
-    return BASELINE_KINDS.get(name, EntryKind(name))
 
 
 @dataclass(frozen=True)
@@ -147,49 +83,40 @@ class NetworkSource:
         return network
 
 
-def dropout_layers(network: nn.Module) -> list[str]:
-    """Paths of the dropout layers of ``network``."""
-    return [path for path, module in network.named_modules() if isinstance(module, DROPOUT)]
-
-
 def check_entries(
     names: tuple[str, ...], network: nn.Module, example: torch.Tensor, ensemble_size: int
 ) -> tuple[str, ...]:
     """The entries as given, each checked on ``network`` (an initial network) and ``example``
-    (two training inputs) before training.
+    (two training inputs) before training (``Method.check``).
 
     Raises:
-        ValueError: no entry, an unknown name (the known ones listed), a name given twice,
-            ``mc-dropout`` on a network without dropout (the network named), an ensemble of fewer
-            than two members, ``laplace`` without laplace-torch or on a network whose last layer
-            is no ``nn.Linear``, or a family that cannot convert the network (``vbnn.convert``'s
-            error, naming the layer).
+        ValueError: no entry, an unknown name (the known ones listed), a name given twice, a
+            method that trains no network (the UCI engine's ``es``, ``map``, ``sgld``), or one
+            that cannot run on this network (``mc-dropout`` without dropout, an ensemble of fewer
+            than two members, ``laplace`` without laplace-torch or a last ``nn.Linear``, a family
+            that cannot convert it: ``vbnn.convert``'s error, naming the layer).
     """
     if not names:
         raise ValueError("families: none given")
-    known = [*FAMILIES, *(b for b in BASELINES if b not in FAMILIES)]
     for position, name in enumerate(names):
-        if name not in known:
-            raise ValueError(f"families[{position}]={name!r}: unknown; choose from {known}")
+        try:
+            chosen = method(name)
+        except ValueError:
+            known = [n for n, m in METHODS.items() if m.network]
+            raise ValueError(
+                f"families[{position}]={name!r}: unknown; choose from {known} (or "
+                "NAME+ts: temperature-scaled)"
+            ) from None
         if name in names[:position]:
             raise ValueError(f"families[{position}]={name!r}: given twice")
-        kind = entry_kind(name)
-        if kind.predictive == "mc-dropout" and not dropout_layers(network):
-            raise ValueError(
-                f"families[{position}]='mc-dropout': {type(network).__name__} has no dropout "
-                f"layer (nn.Dropout, nn.Dropout2d, ...) to keep active at test time"
-            )
-        if kind.ensemble and ensemble_size < 2:
-            raise ValueError(
-                f"families[{position}]={name!r}: ensemble_size={ensemble_size}; an ensemble needs "
-                "at least 2 members (one member is 'point', or 'ivon')"
-            )
+        base = chosen.base if isinstance(chosen, TemperatureScaled) else chosen
         try:
-            if kind.predictive == "laplace":
-                laplace_package()
-                last_linear(copy.deepcopy(network), example)
-            if kind.family is not None:
-                convert(network, kind.family)
+            if not base.network:
+                raise ValueError(
+                    f"{base.summary}: trains on a regression table only, not a network (on a "
+                    "network: 'point', or vbnn.train(objective=...))"
+                )
+            base.check(network, example, ensemble_size)
         except ValueError as error:
             raise ValueError(f"families[{position}]={name!r}: {error}") from error
     return tuple(names)
@@ -229,52 +156,9 @@ class Trained:
     seconds: float
 
 
-def _device(network: nn.Module) -> torch.device:
-    parameter = next(network.parameters(), None)
-    return torch.device("cpu") if parameter is None else parameter.device
-
-
-@torch.no_grad()
-def _passes(network: nn.Module, x: torch.Tensor, count: int, batch_size: int) -> torch.Tensor:
-    """``count`` forward passes of ``network`` as it stands (its train/eval state), ``batch_size``
-    examples at a time: (count, N, ...)."""
-    x = x.to(_device(network))
-    return torch.stack(
-        [
-            torch.cat([network(x[s : s + batch_size]) for s in range(0, len(x), batch_size)])
-            for _ in range(count)
-        ]
-    ).cpu()
-
-
-def predictive_samples(
-    predictive: str, network: nn.Module, x: torch.Tensor, run: EntryRun, seed: int
-) -> torch.Tensor:
-    """K outputs (K, N, ...) of a trained network whose predictive is ``predictive``
-    (``EntryKind.predictive``; not "laplace": ``comparison.laplace.laplace_samples``)."""
-    network.eval()
-    batch = run.batch_size or len(x)
-    if predictive == "point":
-        return _passes(network, x, 1, batch)
-    if predictive == "mc-dropout":
-        for module in network.modules():
-            if isinstance(module, DROPOUT):
-                module.train()
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                return _passes(network, x, run.samples, batch)
-        finally:
-            network.eval()
-    noise = ModelGenerators([seed], _device(network))
-    return sample(
-        network, x.to(_device(network)), run.samples, ForwardMode.WEIGHTS, batch, noise
-    ).cpu()
-
-
-def _members(kind: EntryKind, run: EntryRun) -> list[tuple[int, bool]]:
+def _members(chosen: Method, run: EntryRun) -> list[tuple[int, bool]]:
     """(seed key, fresh weights) of each network the entry trains."""
-    if kind.ensemble:
+    if chosen.ensemble:
         return [(m, m > 0) for m in range(run.ensemble_size)]
     return [(0, False)]
 
@@ -316,6 +200,7 @@ class Standardizer:
         return f * self.std + self.mean
 
 
+# Parameters: one unit's replicate: the network's source, its settings and its data
 def train_entry(
     source: NetworkSource,
     run: EntryRun,
@@ -327,62 +212,72 @@ def train_entry(
 ) -> Trained:
     """Train entry ``run.method`` on one replicate (module docstring) and draw its predictive
     samples; every seed derives from (``run.seed``, ``replicate``, the member). ``seconds``
-    counts the training steps and the Laplace fit, not the predictive passes."""
-    kind = entry_kind(run.method)
-    base = derive_seed(run.seed, replicate, "init")
+    counts the training steps and a post-hoc fit (Laplace's), not the predictive passes."""
+    chosen = method(run.method)
+    scaled = isinstance(chosen, TemperatureScaled)
+    base = chosen.base if scaled else chosen
     scale = Standardizer.of(train_data[1]) if regression and run.standardize else Standardizer()
     data = (train_data[0], scale.forward(train_data[1]) if regression else train_data[1])
     held = None
-    if kind.early_stopping and run.patience is not None:
+    if scaled or (base.early_stopping and run.patience is not None):
         data, held = validation_split(data, run.validation_fraction,
                                       derive_seed(run.seed, replicate, "validation"))  # fmt: skip
-    device = None if run.device is None else torch.device(run.device)
-    tests, oods, stds, seconds = [], [], [], 0.0
-    for member, fresh in _members(kind, run):
-        seed = base if member == 0 else derive_seed(base, member, "init")
-        network = source.draw(seed, fresh)
-        if kind.family is not None:
-            network = convert(network, kind.family)
-        result = train(
-            network,
-            data,
-            objective="elbo" if kind.family is not None else "likelihood",
-            epochs=run.epochs,
-            batch_size=run.batch_size,
-            learning_rate=run.learning_rate,
-            validation=held,
-            patience=None if held is None else run.patience,
-            device=device,
-            seed=derive_seed(seed, 0, "train"),
-            progress=False,
-            optimizer=(run.ivon or IVON()) if kind.optimizer == "ivon" else kind.optimizer,
+    stopping = held if base.early_stopping and run.patience is not None else None
+    inputs = [test_x, ood_x, held[0] if scaled else None]
+    parts: list[list[torch.Tensor]] = [[], [], []]
+    stds, seconds = [], 0.0
+    seed_of_init = derive_seed(run.seed, replicate, "init")
+    for member, fresh in _members(base, run):
+        seed = seed_of_init if member == 0 else derive_seed(seed_of_init, member, "init")
+        fitted, trained_seconds, noise_std = _train_member(
+            base, source.draw(seed, fresh), data, stopping, run, seed, regression, scale
         )
-        seconds += result.seconds
-        noise_std = torch.ones(1, 1, dtype=torch.float64)  # a classifier's: unused
+        draw, fit_seconds = base.predictor(fitted, run, derive_seed(seed, 0, "eval"))
+        seconds += trained_seconds + fit_seconds
+        for part, x in zip(parts, inputs, strict=True):
+            if x is not None:
+                part.append(draw(x))
         if regression:
-            noise_std = result.likelihood.std().detach().cpu().reshape(1, 1).double() * scale.std
-        evaluation = derive_seed(seed, 0, "eval")
-        draw: Callable[[torch.Tensor], torch.Tensor]
-        if kind.predictive == "laplace":
-            start = time.perf_counter()
-            approximation = fit_laplace(result.network, data, regression,
-                                        float(noise_std) / scale.std, run.batch_size)  # fmt: skip
-            seconds += time.perf_counter() - start
-            draw = partial(laplace_samples, approximation, samples=run.samples,
-                           batch_size=run.batch_size, seed=evaluation, regression=regression,
-                           device=_device(result.network))  # fmt: skip
-        else:
-            draw = partial(predictive_samples, kind.predictive, result.network, run=run,
-                           seed=evaluation)  # fmt: skip
-        tests.append(draw(test_x))
-        if ood_x is not None:
-            oods.append(draw(ood_x))
-        if regression:
-            tests[-1] = scale.means(tests[-1])
-            stds.append(noise_std.expand(len(tests[-1]), 1))
-    return Trained(
-        test=torch.cat(tests),
-        ood=torch.cat(oods) if oods else None,
-        noise_std=torch.cat(stds) if regression else None,
-        seconds=seconds,
+            parts[0][-1] = scale.means(parts[0][-1])
+            stds.append(noise_std.expand(len(parts[0][-1]), 1))
+    test, ood = torch.cat(parts[0]), torch.cat(parts[1]) if parts[1] else None
+    if scaled:
+        _, (test, ood) = scale_samples(torch.cat(parts[2]), held[1], test, ood)
+    return Trained(test=test, ood=ood, noise_std=torch.cat(stds) if regression else None,
+                   seconds=seconds)  # fmt: skip
+
+
+# Parameters: one member of ``train_entry``: the method, its network and data, the run's settings
+def _train_member(
+    chosen: Method,
+    network: nn.Module,
+    data: tuple[torch.Tensor, torch.Tensor],
+    held: tuple[torch.Tensor, torch.Tensor] | None,
+    run: EntryRun,
+    seed: int,
+    regression: bool,
+    scale: Standardizer,
+) -> tuple[Fitted, float, torch.Tensor]:
+    """``network`` prepared and trained as ``chosen`` says: the trained member, its training
+    seconds and (a regressor's) noise std in the targets' units, (1, 1)."""
+    network = chosen.prepare(network)
+    options = {"learning_rate": run.learning_rate, **chosen.train_options(run, network)}
+    result = train(
+        network,
+        data,
+        objective=chosen.objective,
+        epochs=run.epochs,
+        batch_size=run.batch_size,
+        validation=held,
+        patience=None if held is None else run.patience,
+        device=None if run.device is None else torch.device(run.device),
+        seed=derive_seed(seed, 0, "train"),
+        progress=False,
+        **options,
     )
+    noise_std = torch.ones(1, 1, dtype=torch.float64)  # a classifier's: unused
+    if regression:
+        noise_std = result.likelihood.std().detach().cpu().reshape(1, 1).double() * scale.std
+    callbacks = tuple(options.get("callbacks", ()))
+    fitted = Fitted(result.network, data, regression, float(noise_std) / scale.std, callbacks)
+    return fitted, result.seconds, noise_std

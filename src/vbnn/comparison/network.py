@@ -37,7 +37,6 @@ from vbnn.comparison.entries import (
     NetworkSource,
     Trained,
     check_entries,
-    entry_kind,
     train_entry,
 )
 from vbnn.comparison.folds import (
@@ -50,6 +49,8 @@ from vbnn.comparison.folds import (
 )
 from vbnn.core.contracts import SplitResult
 from vbnn.core.randomness import derive_seed
+from vbnn.methods.registry import base_method
+from vbnn.methods.temperature import SUFFIX
 from vbnn.metrics import (
     gaussian_mixture_log_likelihood,
     interval_coverage,
@@ -281,6 +282,10 @@ def prepare(
     _check_output(initial, x, y, task)
     names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial, x[:2],
                           config.ensemble_size)  # fmt: skip
+    scaled = [name for name in names if name.endswith(SUFFIX)]
+    if scaled and task is Task.REGRESSION:
+        raise ValueError(f"families: {scaled[0]!r}: temperature scaling calibrates a "
+                         "classifier's probabilities; this is a regression")  # fmt: skip
     chosen = replicates(y, test_pair, seeds, folds, splits, task, config.seed)
     if task is Task.CLASSIFICATION:
         tested = None if test_pair is None else test_pair[1].numpy()
@@ -292,13 +297,13 @@ def prepare(
             batch_size=config.batch_size,
             learning_rate=config.learning_rate,
             samples=config.test_samples,
-            ensemble_size=config.ensemble_size if entry_kind(n).ensemble else 1,
+            ensemble_size=config.ensemble_size if base_method(n).ensemble else 1,
             seed=config.seed,
             patience=config.patience,
             validation_fraction=config.validation_fraction,
             standardize=config.standardize,
             device=config.device,
-            ivon=config.ivon if entry_kind(n).optimizer == "ivon" else None,
+            ivon=config.ivon if base_method(n).optimizer == "ivon" else None,
         )
         for n in names
     }

@@ -1,4 +1,4 @@
-"""The ``laplace`` entry of a comparison: a post-hoc Laplace approximation of the point network.
+"""``laplace``: a post-hoc Laplace approximation of the point network.
 
 Through laplace-torch (Daxberger et al. 2021; the optional extra ``vbnn[laplace]``): after the
 point network is trained (maximum likelihood, early stopped), the weights theta of its last
@@ -17,13 +17,20 @@ likelihood are laplace-torch's, the post-hoc method users reach for first.
 
 from __future__ import annotations
 
+import copy
 import importlib
+import time
 import warnings
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from vbnn.methods.base import Draw, Fitted, Method
+from vbnn.methods.passes import device_of
 
 INSTALL = "pip install 'vbnn[laplace]' (laplace-torch)"
 
@@ -141,3 +148,29 @@ def laplace_samples(
             tiny = torch.finfo(probabilities.dtype).tiny
             parts.append(probabilities.clamp_min(tiny).log())
     return torch.cat(parts, 1).cpu()
+
+
+@dataclass(frozen=True)
+class Laplace(Method):
+    """The early-stopped point network, then its last-layer Laplace (module docstring)."""
+
+    def check(self, network: nn.Module, example: torch.Tensor, ensemble_size: int) -> None:
+        laplace_package()
+        last_linear(copy.deepcopy(network), example)
+
+    def predictor(self, fitted: Fitted, run: Any, seed: int) -> tuple[Draw, float]:
+        start = time.perf_counter()
+        approximation = fit_laplace(
+            fitted.network, fitted.data, fitted.regression, fitted.noise_std, run.batch_size
+        )
+        seconds = time.perf_counter() - start
+        draw = partial(
+            laplace_samples,
+            approximation,
+            samples=run.samples,
+            batch_size=run.batch_size,
+            seed=seed,
+            regression=fitted.regression,
+            device=device_of(fitted.network),
+        )
+        return draw, seconds
