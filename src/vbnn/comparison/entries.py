@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from vbnn.comparison.laplace import fit_laplace, laplace_package, laplace_samples, last_linear
+from vbnn.core.batch_rule import Inputs, apply, predict, rows, take
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.defaults import VALIDATION_FRACTION
 from vbnn.core.randomness import ModelGenerators, derive_seed
@@ -235,25 +236,26 @@ def _device(network: nn.Module) -> torch.device:
 
 
 @torch.no_grad()
-def _passes(network: nn.Module, x: torch.Tensor, count: int, batch_size: int) -> torch.Tensor:
+def _passes(network: nn.Module, x: Inputs, count: int, batch_size: int) -> torch.Tensor:
     """``count`` forward passes of ``network`` as it stands (its train/eval state), ``batch_size``
-    examples at a time: (count, N, ...)."""
-    x = x.to(_device(network))
+    examples at a time, their predictions by the batch rule: (count, N, ...)."""
+    x = apply(x, lambda values: values.to(_device(network)))
+    starts = range(0, rows(x), batch_size)
     return torch.stack(
         [
-            torch.cat([network(x[s : s + batch_size]) for s in range(0, len(x), batch_size)])
+            torch.cat([predict(network, take(x, slice(s, s + batch_size))) for s in starts])
             for _ in range(count)
         ]
     ).cpu()
 
 
 def predictive_samples(
-    predictive: str, network: nn.Module, x: torch.Tensor, run: EntryRun, seed: int
+    predictive: str, network: nn.Module, x: Inputs, run: EntryRun, seed: int
 ) -> torch.Tensor:
     """K outputs (K, N, ...) of a trained network whose predictive is ``predictive``
     (``EntryKind.predictive``; not "laplace": ``comparison.laplace.laplace_samples``)."""
     network.eval()
-    batch = run.batch_size or len(x)
+    batch = run.batch_size or rows(x)
     if predictive == "point":
         return _passes(network, x, 1, batch)
     if predictive == "mc-dropout":
@@ -267,9 +269,8 @@ def predictive_samples(
         finally:
             network.eval()
     noise = ModelGenerators([seed], _device(network))
-    return sample(
-        network, x.to(_device(network)), run.samples, ForwardMode.WEIGHTS, batch, noise
-    ).cpu()
+    inputs = apply(x, lambda values: values.to(_device(network)))
+    return sample(network, inputs, run.samples, ForwardMode.WEIGHTS, batch, noise).cpu()
 
 
 def _members(kind: EntryKind, run: EntryRun) -> list[tuple[int, bool]]:
@@ -280,8 +281,8 @@ def _members(kind: EntryKind, run: EntryRun) -> list[tuple[int, bool]]:
 
 
 def validation_split(
-    data: tuple[torch.Tensor, torch.Tensor], fraction: float, seed: int
-) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    data: tuple[Inputs, torch.Tensor], fraction: float, seed: int
+) -> tuple[tuple[Inputs, torch.Tensor], tuple[Inputs, torch.Tensor]]:
     """(training, validation) examples: ``round(fraction N)`` of them (at least one, leaving one)
     drawn by a generator seeded with ``seed`` as the validation examples.
 
@@ -289,12 +290,12 @@ def validation_split(
         ValueError: fewer than two examples.
     """
     x, y = data
-    if len(x) < 2:
-        raise ValueError(f"early stopping: {len(x)} training example(s); it holds out at least one")
-    held = min(max(1, round(fraction * len(x))), len(x) - 1)
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    if len(y) < 2:
+        raise ValueError(f"early stopping: {len(y)} training example(s); it holds out at least one")
+    held = min(max(1, round(fraction * len(y))), len(y) - 1)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     kept, out = order[held:].sort().values, order[:held].sort().values
-    return (x[kept], y[kept]), (x[out], y[out])
+    return (take(x, kept), y[kept]), (take(x, out), y[out])
 
 
 @dataclass(frozen=True)
@@ -320,9 +321,9 @@ def train_entry(
     source: NetworkSource,
     run: EntryRun,
     replicate: int,
-    train_data: tuple[torch.Tensor, torch.Tensor],
-    test_x: torch.Tensor,
-    ood_x: torch.Tensor | None,
+    train_data: tuple[Inputs, torch.Tensor],
+    test_x: Inputs,
+    ood_x: Inputs | None,
     regression: bool,
 ) -> Trained:
     """Train entry ``run.method`` on one replicate (module docstring) and draw its predictive

@@ -351,16 +351,12 @@ def as_batches(
         return LoaderBatches(data, device, name, rule)
     if isinstance(data, Dataset):
         return DatasetBatches(data, batch_size, generator, device, name, shuffle, rule)
-    if isinstance(data, Mapping):
-        x, y = split_batch(data, rule, name)
-        inputs = apply(x, lambda values: _tensor(values, f"{name} inputs"))
-        return TensorBatches(inputs, _tensor(y, f"{name} y"), batch_size, generator, device,
-                             name, shuffle)  # fmt: skip
-    if isinstance(data, tuple | list) and len(data) == 2:
-        x, y = _tensor(data[0], f"{name} x"), _tensor(data[1], f"{name} y")
+    if isinstance(data, Mapping) or (isinstance(data, tuple | list) and len(data) == 2):
+        inputs, target = split_batch(data, rule, name)
+        x = apply(inputs, lambda values: _tensor(values, f"{name} x"))
+        y = _tensor(target, f"{name} y")
         return TensorBatches(x, y, batch_size, generator, device, name, shuffle)
     raise TypeError(
         f"{name}: expected (x, y) tensors or arrays, a mapping of them holding the target, a "
-        "torch Dataset or a DataLoader, got "
-        f"{type(data).__name__}"
+        f"torch Dataset or a DataLoader, got {type(data).__name__}"
     )
