@@ -80,11 +80,7 @@ def test_bert_trains_samples_and_is_diagnosed_from_its_own_batches() -> None:
     ]
     loader = DataLoader(records, batch_size=100, shuffle=True,
                         generator=torch.Generator().manual_seed(0))  # fmt: skip
-    held = {"input_ids": test_ids, "labels": test_labels}
-    result = vbnn.train(model, loader, epochs=3, learning_rate=1e-2, progress=False,
-                        validation=held)  # fmt: skip
-    assert result.history[-1]["validation_accuracy"] >= 0.9  # chance: about 0.5
-    network = result.network
+    network = vbnn.train(model, loader, epochs=3, learning_rate=1e-2, progress=False).network
     inputs = {"input_ids": test_ids}
     whole = vbnn.sample(network, inputs, 3, noise=ModelGenerators([5]))
     chunked = vbnn.sample(network, inputs, 3, batch_size=64, noise=ModelGenerators([5]))
@@ -94,7 +90,7 @@ def test_bert_trains_samples_and_is_diagnosed_from_its_own_batches() -> None:
         mean_right = (network(**inputs).logits.argmax(-1) == test_labels).double().mean()
     assert report.task == "classification" and report.examples == 200
     assert report.predictive["accuracy"]["mean"] == pytest.approx(float(mean_right), abs=1e-12)
-    assert report.predictive["accuracy"]["ensemble"] >= 0.9
+    assert report.predictive["accuracy"]["ensemble"] >= 0.9  # chance: about 0.5
 
 
 def test_ivon_trains_a_bert_from_a_mapping_of_tensors() -> None:

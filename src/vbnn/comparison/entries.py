@@ -154,7 +154,7 @@ def dropout_layers(network: nn.Module) -> list[str]:
 
 
 def check_entries(
-    names: tuple[str, ...], network: nn.Module, example: torch.Tensor, ensemble_size: int
+    names: tuple[str, ...], network: nn.Module, example: Inputs, ensemble_size: int
 ) -> tuple[str, ...]:
     """The entries as given, each checked on ``network`` (an initial network) and ``example``
     (two training inputs) before training.
@@ -162,9 +162,9 @@ def check_entries(
     Raises:
         ValueError: no entry, an unknown name (the known ones listed), a name given twice,
             ``mc-dropout`` on a network without dropout (the network named), an ensemble of fewer
-            than two members, ``laplace`` without laplace-torch or on a network whose last layer
-            is no ``nn.Linear``, or a family that cannot convert the network (``vbnn.convert``'s
-            error, naming the layer).
+            than two members, ``laplace`` without laplace-torch, on a mapping of inputs or on a
+            network whose last layer is no ``nn.Linear``, or a family that cannot convert the
+            network (``vbnn.convert``'s error, naming the layer).
     """
     if not names:
         raise ValueError("families: none given")
@@ -187,6 +187,8 @@ def check_entries(
             )
         try:
             if kind.predictive == "laplace":
+                if not isinstance(example, torch.Tensor):
+                    raise ValueError("laplace-torch takes tensor inputs, not a mapping of them")
                 laplace_package()
                 last_linear(copy.deepcopy(network), example)
             if kind.family is not None:

@@ -82,14 +82,18 @@ def split_batch(batch: Any, rule: BatchRule, name: str = "data") -> tuple[Inputs
     """
     if isinstance(batch, Mapping):
         if rule.target not in batch:
-            raise ValueError(f"{name}: a batch with keys {sorted(map(str, batch))} has no "
-                             f"target {rule.target!r} (BatchRule(target=...))")  # fmt: skip
+            raise ValueError(
+                f"{name}: a batch with keys {sorted(map(str, batch))} has no target "
+                f"{rule.target!r} (BatchRule(target=...))"
+            )
         inputs = {key: value for key, value in batch.items() if key != rule.target}
         return inputs, batch[rule.target]
     if isinstance(batch, tuple | list) and len(batch) == 2:
         return batch[0], batch[1]
-    raise ValueError(f"{name}: a batch must be (x, y) or a mapping with the target "
-                     f"{rule.target!r}, got {type(batch).__name__}")  # fmt: skip
+    raise ValueError(
+        f"{name}: a batch must be (x, y) or a mapping with the target {rule.target!r}, got "
+        f"{type(batch).__name__}"
+    )
 
 
 def call(model: nn.Module, inputs: Inputs) -> Any:
@@ -105,8 +109,10 @@ def prediction(output: Any, rule: BatchRule) -> torch.Tensor:
     """
     if isinstance(output, Mapping):
         if rule.output not in output:
-            raise ValueError(f"the model's output has keys {sorted(map(str, output))}, no "
-                             f"{rule.output!r} (BatchRule(output=...))")  # fmt: skip
+            raise ValueError(
+                f"the model's output has keys {sorted(map(str, output))}, no {rule.output!r} "
+                "(BatchRule(output=...))"
+            )
         return output[rule.output]
     return output
 

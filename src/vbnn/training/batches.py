@@ -170,9 +170,10 @@ def _first_target(
     elif isinstance(example, tuple | list) and len(example) == 2:
         return torch.as_tensor(example[1])
     else:
-        got = f"a {type(example).__name__}" + (
-            f" of {len(example)} items" if isinstance(example, tuple | list) else "")  # fmt: skip
-        need = "; vbnn.train needs (x, y) pairs or mappings holding the target (vbnn.BatchRule)"
+        got = f"a {type(example).__name__}"
+        if isinstance(example, tuple | list):
+            got += f" of {len(example)} items"
+        need = "but vbnn.train needs (x, y) pairs or mappings holding the target (vbnn.BatchRule)"
     raise ValueError(f"{name}: the {source} gives {got} per example, {need}")
 
 
@@ -227,8 +228,8 @@ class LoaderBatches:
         self.count = len(loader.dataset)  # type: ignore[arg-type]
         if self.count == 0 or len(loader) == 0:
             raise ValueError(f"{name} is empty: the DataLoader has no examples")
-        self.first = _first_target(loader.dataset[0], loader.collate_fn, rule, name,  # type: ignore[index]
-                                   "DataLoader's dataset")  # fmt: skip
+        first = loader.dataset[0]  # type: ignore[index]
+        self.first = _first_target(first, loader.collate_fn, rule, name, "DataLoader's dataset")
         self.iterator: Iterator = iter(())
 
     def _moved(self, batch: Any) -> Batch:
