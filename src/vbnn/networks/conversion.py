@@ -145,8 +145,8 @@ def convert(
     **options: Any,
 ) -> nn.Module:
     """A copy of ``module`` whose ``nn.Linear``, ``nn.Conv1d`` / ``2d`` / ``3d`` and
-    ``nn.ConvTranspose1d`` / ``2d`` / ``3d`` layers are ``family`` layers (the module docstring
-    says what else happens to each layer).
+    ``nn.ConvTranspose1d`` / ``2d`` / ``3d`` layers (and HuggingFace ``Conv1D``s) are ``family``
+    layers (the module docstring says what else happens to each layer).
 
     Args:
         module: any ``nn.Module`` (left unchanged).
