@@ -181,8 +181,8 @@ def example_log_prob(
     """log p(y_n | x_n) per example, (..., N): the likelihood's own for labels per example; for
     labels per token the sum over each sequence's tokens not labelled ``rule.ignore_index``
     (module docstring)."""
-    if not tokens(target, stacked):
-        return likelihood.log_prob(prediction, target)
+    if not tokens(target, stacked) or prediction.shape[: target.dim()] != target.shape:
+        return likelihood.log_prob(prediction, target)  # its own shape checks
     logits, labels = aligned(prediction, target, rule)
     kept = labels != rule.ignore_index
     values = likelihood.log_prob(logits[kept], labels[kept])
@@ -194,7 +194,7 @@ def example_accuracy(
 ) -> torch.Tensor:
     """Per example, 1.0 where argmax_c p(c | x_n) is y_n (float64); for labels per token, the
     share of the sequence's counted tokens predicted right."""
-    if not tokens(target, stacked):
+    if not tokens(target, stacked) or probabilities.shape[: target.dim()] != target.shape:
         return (probabilities.argmax(-1) == target).double()
     probabilities, labels = aligned(probabilities, target, rule)
     kept = labels != rule.ignore_index
