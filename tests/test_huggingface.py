@@ -36,18 +36,28 @@ DETERMINISTIC = "convert: these modules hold parameters and stay deterministic"
 def tiny_bert(seed: int = 0, labels: int = 2) -> torch.nn.Module:
     torch.manual_seed(seed)
     config = transformers.BertConfig(
-        vocab_size=VOCABULARY, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=LENGTH, num_labels=labels,
-    )  # fmt: skip
+        vocab_size=VOCABULARY,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=LENGTH,
+        num_labels=labels,
+    )
     return transformers.BertForSequenceClassification(config)
 
 
 def tiny_gpt2(seed: int = 0, vocabulary: int = 20) -> torch.nn.Module:
     torch.manual_seed(seed)
     config = transformers.GPT2Config(
-        vocab_size=vocabulary, n_embd=32, n_layer=2, n_head=2, n_positions=LENGTH,
-        bos_token_id=0, eos_token_id=0,
-    )  # fmt: skip
+        vocab_size=vocabulary,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=LENGTH,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return transformers.GPT2LMHeadModel(config)
 
 
@@ -78,8 +88,9 @@ def test_bert_trains_samples_and_is_diagnosed_from_its_own_batches() -> None:
         {"input_ids": i, "attention_mask": torch.ones_like(i), "labels": label}
         for i, label in zip(ids, labels, strict=True)
     ]
-    loader = DataLoader(records, batch_size=100, shuffle=True,
-                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    loader = DataLoader(
+        records, batch_size=100, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     network = vbnn.train(model, loader, epochs=3, learning_rate=1e-2, progress=False).network
     inputs = {"input_ids": test_ids}
     whole = vbnn.sample(network, inputs, 3, noise=ModelGenerators([5]))
@@ -96,8 +107,14 @@ def test_bert_trains_samples_and_is_diagnosed_from_its_own_batches() -> None:
 def test_ivon_trains_a_bert_from_a_mapping_of_tensors() -> None:
     ids, labels = token_task(100, 2)
     model = converted(tiny_bert())
-    result = vbnn.train(model, {"input_ids": ids, "labels": labels}, epochs=1,
-                        batch_size=50, optimizer="ivon", progress=False)  # fmt: skip
+    result = vbnn.train(
+        model,
+        {"input_ids": ids, "labels": labels},
+        epochs=1,
+        batch_size=50,
+        optimizer="ivon",
+        progress=False,
+    )
     assert math.isfinite(result.history[0]["train_nll"])
 
 
@@ -108,11 +125,16 @@ def test_compare_takes_token_ids_as_a_pair_or_as_a_mapping() -> None:
     test_ids, test_labels = token_task(50, 4)
     settings = {"epochs": 2, "batch_size": 50, "learning_rate": 3e-3, "test_samples": 2}
     with pytest.warns(UserWarning, match=DETERMINISTIC):
-        mapped = vbnn.compare(tiny_bert(), {"input_ids": ids, "labels": labels},
-                              test={"input_ids": test_ids, "labels": test_labels},
-                              families=["mf", "point"], **settings)  # fmt: skip
-    paired = vbnn.compare(tiny_bert(), (ids, labels), test=(test_ids, test_labels),
-                          families=["point"], **settings)  # fmt: skip
+        mapped = vbnn.compare(
+            tiny_bert(),
+            {"input_ids": ids, "labels": labels},
+            test={"input_ids": test_ids, "labels": test_labels},
+            families=["mf", "point"],
+            **settings,
+        )
+    paired = vbnn.compare(
+        tiny_bert(), (ids, labels), test=(test_ids, test_labels), families=["point"], **settings
+    )
     scores = mapped.folds.set_index("family")
     assert set(scores.index) == {"mf", "point"}
     assert scores["log_likelihood"].map(math.isfinite).all()
@@ -150,9 +172,14 @@ def test_labels_per_token_give_huggingfaces_own_loss(kind: str) -> None:
         labels = ids.clone()
     else:
         torch.manual_seed(0)
-        config = transformers.BertConfig(vocab_size=VOCABULARY, hidden_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2,
-                                         intermediate_size=64, num_labels=3)  # fmt: skip
+        config = transformers.BertConfig(
+            vocab_size=VOCABULARY,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            num_labels=3,
+        )
         model = transformers.BertForTokenClassification(config).eval()
         ids = torch.randint(0, VOCABULARY, (4, LENGTH), generator=generator)
         labels = torch.randint(0, 3, (4, LENGTH), generator=generator)
@@ -181,9 +208,15 @@ def test_gpt2_learns_a_synthetic_language_as_a_causal_model() -> None:
 
     train, test = language(100), language(50)
     model = converted(tiny_gpt2())
-    result = vbnn.train(model, {"input_ids": train, "labels": train}, epochs=6, batch_size=20,
-                        learning_rate=1e-2, validation={"input_ids": test, "labels": test},
-                        progress=False)  # fmt: skip
+    result = vbnn.train(
+        model,
+        {"input_ids": train, "labels": train},
+        epochs=6,
+        batch_size=20,
+        learning_rate=1e-2,
+        validation={"input_ids": test, "labels": test},
+        progress=False,
+    )
     first, last = result.history[0], result.history[-1]
     assert first["train_nll"] > 10.0 and last["train_nll"] < 0.2 * first["train_nll"]
     assert last["validation_accuracy"] >= 0.9

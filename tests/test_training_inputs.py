@@ -55,8 +55,9 @@ def test_mappings_of_batches_and_outputs_train_as_pairs_and_tensors() -> None:
     named = Named(copy.deepcopy(plain))
     settings = {"epochs": 2, "batch_size": 8, "progress": False}
     paired = vbnn.train(plain, (x, y), validation=(x, y), **settings).history
-    mapped = vbnn.train(named, {"features": x, "labels": y},
-                        validation={"features": x, "labels": y}, **settings).history  # fmt: skip
+    mapped = vbnn.train(
+        named, {"features": x, "labels": y}, validation={"features": x, "labels": y}, **settings
+    ).history
     for row, other in zip(paired, mapped, strict=True):
         assert {k: v for k, v in row.items() if k != "seconds"} == {
             k: v for k, v in other.items() if k != "seconds"
