@@ -25,6 +25,8 @@ def test_docs_pages_exist() -> None:
 @pytest.mark.parametrize("page", RUNNABLE, ids=[page.stem for page in RUNNABLE])
 def test_docs_page_runs(page, request, monkeypatch, tmp_path) -> None:
     blocks = python_blocks(page)
+    if any("from transformers" in block for block in blocks):
+        pytest.importorskip("transformers")  # the optional extra "hf"
     if any(marker in block for block in blocks for marker in (UCI_DATA, "load_images")):
         monkeypatch.setenv("VBNN_DATA_DIR", str(request.getfixturevalue("data_dir")))
     monkeypatch.chdir(tmp_path)

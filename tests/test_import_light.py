@@ -10,7 +10,7 @@ from pathlib import Path
 
 import vbnn
 
-HEAVY = ("optuna", "pandas", "sklearn", "scipy", "matplotlib", "ray", "jax")
+HEAVY = ("optuna", "pandas", "sklearn", "scipy", "matplotlib", "ray", "jax", "transformers")
 
 
 def _run(code: str) -> str:

@@ -7,7 +7,8 @@ The public surface, one name per concept:
   deterministic module is so) and ``MLP``;
 * how a network runs: ``mode`` (``ForwardMode``), ``use_noise``, ``ModelGenerators`` and the
   ``NoiseSource`` protocol it follows (where the noise comes from, the ``noise`` argument of a
-  forward pass), ``sample`` (K outputs drawn from q), ``variational_layers``;
+  forward pass), ``sample`` (K outputs drawn from q), ``variational_layers``, ``BatchRule``
+  (how a batch that is a mapping, a HuggingFace model's, reaches a model and its output);
 * the objectives over any module: ``kl``, ``log_prior``, ``elbo``, ``log_joint``,
   ``log_likelihood``; priors and likelihoods; ``train`` (the epoch loop for any network and
   data, returning a ``TrainingResult``; rarer settings in ``TrainerConfig``), ``train_loop``
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from vbnn import metrics, plots
 from vbnn.calibration import fit_temperature, temperature_scaled
+from vbnn.core.batch_rule import BatchRule
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import ModelGenerators, NoiseSource
 from vbnn.diagnostics.report import DiagnosisReport, diagnose
@@ -128,6 +130,7 @@ __all__ = [
     "SGD",
     "ARDPrior",
     "Additive",
+    "BatchRule",
     "BayesianClassifier",
     "BayesianRegressor",
     "BernoulliLikelihood",

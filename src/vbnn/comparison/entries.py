@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vbnn.core.batch_rule import Inputs, take
 from vbnn.core.defaults import VALIDATION_FRACTION
 from vbnn.core.randomness import derive_seed
 from vbnn.methods.base import Fitted, Method
@@ -84,7 +85,7 @@ class NetworkSource:
 
 
 def check_entries(
-    names: tuple[str, ...], network: nn.Module, example: torch.Tensor, ensemble_size: int
+    names: tuple[str, ...], network: nn.Module, example: Inputs, ensemble_size: int
 ) -> tuple[str, ...]:
     """The entries as given, each checked on ``network`` (an initial network) and ``example``
     (two training inputs) before training (``Method.check``).
@@ -164,8 +165,8 @@ def _members(chosen: Method, run: EntryRun) -> list[tuple[int, bool]]:
 
 
 def validation_split(
-    data: tuple[torch.Tensor, torch.Tensor], fraction: float, seed: int
-) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    data: tuple[Inputs, torch.Tensor], fraction: float, seed: int
+) -> tuple[tuple[Inputs, torch.Tensor], tuple[Inputs, torch.Tensor]]:
     """(training, validation) examples: ``round(fraction N)`` of them (at least one, leaving one)
     drawn by a generator seeded with ``seed`` as the validation examples.
 
@@ -173,12 +174,12 @@ def validation_split(
         ValueError: fewer than two examples.
     """
     x, y = data
-    if len(x) < 2:
-        raise ValueError(f"early stopping: {len(x)} training example(s); it holds out at least one")
-    held = min(max(1, round(fraction * len(x))), len(x) - 1)
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    if len(y) < 2:
+        raise ValueError(f"early stopping: {len(y)} training example(s); it holds out at least one")
+    held = min(max(1, round(fraction * len(y))), len(y) - 1)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     kept, out = order[held:].sort().values, order[:held].sort().values
-    return (x[kept], y[kept]), (x[out], y[out])
+    return (take(x, kept), y[kept]), (take(x, out), y[out])
 
 
 @dataclass(frozen=True)
@@ -206,8 +207,8 @@ def train_entry(
     run: EntryRun,
     replicate: int,
     train_data: tuple[torch.Tensor, torch.Tensor],
-    test_x: torch.Tensor,
-    ood_x: torch.Tensor | None,
+    test_x: Inputs,
+    ood_x: Inputs | None,
     regression: bool,
 ) -> Trained:
     """Train entry ``run.method`` on one replicate (module docstring) and draw its predictive
@@ -251,8 +252,8 @@ def train_entry(
 def _train_member(
     chosen: Method,
     network: nn.Module,
-    data: tuple[torch.Tensor, torch.Tensor],
-    held: tuple[torch.Tensor, torch.Tensor] | None,
+    data: tuple[Inputs, torch.Tensor],
+    held: tuple[Inputs, torch.Tensor] | None,
     run: EntryRun,
     seed: int,
     regression: bool,

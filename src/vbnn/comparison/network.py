@@ -1,7 +1,11 @@
 """``vbnn.compare(network, (x, y), ...)``: families and baselines on the user's own network.
 
-The data are tensors or arrays (or a ``torch.utils.data.Dataset`` of (x, y) pairs, stacked);
-the task follows the targets: integer classes 0 .. C-1 make a classification (the network's
+The data are tensors or arrays (or a ``torch.utils.data.Dataset`` of (x, y) pairs, stacked), or
+a mapping of them holding the target (a tokenizer's output with its "labels", split by the
+network's batch rule, ``core.batch_rule``). Floating inputs take the network's dtype; integer
+inputs stay integers (token ids) in a mapping or for a network holding an ``nn.Embedding``, and
+take the network's dtype otherwise (integer features). The task follows the targets:
+integer classes 0 .. C-1 make a classification (the network's
 output is C logits), floating targets a regression (one output, a learned Gaussian noise). The
 replicates are the seeds when ``test=`` is given (each seed trains on all of (x, y) and tests on
 ``test``), else the (fold, seed) pairs of K folds or given splits. Every (entry, replicate) is a
@@ -21,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -47,6 +51,17 @@ from vbnn.comparison.folds import (
     k_folds,
     warn_unseen_classes,
 )
+from vbnn.core.batch_rule import (
+    DEFAULT_RULE,
+    BatchRule,
+    Inputs,
+    apply,
+    batch_rule,
+    predict,
+    split_batch,
+    take,
+)
+from vbnn.core.batch_rule import rows as examples_of
 from vbnn.core.contracts import SplitResult
 from vbnn.core.randomness import derive_seed
 from vbnn.methods.registry import base_method
@@ -70,8 +85,9 @@ DEFAULT_ENTRIES = {
 SCORES = ("entropy", "mutual_information")
 
 
-def as_tensors(data: Any, name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x (N, ...), y (N,)) of a pair of tensors or arrays or of a Dataset of (x, y) pairs.
+def as_tensors(data: Any, name: str, rule: BatchRule = DEFAULT_RULE) -> tuple[Inputs, torch.Tensor]:
+    """(x (N, ...), y (N,)) of a pair of tensors or arrays, of a Dataset of (x, y) pairs, or of a
+    mapping of them split by ``rule`` (x then the mapping of the other entries).
 
     Raises:
         ValueError: not a pair, x and y of different lengths, no example, a non-finite input or
@@ -83,33 +99,63 @@ def as_tensors(data: Any, name: str) -> tuple[torch.Tensor, torch.Tensor]:
             raise ValueError(f"{name}: the dataset is empty")
         x = torch.stack([torch.as_tensor(p[0]) for p in pairs])
         y = torch.stack([torch.as_tensor(p[1]) for p in pairs])
+    elif isinstance(data, Mapping):
+        inputs, target = split_batch(data, rule, name)
+        x = apply(inputs, lambda part: torch.as_tensor(np.asarray(part)))
+        y = torch.as_tensor(np.asarray(target))
     elif isinstance(data, tuple | list) and len(data) == 2:
         x, y = (torch.as_tensor(np.asarray(part)) for part in data)
     else:
-        raise ValueError(f"{name}: expected (x, y) or a Dataset of (x, y) pairs, got "
+        raise ValueError(f"{name}: expected (x, y), a mapping holding the target "
+                         f"{rule.target!r} or a Dataset of (x, y) pairs, got "
                          f"{type(data).__name__}")  # fmt: skip
-    if len(x) != len(y):
-        raise ValueError(f"{name}: x has {len(x)} examples, y has {len(y)}")
-    if len(x) == 0:
+    if examples_of(x) != len(y):
+        raise ValueError(f"{name}: x has {examples_of(x)} examples, y has {len(y)}")
+    if len(y) == 0:
         raise ValueError(f"{name}: no examples")
     if y.dim() != 1:
         raise ValueError(f"{name}: y must hold one target per example (N,), got {tuple(y.shape)}")
-    x = x.float() if not x.is_floating_point() else x
-    for part, values in (("x", x), ("y", y)):
-        if values.is_floating_point() and not torch.isfinite(values).all():
-            bad = tuple(int(i) for i in (~torch.isfinite(values)).nonzero()[0])
-            raise ValueError(f"{name}: {part}{list(bad)} is {values[bad].item()}")
+    _check_finite(y, f"{name}: y")
+    apply(x, lambda values: _check_finite(values, f"{name}: x"))
     return x, y
 
 
-def _inputs(data: Any, name: str) -> torch.Tensor:
+def _check_finite(values: torch.Tensor, name: str) -> torch.Tensor:
+    """``values``; ValueError naming the first NaN or inf."""
+    if values.is_floating_point() and not torch.isfinite(values).all():
+        bad = tuple(int(i) for i in (~torch.isfinite(values)).nonzero()[0])
+        raise ValueError(f"{name}{list(bad)} is {values[bad].item()}")
+    return values
+
+
+def _inputs(data: Any, name: str) -> Inputs:
     """Inputs without targets (the out-of-distribution ones), checked finite."""
-    x = torch.as_tensor(np.asarray(data))
-    x = x.float() if not x.is_floating_point() else x
-    if not torch.isfinite(x).all():
-        bad = tuple(int(i) for i in (~torch.isfinite(x)).nonzero()[0])
-        raise ValueError(f"{name}{list(bad)} is {x[bad].item()}")
-    return x
+    x = apply(data, lambda part: torch.as_tensor(np.asarray(part)))
+    return apply(x, lambda values: _check_finite(values, name))
+
+
+def network_inputs(x: Inputs, network: nn.Module, dtype: torch.dtype) -> Inputs:
+    """``x`` as the comparison hands it to ``network`` (module docstring): floating tensors in
+    ``dtype``; integer ones kept in a mapping or for a network holding an ``nn.Embedding``, else
+    in ``dtype``."""
+    keep = isinstance(x, Mapping) or any(isinstance(m, nn.Embedding) for m in network.modules())
+    return apply(
+        x, lambda values: values if keep and not values.is_floating_point() else values.to(dtype)
+    )
+
+
+def _shapes(x: Inputs) -> Any:
+    """The shape of an example of ``x`` (of each tensor of a mapping)."""
+    if isinstance(x, Mapping):
+        return {key: tuple(value.shape[1:]) for key, value in x.items()}
+    return tuple(x.shape[1:])
+
+
+def _arrays(x: Inputs) -> list[np.ndarray]:
+    """The arrays of ``x`` (of each tensor of a mapping, in key order) that key the data."""
+    if isinstance(x, Mapping):
+        return [x[key].numpy() for key in sorted(x)]
+    return [x.numpy()]
 
 
 def network_key(network: nn.Module) -> str:
@@ -124,15 +170,18 @@ def network_key(network: nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
-def _check_output(network: nn.Module, x: torch.Tensor, y: torch.Tensor, task: Task) -> None:
-    """A pass of the initial network on two examples: its output must fit the task."""
+def _check_output(network: nn.Module, x: Inputs, y: torch.Tensor, task: Task) -> None:
+    """A pass of the initial network on two examples: its output (the batch rule's prediction)
+    must fit the task."""
     network.eval()
+    first = take(x, slice(0, 2))
     with torch.no_grad():
-        output = network(x[:2])
+        output = predict(network, first)
     label = type(network).__name__
-    if task is Task.REGRESSION and tuple(output.shape) != (len(x[:2]), 1):
-        raise ValueError(f"network: {label} gives {tuple(output.shape)} for {len(x[:2])} "
-                         "examples; a regression needs one output (N, 1)")  # fmt: skip
+    if task is Task.REGRESSION and tuple(output.shape) != (examples_of(first), 1):
+        raise ValueError(f"network: {label} gives {tuple(output.shape)} for "
+                         f"{examples_of(first)} examples; a regression needs one output "
+                         "(N, 1)")  # fmt: skip
     if task is Task.CLASSIFICATION:
         if output.dim() != 2:
             raise ValueError(f"network: {label} gives {tuple(output.shape)}; a classifier "
@@ -178,7 +227,7 @@ class Replicates:
 
 def replicates(
     y: torch.Tensor,
-    test: tuple[torch.Tensor, torch.Tensor] | None,
+    test: tuple[Inputs, torch.Tensor] | None,
     seeds: int,
     folds: int | None,
     splits: Sequence[Split] | None,
@@ -207,8 +256,8 @@ def entry_unit(
     source: NetworkSource,
     run: EntryRun,
     replicate: int,
-    train_data: tuple[torch.Tensor, torch.Tensor],
-    test_data: tuple[torch.Tensor, torch.Tensor],
+    train_data: tuple[Inputs, torch.Tensor],
+    test_data: tuple[Inputs, torch.Tensor],
     ood: torch.Tensor | None,
     task: Task,
     level: float,
@@ -258,15 +307,16 @@ def prepare(
         raise ValueError(f"network: expected an nn.Module or a function returning one, got "
                          f"{type(network).__name__}")  # fmt: skip
     source = NetworkSource(network)
-    x, y = as_tensors(data, "data")
+    rule = batch_rule(network) if isinstance(network, nn.Module) else DEFAULT_RULE
+    x, y = as_tensors(data, "data", rule)
     task = Task.REGRESSION if y.is_floating_point() else Task.CLASSIFICATION
     reason = f"y holds {'floating-point targets' if y.is_floating_point() else 'integer classes'}"
-    test_pair = None if test is None else as_tensors(test, "test")
+    test_pair = None if test is None else as_tensors(test, "test", rule)
     ood_x = None if ood is None else _inputs(ood, "ood")
     for part, values in (("test", None if test_pair is None else test_pair[0]), ("ood", ood_x)):
-        if values is not None and tuple(values.shape[1:]) != tuple(x.shape[1:]):
-            raise ValueError(f"{part}: its examples have shape {tuple(values.shape[1:])}, the "
-                             f"training examples {tuple(x.shape[1:])}")  # fmt: skip
+        if values is not None and _shapes(values) != _shapes(x):
+            raise ValueError(f"{part}: its examples have shape {_shapes(values)}, the "
+                             f"training examples {_shapes(x)}")  # fmt: skip
     if test_pair is not None and test_pair[1].is_floating_point() != y.is_floating_point():
         raise ValueError("test: y_test and y differ in kind (classes against real values)")
     if ood is not None and task is Task.REGRESSION:
@@ -274,14 +324,15 @@ def prepare(
     initial = source.draw(derive_seed(config.seed, 0, "init"))  # replicate 0's
     # inputs (and real targets) in the network's floating dtype: float64 arrays meet float32
     # weights otherwise
-    dtype = next((p.dtype for p in initial.parameters() if p.is_floating_point()), x.dtype)
-    x, y = x.to(dtype), (y.to(dtype) if task is Task.REGRESSION else y)
+    dtype = next((p.dtype for p in initial.parameters() if p.is_floating_point()),
+                 torch.get_default_dtype())  # fmt: skip
+    x, y = network_inputs(x, initial, dtype), (y.to(dtype) if task is Task.REGRESSION else y)
     if test_pair is not None:
-        test_pair = (test_pair[0].to(dtype), test_pair[1].to(y.dtype))
-    ood_x = None if ood_x is None else ood_x.to(dtype)
+        test_pair = (network_inputs(test_pair[0], initial, dtype), test_pair[1].to(y.dtype))
+    ood_x = None if ood_x is None else network_inputs(ood_x, initial, dtype)
     _check_output(initial, x, y, task)
-    names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial, x[:2],
-                          config.ensemble_size)  # fmt: skip
+    names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial,
+                          take(x, slice(0, 2)), config.ensemble_size)  # fmt: skip
     scaled = [name for name in names if name.endswith(SUFFIX)]
     if scaled and task is Task.REGRESSION:
         raise ValueError(f"families: {scaled[0]!r}: temperature scaling calibrates a "
@@ -311,11 +362,11 @@ def prepare(
     # IVON values leave every other entry's stored runs in place
     shared = {k: v for k, v in asdict(config).items() if k != "ivon"}
     settings = repr({"network": network_key(initial), **shared})
-    arrays = [x.numpy(), y.numpy()]
+    arrays = [*_arrays(x), y.numpy()]
     if test_pair is not None:
-        arrays += [test_pair[0].numpy(), test_pair[1].numpy()]
+        arrays += [*_arrays(test_pair[0]), test_pair[1].numpy()]
     if ood_x is not None:
-        arrays.append(ood_x.numpy())
+        arrays += _arrays(ood_x)
     splits_key = [(train, held if held is not None else np.empty(0, np.int64))
                   for train, held in chosen.rows]  # fmt: skip
     name = data_key(source.label, np.concatenate([a.ravel().astype(np.float64) for a in arrays]),
@@ -325,8 +376,8 @@ def prepare(
         units = []
         for k in missing:
             train_rows, test_rows = chosen.rows[k]
-            training = (x[train_rows], y[train_rows])
-            testing = test_pair if test_rows is None else (x[test_rows], y[test_rows])
+            training = (take(x, train_rows), y[train_rows])
+            testing = test_pair if test_rows is None else (take(x, test_rows), y[test_rows])
             units.append(Unit(f"{entry.label} replicate {k}", entry_unit,
                               (source, entry.config, k, training, testing, ood_x, task,
                                config.level), cpus))  # fmt: skip

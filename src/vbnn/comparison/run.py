@@ -147,9 +147,11 @@ def compare(
     Args:
         data: an ``nn.Module`` or a function of no arguments returning one (your network); or a
             CSV file (with ``target``), a UCI set's name ("yacht"), or inputs X (N, I).
-        y: with a network, its data: (x, y) tensors or arrays, or a Dataset of (x, y) pairs
-            (integer y: classification, floating y: regression); with X, the targets (N,).
-        test: a network's test data (x_test, y_test); each seed trains on all of ``y``.
+        y: with a network, its data: (x, y) tensors or arrays, a Dataset of (x, y) pairs, or
+            a mapping of tensors holding the target (a HuggingFace model's batch: the network's
+            ``vbnn.BatchRule``) (integer y: classification, floating y: regression); with X,
+            the targets (N,).
+        test: a network's test data, in the form of ``y``'s; each seed trains on all of ``y``.
         ood: a network's out-of-distribution inputs (classification): AUROC, AUPR and FPR95 of
             the predictive entropy and of the mutual information.
         seeds: a network's seeds per test set or fold (replicates of training).

@@ -34,6 +34,7 @@ from torch import nn
 
 from vbnn import metrics
 from vbnn.classification.kappa import pre_activation_hessian_diagonal
+from vbnn.core.batch_rule import Inputs, predict, rows
 from vbnn.core.defaults import PRIOR_STD
 from vbnn.core.randomness import ModelGenerators
 from vbnn.diagnostics.layers import DROPOUT_FAMILIES, LayerDiagnosis, diagnose_layers
@@ -242,12 +243,12 @@ class OneOfStack(nn.Module):
         return self.stack(x.unsqueeze(0)).squeeze(0)
 
 
-def _sample(model: nn.Module, x: torch.Tensor, samples: int, seed: int) -> torch.Tensor:
+def _sample(model: nn.Module, x: Inputs, samples: int, seed: int) -> torch.Tensor:
     """K weight samples of the outputs, (K, N, ...); a ``OneOfStack`` is sampled as its stack
     (``sample`` reads a stack's examples from dimension 1 of its inputs)."""
     noise = ModelGenerators([seed])
     if isinstance(model, OneOfStack):
-        return sample(model.stack, x.unsqueeze(0), samples, noise=noise)[:, 0]
+        return sample(model.stack, x.unsqueeze(0), samples, noise=noise)[:, 0]  # type: ignore[union-attr]
     return sample(model, x, samples, noise=noise)
 
 
@@ -349,7 +350,7 @@ def _kept(gain_mean: float, gain_ensemble: float) -> float:
 # Parameters: the public entry point; each option is an independent choice, keyword-only
 def diagnose(
     model: nn.Module,
-    x: torch.Tensor,
+    x: Inputs,
     y: torch.Tensor,
     *,
     task: str | None = None,
@@ -368,7 +369,9 @@ def diagnose(
     Args:
         model: one network holding family layers (a stack of one model is called as one), or a
             fitted estimator.
-        x: inputs (N, ...) as the model takes them.
+        x: inputs (N, ...) as the model takes them, or a mapping of them (a HuggingFace model's
+            ``input_ids``, ``attention_mask``, ...), its prediction the output's logits
+            (``core.batch_rule``; kappa is read for tensor inputs only).
         y: integer class labels (N,) or real targets (N,) / (N, 1).
         task: "classification" or "regression"; None infers it (integer labels and (N, C)
             outputs with C >= 2: classification).
@@ -383,8 +386,8 @@ def diagnose(
             task, labels outside the model's classes, or a model with no family layer.
         TypeError: a model that is neither an ``nn.Module`` nor a fitted estimator.
     """
-    if len(x) != len(y):
-        raise ValueError(f"diagnose: x has {len(x)} rows and y {len(y)}; they must match")
+    if rows(x) != len(y):
+        raise ValueError(f"diagnose: x has {rows(x)} rows and y {len(y)}; they must match")
     if not isinstance(model, nn.Module):  # a fitted estimator
         model, x, y, settings = _from_estimator(model, x, y)
         task = task or settings["task"]
@@ -398,7 +401,7 @@ def diagnose(
     model.eval()  # BatchNorm and dropout modules at their test-time behaviour
     try:
         with mode(model, "mean"):
-            mean_output = model(x)
+            mean_output = predict(model, x)
         sampled = _sample(model, x, samples, seed)
     finally:
         model.train(was_training)
@@ -418,7 +421,7 @@ def diagnose(
         raise ValueError(f"diagnose: task must be 'classification' or 'regression', got {task!r}")
     verdicts, flags = _verdicts(layers, metric, gain, best, kept_gain)
     kappa = {}
-    if task == "classification":
+    if task == "classification" and isinstance(x, torch.Tensor):
         was_training = model.training
         model.eval()
         try:
@@ -426,7 +429,7 @@ def diagnose(
         finally:
             model.train(was_training)
     return DiagnosisReport(
-        task, len(x), samples, layers, predictive, calibration, verdicts, flags, kappa
+        task, rows(x), samples, layers, predictive, calibration, verdicts, flags, kappa
     )
 
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from vbnn.core import batch_rule
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.shell import VariationalLayer
@@ -39,13 +40,25 @@ def stack_size(module: nn.Module) -> int | None:
     return sizes.pop() if sizes else None
 
 
-def as_input(model: nn.Module | int | None, x: torch.Tensor) -> torch.Tensor:
+def as_input(model: nn.Module | int | None, x: batch_rule.Inputs) -> batch_rule.Inputs:
     """``x`` (N, ...) as ``model`` takes it: unchanged for one network, (M, N, ...) for a stack.
 
     ``model`` may also be its ``stack_size`` already read (an int, or None for one network), so
-    that a training step does not walk the module tree."""
+    that a training step does not walk the module tree. A mapping of inputs (``core.batch_rule``)
+    is for one network.
+
+    Raises:
+        ValueError: a mapping of inputs for a stack.
+    """
     models = stack_size(model) if isinstance(model, nn.Module) else model
-    return x if models is None else x.expand(models, *x.shape)
+    if models is None:
+        return x
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(
+            f"a stack of {models} models takes tensor inputs, not a {type(x).__name__} of "
+            "them (mapping batches are for one network)"
+        )
+    return x.expand(models, *x.shape)
 
 
 @contextmanager
@@ -94,18 +107,19 @@ def takes_mode(module: nn.Module) -> bool:
 
 def network_output(
     model: nn.Module,
-    x: torch.Tensor,
+    x: batch_rule.Inputs,
     forward_mode: ForwardMode | str,
     noise: NoiseSource | None = None,
 ) -> torch.Tensor:
     """``model``'s output for ``x`` with every family layer in ``forward_mode``, drawing from
     ``noise``.
 
-    Modules that take ``(x, mode, noise)`` (``takes_mode``) get them; any other is called as
-    ``model(x)`` inside ``mode`` and ``use_noise`` (``noise`` None: the layers draw from the
-    ``use_noise`` source or torch's global RNG).
+    Modules that take ``(x, mode, noise)`` (``takes_mode``) get them; any other is called by the
+    batch rule (``core.batch_rule``: ``model(x)``, or ``model(**x)`` for a mapping, the logits
+    of a ``ModelOutput``) inside ``mode`` and ``use_noise`` (``noise`` None: the layers draw from
+    the ``use_noise`` source or torch's global RNG).
     """
     if takes_mode(model):
         return model(x, forward_mode, noise)
     with mode(model, forward_mode), use_noise(model, noise):
-        return model(x)
+        return batch_rule.predict(model, x)

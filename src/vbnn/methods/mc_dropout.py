@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vbnn.core.batch_rule import Inputs, rows
 from vbnn.methods.base import Draw, Fitted, Method
 from vbnn.methods.passes import passes
 
@@ -28,7 +29,7 @@ def dropout_layers(network: nn.Module) -> list[str]:
     return [path for path, module in network.named_modules() if isinstance(module, DROPOUT)]
 
 
-def dropout_samples(network: nn.Module, x: torch.Tensor, run: Any, seed: int) -> torch.Tensor:
+def dropout_samples(network: nn.Module, x: Inputs, run: Any, seed: int) -> torch.Tensor:
     """K = ``run.samples`` passes with the dropout layers active and everything else in
     ``.eval()`` mode, the masks drawn from torch's RNG seeded by ``seed``: (K, N, ...)."""
     network.eval()
@@ -38,7 +39,7 @@ def dropout_samples(network: nn.Module, x: torch.Tensor, run: Any, seed: int) ->
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            return passes(network, x, run.samples, run.batch_size or len(x))
+            return passes(network, x, run.samples, run.batch_size or rows(x))
     finally:
         network.eval()
 

@@ -15,14 +15,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from vbnn.core.batch_rule import Inputs, rows
 from vbnn.methods.base import Draw, Fitted, Method
 from vbnn.methods.passes import passes
 
 
-def point_samples(network: nn.Module, x: torch.Tensor, run: Any) -> torch.Tensor:
+def point_samples(network: nn.Module, x: Inputs, run: Any) -> torch.Tensor:
     """One pass of the trained network in ``.eval()`` mode: (1, N, ...)."""
     network.eval()
-    return passes(network, x, 1, run.batch_size or len(x))
+    return passes(network, x, 1, run.batch_size or rows(x))
 
 
 @dataclass(frozen=True)

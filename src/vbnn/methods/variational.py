@@ -16,21 +16,22 @@ from typing import Any
 import torch
 from torch import nn
 
+from vbnn.core.batch_rule import Inputs, rows
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.methods.base import Draw, Fitted, Method
-from vbnn.methods.passes import device_of
+from vbnn.methods.passes import device_of, on_device
 from vbnn.networks.predictive import sample
 from vbnn.training.natural_gradient import IVON
 
 
-def posterior_samples(network: nn.Module, x: torch.Tensor, run: Any, seed: int) -> torch.Tensor:
+def posterior_samples(network: nn.Module, x: Inputs, run: Any, seed: int) -> torch.Tensor:
     """K = ``run.samples`` functions drawn from q, one weight sample each: (K, N, ...)."""
     network.eval()
-    device = device_of(network)
-    noise = ModelGenerators([seed], device)
-    batch = run.batch_size or len(x)
-    return sample(network, x.to(device), run.samples, ForwardMode.WEIGHTS, batch, noise).cpu()
+    noise = ModelGenerators([seed], device_of(network))
+    batch = run.batch_size or rows(x)
+    inputs = on_device(network, x)
+    return sample(network, inputs, run.samples, ForwardMode.WEIGHTS, batch, noise).cpu()
 
 
 @dataclass(frozen=True)

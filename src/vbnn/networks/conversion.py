@@ -2,7 +2,9 @@
 
 ``convert(module, "mf")`` returns a deep copy of ``module`` in which every ``nn.Linear``,
 ``nn.Conv1d``, ``nn.Conv2d``, ``nn.Conv3d``, ``nn.ConvTranspose1d``, ``nn.ConvTranspose2d`` and
-``nn.ConvTranspose3d`` is the family's layer of the same shape (one network, no model dimension),
+``nn.ConvTranspose3d`` (and HuggingFace's ``Conv1D``, GPT-2's dense layer, as the
+``nn.Linear`` of its transposed weight) is the family's layer of the same shape (one network, no
+model dimension),
 its posterior means set from the original weights and biases (``VariationalLayer.load_means``),
 on the original device and dtype. A converted transposed convolution takes ``output_size`` in
 its call as ``nn.ConvTransposeNd`` does. The rest of the module
@@ -54,10 +56,19 @@ TRANSPOSED_CONVOLUTIONS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTransp
 CONVERTIBLE = (nn.Linear, *CONVOLUTIONS, *TRANSPOSED_CONVOLUTIONS)
 
 
+def _transposed_dense(module: nn.Module) -> bool:
+    """Whether ``module`` is HuggingFace's ``Conv1D`` (GPT-2's dense layer: weight (in, out),
+    y = x W + b), recognised by its class without importing transformers."""
+    kind = type(module)
+    return kind.__name__ == "Conv1D" and kind.__module__.startswith("transformers.")
+
+
 def _convertible(module: nn.Module) -> bool:
     """Whether convert replaces ``module``: a dense or a 1-3-D (transposed) convolutional torch
-    layer."""
-    return isinstance(module, CONVERTIBLE) and not isinstance(module, VariationalLayer)
+    layer, or HuggingFace's ``Conv1D``."""
+    if isinstance(module, VariationalLayer):
+        return False
+    return isinstance(module, CONVERTIBLE) or _transposed_dense(module)
 
 
 def _family_layer(spec: FamilySpec, name: str, layer: nn.Module, options: dict[str, Any]):
@@ -81,6 +92,8 @@ def _family_layer(spec: FamilySpec, name: str, layer: nn.Module, options: dict[s
         if isinstance(layer, TRANSPOSED_CONVOLUTIONS):
             shape |= {"transposed": True, "output_padding": layer.output_padding}
         sizes = (layer.in_channels, layer.out_channels)
+    elif _transposed_dense(layer):  # y = x W + b with W (in, out): nn.Linear's weight is W^T
+        sizes, weight = tuple(weight.shape), weight.T
     else:
         sizes = (layer.in_features, layer.out_features)
     new = spec.build(*sizes, None, dtype=weight.dtype, bias=bias is not None, **shape, **options)
@@ -132,8 +145,8 @@ def convert(
     **options: Any,
 ) -> nn.Module:
     """A copy of ``module`` whose ``nn.Linear``, ``nn.Conv1d`` / ``2d`` / ``3d`` and
-    ``nn.ConvTranspose1d`` / ``2d`` / ``3d`` layers are ``family`` layers (the module docstring
-    says what else happens to each layer).
+    ``nn.ConvTranspose1d`` / ``2d`` / ``3d`` layers (and HuggingFace ``Conv1D``s) are ``family``
+    layers (the module docstring says what else happens to each layer).
 
     Args:
         module: any ``nn.Module`` (left unchanged).

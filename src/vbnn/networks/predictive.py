@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vbnn.core.batch_rule import Inputs, apply, rows
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import NoiseSource, TorchNoise
 from vbnn.layers.modes import network_output, stack_size, variational_layers
@@ -28,14 +29,15 @@ from vbnn.layers.modes import network_output, stack_size, variational_layers
 @torch.no_grad()
 def sample(
     model: nn.Module,
-    x: torch.Tensor,
+    x: Inputs,
     samples: int,
     mode: ForwardMode | str = ForwardMode.WEIGHTS,
     batch_size: int | None = None,
     noise: NoiseSource | None = None,
 ) -> torch.Tensor:
     """K = ``samples`` outputs of ``model`` on ``x``: (K, N, ...) for one network and ``x``
-    (N, ...); (K, M, N, ...) for a stack and ``x`` (M, N, ...).
+    (N, ...); (K, M, N, ...) for a stack and ``x`` (M, N, ...). For one network ``x`` may be a
+    mapping of inputs (N, ...) each, and the outputs the model's logits (``core.batch_rule``).
 
     Args:
         mode: "weights" (one weight draw per pass, default), "zero-mean" or "local" (LRT).
@@ -56,23 +58,24 @@ def sample(
     if not variational_layers(model):
         raise ValueError(f"sample: {type(model).__name__} holds no vbnn family layer")
     dim = 0 if stack_size(model) is None else 1  # the examples' dimension of x
-    rows = x.shape[dim]
-    step = batch_size or rows
-    sources = _noise_sources(model, noise) if step < rows else []
+    count = rows(x) if dim == 0 else x.shape[dim]  # type: ignore[union-attr]
+    step = batch_size or count
+    sources = _noise_sources(model, noise) if step < count else []
     out: torch.Tensor | None = None
     for k in range(samples):
         states = [source.get_state() for source in sources]
-        for start in range(0, rows, step):
+        for start in range(0, count, step):
             if start > 0:  # every chunk of sample k draws from where its first chunk began
                 for source, state in zip(sources, states, strict=True):
                     source.set_state(state)
-            chunk = x.narrow(dim, start, min(step, rows - start))
+            length = min(step, count - start)
+            chunk = apply(x, lambda values: values.narrow(dim, start, length))  # noqa: B023
             value = network_output(model, chunk, mode, noise)
             if out is None:
                 shape = list(value.shape)
-                shape[dim] = rows
+                shape[dim] = count
                 out = value.new_empty((samples, *shape))
-            out[k].narrow(dim, start, chunk.shape[dim]).copy_(value)
+            out[k].narrow(dim, start, length).copy_(value)
     assert out is not None
     return out
 

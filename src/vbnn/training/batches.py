@@ -19,22 +19,28 @@
   stream (the minibatches of SGLD, Welling & Teh 2011; B >= N: all rows, nothing drawn), and an
   epoch is ``steps`` such draws.
 
+A batch is mapped to the model's inputs and target by the batch rule (``core.batch_rule``): a
+mapping of tensors (a tokenizer's output with its "labels", a HuggingFace collator's batches)
+is given as tensors, a ``Dataset`` of mappings or a ``DataLoader`` of them, its x the mapping
+without the target (one network only, not a stack).
+
 Every source checks before training that it is not empty and that x and y have one row each,
 naming the shapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from vbnn.core.batch_rule import DEFAULT_RULE, BatchRule, Inputs, apply, split_batch, take
 from vbnn.core.randomness import ModelGenerators
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[Inputs, torch.Tensor]
 
 
 class Batches(Protocol):
@@ -77,8 +83,13 @@ def _tensor(values: Any, name: str) -> torch.Tensor:
     return tensor.to(torch.get_default_dtype()) if tensor.is_floating_point() else tensor
 
 
-def _check_rows(x: torch.Tensor, y: torch.Tensor, name: str, rows: int = 0) -> None:
-    """ValueError when x or y has no rows or their numbers of rows (dimension ``rows``) differ."""
+def _check_rows(x: Inputs, y: torch.Tensor, name: str, rows: int = 0) -> None:
+    """ValueError when x or y has no rows or their numbers of rows (dimension ``rows``) differ
+    (a mapping x: each of its tensors)."""
+    if isinstance(x, Mapping):
+        for key, value in x.items():
+            _check_rows(value, y, f"{name} {key!r}", rows)
+        return
     if x.dim() <= rows or y.dim() <= rows:
         raise ValueError(f"{name}: x {tuple(x.shape)} and y {tuple(y.shape)} need a dimension "
                          "of examples")  # fmt: skip
@@ -101,7 +112,7 @@ class TensorBatches:
 
     def __init__(
         self,
-        x: torch.Tensor,
+        x: Inputs,
         y: torch.Tensor,
         batch_size: int | None,
         generator: torch.Generator,
@@ -110,7 +121,7 @@ class TensorBatches:
         shuffle: bool = True,
     ) -> None:
         _check_rows(x, y, name)
-        self.x, self.y = x.to(device), y.to(device)
+        self.x, self.y = apply(x, lambda values: values.to(device)), y.to(device)
         self.count, self.generator, self.shuffle = len(y), generator, shuffle
         self.size, self.steps = _steps(self.count, batch_size)
         self.order = torch.arange(self.count)
@@ -122,11 +133,12 @@ class TensorBatches:
 
     def batch(self, step: int) -> Batch:
         index = self.order[(step - 1) * self.size : step * self.size]
-        return self.x[index], self.y[index]
+        return take(self.x, index), self.y[index]
 
     def in_order(self) -> Iterator[Batch]:
         for first in range(0, self.count, self.size):
-            yield self.x[first : first + self.size], self.y[first : first + self.size]
+            rows = slice(first, first + self.size)
+            yield take(self.x, rows), self.y[rows]
 
     def target(self) -> torch.Tensor:
         return self.y
@@ -139,20 +151,30 @@ class TensorBatches:
         self.generator.set_state(state["generator"])
 
 
-def _check_pair(example: Any, name: str, source: str) -> None:
-    """ValueError unless ``example`` (a dataset's first item) is an (x, y) pair."""
-    if isinstance(example, tuple | list) and len(example) == 2:
-        return
-    if isinstance(example, dict):
-        got = f"a dict with keys {sorted(map(str, example))}"
-    elif isinstance(example, tuple | list):
-        got = f"a {type(example).__name__} of {len(example)} items"
+def _first_target(
+    example: Any, collate: Any, rule: BatchRule, name: str, source: str
+) -> torch.Tensor:
+    """The target of ``example`` (a dataset's first item): y of an (x, y) pair; of a mapping,
+    the target of a batch of one collated by ``collate``, split by ``rule``.
+
+    Raises:
+        ValueError: an example that is neither an (x, y) pair nor a mapping holding the target.
+    """
+    if isinstance(example, Mapping):
+        batch = collate([example])
+        if isinstance(batch, Mapping) and rule.target in batch:
+            return split_batch(batch, rule, name)[1]
+        keys = batch if isinstance(batch, Mapping) else example
+        got = f"a dict with keys {sorted(map(str, keys))}"
+        need = f"without the target {rule.target!r} (vbnn.BatchRule(target=...))"
+    elif isinstance(example, tuple | list) and len(example) == 2:
+        return torch.as_tensor(example[1])
     else:
-        got = type(example).__name__
-    raise ValueError(
-        f"{name}: the {source} gives {got} per example; vbnn.train needs (x, y) pairs (wrap the "
-        "dataset so that __getitem__ returns (inputs, target), e.g. (item['x'], item['y']))"
-    )
+        got = f"a {type(example).__name__}"
+        if isinstance(example, tuple | list):
+            got += f" of {len(example)} items"
+        need = "but vbnn.train needs (x, y) pairs or mappings holding the target (vbnn.BatchRule)"
+    raise ValueError(f"{name}: the {source} gives {got} per example, {need}")
 
 
 class DatasetBatches(TensorBatches):
@@ -167,19 +189,21 @@ class DatasetBatches(TensorBatches):
         device: torch.device | None = None,
         name: str = "data",
         shuffle: bool = True,
+        rule: BatchRule = DEFAULT_RULE,
     ) -> None:
         count = len(dataset)  # type: ignore[arg-type]
         if count == 0:
             raise ValueError(f"{name} is empty: the Dataset has no examples")
-        _check_pair(dataset[0], name, "Dataset")
+        self.first = _first_target(dataset[0], default_collate, rule, name, "Dataset")
         self.dataset, self.device, self.count, self.generator = dataset, device, count, generator
-        self.shuffle = shuffle
+        self.shuffle, self.rule = shuffle, rule
         self.size, self.steps = _steps(count, batch_size)
         self.order = torch.arange(count)
 
     def _collate(self, index: torch.Tensor) -> Batch:
-        x, y = default_collate([self.dataset[i] for i in index.tolist()])
-        return x.to(self.device), y.to(self.device)
+        batch = default_collate([self.dataset[i] for i in index.tolist()])
+        x, y = split_batch(batch, self.rule)
+        return apply(x, lambda values: values.to(self.device)), y.to(self.device)
 
     def batch(self, step: int) -> Batch:
         return self._collate(self.order[(step - 1) * self.size : step * self.size])
@@ -189,23 +213,28 @@ class DatasetBatches(TensorBatches):
             yield self._collate(index)
 
     def target(self) -> torch.Tensor:
-        return torch.as_tensor(self.dataset[0][1])
+        return self.first
 
 
 class LoaderBatches:
-    """A ``DataLoader``'s own batches of (x, y); its shuffling generator travels in the
-    checkpoint (``state_dict``)."""
+    """A ``DataLoader``'s own batches of (x, y) or of mappings (split by ``rule``); its
+    shuffling generator travels in the checkpoint (``state_dict``)."""
 
     stacked = False
 
     def __init__(self, loader: DataLoader, device: torch.device | None = None,
-                 name: str = "data") -> None:  # fmt: skip
-        self.loader, self.device = loader, device
+                 name: str = "data", rule: BatchRule = DEFAULT_RULE) -> None:  # fmt: skip
+        self.loader, self.device, self.rule = loader, device, rule
         self.count = len(loader.dataset)  # type: ignore[arg-type]
         if self.count == 0 or len(loader) == 0:
             raise ValueError(f"{name} is empty: the DataLoader has no examples")
-        _check_pair(loader.dataset[0], name, "DataLoader's dataset")  # type: ignore[index]
+        first = loader.dataset[0]  # type: ignore[index]
+        self.first = _first_target(first, loader.collate_fn, rule, name, "DataLoader's dataset")
         self.iterator: Iterator = iter(())
+
+    def _moved(self, batch: Any) -> Batch:
+        x, y = split_batch(batch, self.rule)
+        return apply(x, lambda values: values.to(self.device)), y.to(self.device)
 
     def _generators(self) -> list[torch.Generator]:
         found = [self.loader.generator, getattr(self.loader.sampler, "generator", None)]
@@ -216,15 +245,14 @@ class LoaderBatches:
         return len(self.loader)
 
     def batch(self, step: int) -> Batch:
-        x, y = next(self.iterator)
-        return x.to(self.device), y.to(self.device)
+        return self._moved(next(self.iterator))
 
     def in_order(self) -> Iterator[Batch]:
-        for x, y in self.loader:
-            yield x.to(self.device), y.to(self.device)
+        for batch in self.loader:
+            yield self._moved(batch)
 
     def target(self) -> torch.Tensor:
-        return torch.as_tensor(self.loader.dataset[0][1])
+        return self.first
 
     def state_dict(self) -> dict[str, Any]:
         return {"generators": [g.get_state() for g in self._generators()]}
@@ -305,9 +333,11 @@ def as_batches(
     device: torch.device | None = None,
     name: str = "data",
     shuffle: bool = True,
+    rule: BatchRule = DEFAULT_RULE,
 ) -> Batches:
     """The ``Batches`` of ``data`` (module docstring); a ``Batches`` source passes through
-    (``shuffle`` False: tensors and a ``Dataset`` keep their order).
+    (``shuffle`` False: tensors and a ``Dataset`` keep their order); ``rule`` splits mappings
+    into inputs and target (``core.batch_rule``).
 
     Raises:
         ValueError: empty data, or x and y of different numbers of rows (the shapes named);
@@ -319,13 +349,15 @@ def as_batches(
     if isinstance(data, TensorBatches | LoaderBatches | StackedBatches):
         return data
     if isinstance(data, DataLoader):
-        return LoaderBatches(data, device, name)
+        return LoaderBatches(data, device, name, rule)
     if isinstance(data, Dataset):
-        return DatasetBatches(data, batch_size, generator, device, name, shuffle)
-    if isinstance(data, tuple | list) and len(data) == 2:
-        x, y = _tensor(data[0], f"{name} x"), _tensor(data[1], f"{name} y")
+        return DatasetBatches(data, batch_size, generator, device, name, shuffle, rule)
+    if isinstance(data, Mapping) or (isinstance(data, tuple | list) and len(data) == 2):
+        inputs, target = split_batch(data, rule, name)
+        x = apply(inputs, lambda values: _tensor(values, f"{name} x"))
+        y = _tensor(target, f"{name} y")
         return TensorBatches(x, y, batch_size, generator, device, name, shuffle)
     raise TypeError(
-        f"{name}: expected (x, y) tensors or arrays, a torch Dataset or a DataLoader, got "
-        f"{type(data).__name__}"
+        f"{name}: expected (x, y) tensors or arrays, a mapping of them holding the target, a "
+        f"torch Dataset or a DataLoader, got {type(data).__name__}"
     )

@@ -61,6 +61,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
+from vbnn.core.batch_rule import apply
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.training.batches import Batch, Batches
 from vbnn.training.checkpoint import ResumableRun, Stateful, save_checkpoint
@@ -247,11 +248,8 @@ class ShardedBatches:
         rows = y.shape[axis]
         part = shard(rows, self.processes)
         length = part.stop - part.start
-        return (
-            (x.narrow(axis, part.start, length), y.narrow(axis, part.start, length)),
-            length,
-            rows,
-        )
+        inputs = apply(x, lambda values: values.narrow(axis, part.start, length))
+        return (inputs, y.narrow(axis, part.start, length)), length, rows
 
     def epoch(self) -> int:
         return self.batches.epoch()

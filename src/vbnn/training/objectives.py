@@ -24,10 +24,12 @@ graph), naming the first NaN or inf ("x[5, 2] is nan"); the likelihoods check th
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 
 import torch
 from torch import nn
 
+from vbnn.core.batch_rule import Inputs, batch_rule, example_log_prob, examples
 from vbnn.core.contracts import ForwardMode, Prior
 from vbnn.core.randomness import NoiseSource
 from vbnn.layers.modes import network_output, stack_size, variational_layers
@@ -103,7 +105,7 @@ def log_prior(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
 def _summed_log_likelihood(
     model: nn.Module,
     likelihood: Likelihood,
-    x: torch.Tensor,
+    x: Inputs,
     y: torch.Tensor,
     forward_mode: ForwardMode,
     noise: NoiseSource | None = None,
@@ -114,19 +116,26 @@ def _summed_log_likelihood(
 
     Every objective reaches the data through here, so a NaN or inf in a batch's inputs is named
     with its position ("x[5, 2] is nan") instead of surfacing later as a non-finite objective.
+    A mapping of inputs and labels per token follow the model's batch rule
+    (``core.batch_rule``: a sequence is an example, its log-likelihood summed over its tokens).
     """
-    check_finite("x", x, "the network's inputs")
+    for name, values in x.items() if isinstance(x, Mapping) else [("x", x)]:
+        check_finite(name, values, "the network's inputs")
+    rule, stacked = batch_rule(model), stack_size(model) is not None
     total = 0.0
     for _ in range(samples):
         prediction = network_output(model, x, forward_mode, noise)
-        total = total + likelihood.log_prob(prediction, y).sum(-1)
+        total = total + example_log_prob(likelihood, prediction, y, rule, stacked).sum(-1)
     return total / samples
 
 
-def _dataset_scale(y: torch.Tensor, dataset_size: int | None, caller: str) -> float | None:
+def _dataset_scale(
+    model: nn.Module, y: torch.Tensor, dataset_size: int | None, caller: str
+) -> float | None:
     """N / B, the factor that makes a batch's summed log-likelihood an unbiased estimate of that
-    of the N = ``dataset_size`` examples (B: y's last dimension); None when ``dataset_size`` is
-    None (the batch is the data). Checked before any forward pass.
+    of the N = ``dataset_size`` examples (B: y's last dimension, or its sequences for labels per
+    token, ``core.batch_rule.examples``); None when ``dataset_size`` is None (the batch is the
+    data). Checked before any forward pass.
 
     Raises:
         ValueError: ``dataset_size`` not a positive integer, or below the batch's B examples
@@ -134,7 +143,7 @@ def _dataset_scale(y: torch.Tensor, dataset_size: int | None, caller: str) -> fl
     """
     if dataset_size is None:
         return None
-    batch = y.shape[-1]
+    batch = examples(y, stack_size(model) is not None)
     try:
         size = operator.index(dataset_size)  # int, numpy integer; not a float or a bool
     except TypeError:
@@ -155,7 +164,7 @@ def _dataset_scale(y: torch.Tensor, dataset_size: int | None, caller: str) -> fl
 def expected_log_likelihood(
     model: nn.Module,
     likelihood: Likelihood,
-    x: torch.Tensor,
+    x: Inputs,
     y: torch.Tensor,
     noise: NoiseSource | None = None,
     samples: int = 1,
@@ -181,7 +190,7 @@ def elbo(
     model: nn.Module,
     likelihood: Likelihood,
     prior: Prior | None,
-    x: torch.Tensor,
+    x: Inputs,
     y: torch.Tensor,
     noise: NoiseSource | None = None,
     kl_weight: float = 1.0,
@@ -195,7 +204,7 @@ def elbo(
         ValueError: ``dataset_size`` not a positive integer or below the batch size, before any
             forward pass.
     """
-    scale = _dataset_scale(y, dataset_size, "elbo")
+    scale = _dataset_scale(model, y, dataset_size, "elbo")
     data = expected_log_likelihood(model, likelihood, x, y, noise, samples)
     if scale is not None:
         data = data * scale
@@ -207,7 +216,7 @@ def log_joint(
     model: nn.Module,
     likelihood: Likelihood,
     prior: Prior,
-    x: torch.Tensor,
+    x: Inputs,
     y: torch.Tensor,
     dataset_size: int | None = None,
 ) -> Terms:
@@ -219,7 +228,7 @@ def log_joint(
     Raises:
         ValueError: ``dataset_size`` not a positive integer or below the batch size.
     """
-    scale = _dataset_scale(y, dataset_size, "log_joint")
+    scale = _dataset_scale(model, y, dataset_size, "log_joint")
     data = _summed_log_likelihood(model, likelihood, x, y, ForwardMode.MEAN)
     if scale is not None:
         data = data * scale
@@ -227,9 +236,7 @@ def log_joint(
     return {"objective": data + prior_term, "log-likelihood": data, "log-prior": prior_term}
 
 
-def log_likelihood(
-    model: nn.Module, likelihood: Likelihood, x: torch.Tensor, y: torch.Tensor
-) -> Terms:
+def log_likelihood(model: nn.Module, likelihood: Likelihood, x: Inputs, y: torch.Tensor) -> Terms:
     """Maximum-likelihood objective log p(Y | X, W) of the mean network, per model."""
     data = _summed_log_likelihood(model, likelihood, x, y, ForwardMode.MEAN)
     return {"objective": data, "log-likelihood": data}

@@ -42,6 +42,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from vbnn.core.batch_rule import batch_rule, examples
 from vbnn.core.contracts import Prior
 from vbnn.core.defaults import BATCH_SIZE, EPOCHS, LEARNING_RATE
 from vbnn.core.devices import usable_device
@@ -148,7 +149,8 @@ def train(
             (its family layers carry a model dimension; one batch is shared by every model unless
             ``data`` is a ``StackedBatches``), or a plain module (objective "likelihood").
         data: (x, y) tensors or arrays, a ``Dataset`` of (x, y) pairs, a ``DataLoader``, or a
-            ``training.batches`` source.
+            ``training.batches`` source; or, for one network, mappings of tensors holding the
+            target (a HuggingFace batch: ``core.batch_rule``, the model's ``vbnn.BatchRule``).
         likelihood: None: ``CategoricalLikelihood`` for integer targets, else
             ``GaussianLikelihood`` (its noise std learned).
         objective: "elbo", "map", "likelihood" or "sgld" (``Objective``).
@@ -207,13 +209,14 @@ def train(
     models = stack_size(network)
     distributed.check_parallel(processes, objective, data=data, validation=validation)
     progress = progress and processes.rank == 0
+    rule = batch_rule(network)
     batches = as_batches(data, batch_size, torch.Generator().manual_seed(seed), device,
-                         shuffle=config.shuffle)  # fmt: skip
+                         shuffle=config.shuffle, rule=rule)  # fmt: skip
     batches = distributed.shard_batches(batches, processes)
     checked = (
         None if validation is None else distributed.shard_batches(
-            as_batches(validation, batch_size, torch.Generator(), device, "validation"),
-            processes)
+            as_batches(validation, batch_size, torch.Generator(), device, "validation",
+                       rule=rule), processes)
     )  # fmt: skip
     if likelihood is None:
         likelihood = _default_likelihood(batches.target(), models)
@@ -414,20 +417,21 @@ def _step_objective(
         x, y = batches.batch(step)
         inputs = x if batches.stacked else as_input(models, x)
         target = shaped_targets(likelihood, y, models, batches.stacked)
+        size = examples(target, models is not None)
         if objective is Objective.ELBO:
             out = elbo(network, likelihood, prior, inputs, target, noise, config.kl_weight,
                        config.samples, dataset_size=count)  # fmt: skip
         elif objective is Objective.LIKELIHOOD:
             data = log_likelihood(network, likelihood, inputs, target)["objective"]
-            scaled = data * (count / target.shape[-1])
-            mean = data / target.shape[-1] if config.batch_mean else scaled
+            scaled = data * (count / size)
+            mean = data / size if config.batch_mean else scaled
             out = {"objective": mean, "log-likelihood": scaled}
         else:
             out = log_joint(network, likelihood, prior, inputs, target, dataset_size=count)
             if config.noise_prior_std is not None:
                 noise_prior = gaussian_log_prob(likelihood.log_std, 0.0, config.noise_prior_std)
                 out["objective"] = out["objective"] + noise_prior
-        out["examples"] = torch.tensor(float(target.shape[-1]))
+        out["examples"] = torch.tensor(float(size))
         return out
 
     return terms

@@ -7,7 +7,9 @@ The predictive of K weight samples W_1 .. W_K (WEIGHTS mode, one draw per pass),
 and for a categorical likelihood the accuracy of argmax_c (1/K) sum_k softmax(f_k(x_n))_c, for a
 Gaussian one the RMSE of (1/K) sum_k f_k(x_n). A network without family layers, or one trained
 to a point estimate (MAP, maximum likelihood), is evaluated by one pass of its mean network
-(K = 1). Every chunk of the data restarts the evaluation streams, so every example sees the same
+(K = 1). For labels per token (a sequence model, ``core.batch_rule``) an example is a sequence:
+its NLL sums over its tokens and its accuracy is the share of its tokens predicted right. Every
+chunk of the data restarts the evaluation streams, so every example sees the same
 K weight samples: the metrics do not depend on how the data is chunked or ordered, nor on how
 it is shared out between the processes of a data-parallel run, which each evaluate their shard
 and add up their sums (``reduce``).
@@ -21,6 +23,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from vbnn.core.batch_rule import batch_rule, example_accuracy, example_log_prob, examples
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import as_input, network_output, stack_size
@@ -63,6 +66,7 @@ def evaluate(
     noise = ModelGenerators.for_keys(seed, range(models or 1), "eval", device)
     start = noise.get_state()
     mode = ForwardMode.WEIGHTS if samples > 1 else ForwardMode.MEAN
+    rule, stacked = batch_rule(network), models is not None
     nll, hits, squares, count = 0.0, 0.0, 0.0, 0
     for x, y in data.in_order():
         noise.set_state(start)
@@ -71,14 +75,16 @@ def evaluate(
         outputs = torch.stack(
             [network_output(network, inputs, mode, noise) for _ in range(samples)]
         )
-        log_probs = torch.stack([likelihood.log_prob(output, target) for output in outputs])
+        log_probs = torch.stack(
+            [example_log_prob(likelihood, output, target, rule, stacked) for output in outputs]
+        )
         predictive = torch.logsumexp(log_probs, 0) - math.log(samples)  # (..., B)
         nll -= float(predictive.sum()) / predictive[..., 0].numel()
-        count += target.shape[-1]
+        count += examples(target, stacked)
         if isinstance(likelihood, CategoricalLikelihood):
             probabilities = predictive_probabilities(outputs)
-            right = probabilities.argmax(-1) == target
-            hits += float(right.double().sum()) / right[..., 0].numel()
+            right = example_accuracy(probabilities, target, rule, stacked)
+            hits += float(right.sum()) / right[..., 0].numel()
         elif isinstance(likelihood, GaussianLikelihood):
             errors = outputs.squeeze(-1).mean(0) - target
             squares += float((errors**2).sum()) / errors[..., 0].numel()
