@@ -2,11 +2,12 @@
 
 Regression runs on the UCI engine (``vbnn.regression.engine.run_splits``): the Table 1 methods
 ``es``, ``map``, ``mf``, ``gd``, ``fc``, ``sgld`` and, fitted by VI, any other
-``vbnn.FAMILIES`` name. Classification trains stacks of MLP classifiers
+``vbnn.FAMILIES`` name with a closed-form KL. Classification trains stacks of MLP classifiers
 (``comparison.classification``: the tanh MLP and minibatch ELBO of ``vbnn.BayesianClassifier``)
 of any ``vbnn.FAMILIES`` name (``point`` is the maximum-likelihood baseline); it has no MAP prior
 term, no early stopping and no Langevin sampler, so ``es``, ``map`` and ``sgld`` are regression
-only.
+only. Every other method of ``vbnn.methods`` (``ivon``, ``ensemble``, ``laplace``, ``swag``,
+``NAME+ts``, ...) trains the same MLP one fold at a time (``comparison.table_network``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from vbnn.core.defaults import (
     VALIDATION_FRACTION,
 )
 from vbnn.layers.registry import FAMILIES
+from vbnn.methods.registry import METHODS, base_method
+from vbnn.methods.temperature import SUFFIX
 from vbnn.training.natural_gradient import IVON
 
 REGRESSION_ONLY = ("es", "map", "sgld")
@@ -87,26 +90,44 @@ class CompareConfig:
                 raise ValueError(f"CompareConfig: invalid {name}={getattr(self, name)!r}")
 
 
+def runs_on_stacks(name: str, task: Task) -> bool:
+    """Whether the batched stacks of folds train ``name`` on a table: on a regression the UCI
+    engine's methods (``es``, ``map``, ``sgld`` and the families with a closed-form KL to its
+    Gaussian prior), on a classification the families; every other method trains an MLP a fold
+    (``comparison.table_network``)."""
+    if task is Task.REGRESSION:
+        return name in REGRESSION_ONLY or (name in FAMILIES and FAMILIES[name].closed_form_kl)
+    return name in FAMILIES
+
+
 def check_families(families: tuple[str, ...], task: Task) -> tuple[str, ...]:
-    """The families as given, checked against the task.
+    """The entries as given, checked against the task.
 
     Raises:
         ValueError: an unknown name (the known ones are listed), a name given twice, or one that
-            cannot run on ``task``.
+            cannot run on ``task`` (``es``, ``map``, ``sgld`` on a classification; ``NAME+ts``
+            on a regression).
     """
     if not families:
         raise ValueError("families: none given")
-    known = [*FAMILIES, *REGRESSION_ONLY]
+    known = list(METHODS)
     for position, name in enumerate(families):
-        if name not in known:
-            raise ValueError(f"families[{position}]={name!r}: unknown; choose from {known}")
+        if name.endswith(SUFFIX) and task is Task.REGRESSION:
+            raise ValueError(f"families[{position}]={name!r}: temperature scaling calibrates a "
+                             "classifier's probabilities; this is a regression")  # fmt: skip
+        try:
+            base_method(name)
+        except ValueError:
+            raise ValueError(f"families[{position}]={name!r}: unknown; choose from {known} (or "
+                             "NAME+ts on a classification)") from None  # fmt: skip
         if name in families[:position]:
             raise ValueError(f"families[{position}]={name!r}: given twice")
         if task is Task.CLASSIFICATION and name in REGRESSION_ONLY:
             raise ValueError(
                 f"families[{position}]={name!r} runs on regression only (the classifier has no "
                 f"MAP prior term, early stopping or Langevin sampler); for classification choose "
-                f"from {list(FAMILIES)} ('point' is the maximum-likelihood baseline)"
+                f"from {[n for n in known if n not in REGRESSION_ONLY]} ('point' is the "
+                "maximum-likelihood baseline)"
             )
     return tuple(families)
 

@@ -35,6 +35,7 @@ from vbnn.comparison.config import (
     CompareConfig,
     NetworkConfig,
     check_families,
+    runs_on_stacks,
 )
 from vbnn.comparison.data import load_data
 from vbnn.comparison.folds import Split, Task
@@ -55,6 +56,7 @@ from vbnn.comparison.report import (
     summary_frame,
     verdict,
 )
+from vbnn.comparison.table_network import network_run, network_units
 from vbnn.core.devices import usable_device
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.split_units import SplitUnits
@@ -231,18 +233,25 @@ def compare(
     settings = repr({k: v for k, v in asdict(config).items() if k != "batch"})
     name = folding.data_key(table.label, x, values, chosen, settings)
     run_settings = executor_settings(executor)
+    stacked = tuple(n for n in names if runs_on_stacks(n, task))
+    networks = tuple(n for n in names if not runs_on_stacks(n, task))
+    frames = []
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(database) if database is not None else Path(scratch) / "compare.sqlite"
-        if task is Task.REGRESSION:
+        if stacked and task is Task.REGRESSION:
             dataset = RegressionDataset(name, x, values, chosen, table.label)
-            frame = _regression_folds(
-                dataset, names, config, path, run_settings, progress, table.preset
-            )
-        else:
-            frame = _classification_folds(
-                name, x, values, chosen, names, config, path, run_settings, progress
-            )
-    return _result(frame, task, reason, name, config.level, "folds")
+            frames.append(_regression_folds(dataset, stacked, config, path, run_settings,
+                                            progress, table.preset))  # fmt: skip
+        elif stacked:
+            frames.append(_classification_folds(name, x, values, chosen, stacked, config, path,
+                                                run_settings, progress))  # fmt: skip
+        if networks:
+            frames.append(_network_folds(name, x, values, chosen, networks, task, config, path,
+                                         run_settings, progress))  # fmt: skip
+    frame = pd.concat(frames, ignore_index=True)
+    order = {n: i for i, n in enumerate(names)}
+    frame = frame.sort_values("family", key=lambda c: c.map(order), kind="stable")
+    return _result(frame.reset_index(drop=True), task, reason, name, config.level, "folds")
 
 
 def _result(
@@ -424,3 +433,27 @@ def _classification_folds(
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
     return frame[["family", "fold", *METRICS[Task.CLASSIFICATION], "seconds",
                   "tuning_seconds"]]  # fmt: skip
+
+
+# Parameters: the pieces ``compare`` has resolved and checked for a table (one call site)
+def _network_folds(
+    name: str,
+    x: np.ndarray,
+    values: np.ndarray,
+    splits: tuple[Split, ...],
+    names: tuple[str, ...],
+    task: Task,
+    config: CompareConfig,
+    path: Path,
+    settings: ExecutorSettings,
+    progress: bool,
+) -> pd.DataFrame:
+    """The methods that train an MLP a fold (``comparison.table_network``); one row per
+    (entry, fold), with the columns of the stacks' rows."""
+    target = values if task is Task.REGRESSION else np.unique(values, return_inverse=True)[1]
+    runs = {entry: network_run(entry, config, task) for entry in names}
+    build = network_units(x, target, splits, task, config, settings.cpus_per_unit)
+    rows = _replicate_rows(path, name, runs, tuple(range(len(splits))), build, settings,
+                           progress)  # fmt: skip
+    frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
+    return frame[["family", "fold", *METRICS[task], "seconds", "tuning_seconds"]]
