@@ -32,9 +32,17 @@ def tiny_gpt2() -> nn.Module:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.GPT2Config(
-        n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=32, bos_token_id=0,
-        eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-    )  # fmt: skip
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        vocab_size=50,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     return transformers.GPT2LMHeadModel(config)
 
 
@@ -124,8 +132,15 @@ def test_training_moves_the_adapter_and_leaves_the_pretrained_weights_bitwise(
     before = copy.deepcopy(adapted.state_dict())
     x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     y = torch.sin(x.sum(1, keepdim=True))
-    vbnn.train(adapted, (x, y), epochs=2, batch_size=16, learning_rate=1e-2,
-               progress=False, optimizer=optimizer)  # fmt: skip
+    vbnn.train(
+        adapted,
+        (x, y),
+        epochs=2,
+        batch_size=16,
+        learning_rate=1e-2,
+        progress=False,
+        optimizer=optimizer,
+    )
     after = adapted.state_dict()
     moved = {key for key in before if not torch.equal(before[key], after[key])}
     adapter_keys = set(vbnn.adapter_state_dict(adapted))
@@ -162,8 +177,11 @@ def test_adapter_state_round_trips_alone(tmp_path) -> None:
             if parameter.requires_grad:
                 parameter.normal_()
     state = vbnn.adapter_state_dict(trained)
-    assert sorted(state) == [f"{i}.{part}" for i in (2, 4) for part in
-                             ("down.weight_log_std", "down.weight_mean", "up.weight")]  # fmt: skip
+    assert sorted(state) == [
+        f"{i}.{part}"
+        for i in (2, 4)
+        for part in ("down.weight_log_std", "down.weight_mean", "up.weight")
+    ]
     assert sum(t.numel() for t in state.values()) == 2 * (16 * 2) * 2 + 2 * 16 + 2 * 1
     torch.save(state, tmp_path / "adapter.pt")
     fresh = vbnn.convert(original, "mf", adapter=adapter)

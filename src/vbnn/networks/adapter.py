@@ -178,16 +178,21 @@ def _check_request(module: nn.Module, adapter: LoRA, keep: set[str], options: Ma
     if stack:
         raise ValueError(f"convert: an adapter belongs to one network; do not pass {stack}")
     if "draw" in options:
-        raise ValueError("convert: draw= is an option of recurrent and attention modules, which "
-                         "an adapter does not convert")  # fmt: skip
+        raise ValueError(
+            "convert: draw= is an option of recurrent and attention modules, which "
+            "an adapter does not convert"
+        )
 
 
 def _chosen_paths(module: nn.Module, adapter: LoRA) -> set[str]:
     """Paths of the layers to adapt; a target or trainable name that matches nothing is an
     error listing what there is."""
     dense = [name for name, child in module.named_modules() if dense_sizes(child) is not None]
-    chosen = {name for name in dense if not adapter.targets or
-              any(target in name for target in adapter.targets)}  # fmt: skip
+    chosen = {
+        name
+        for name in dense
+        if not adapter.targets or any(target in name for target in adapter.targets)
+    }
     unused = [target for target in adapter.targets if not any(target in name for name in dense)]
     if unused or not chosen:
         raise ValueError(
@@ -197,8 +202,9 @@ def _chosen_paths(module: nn.Module, adapter: LoRA) -> set[str]:
     paths = [name for name, _ in module.named_modules() if name]
     unused = [name for name in adapter.trainable if not any(name in path for path in paths)]
     if unused:
-        raise ValueError(f"convert: LoRA trainable {unused} match no module of "
-                         f"{type(module).__name__}")  # fmt: skip
+        raise ValueError(
+            f"convert: LoRA trainable {unused} match no module of {type(module).__name__}"
+        )
     return chosen
 
 
