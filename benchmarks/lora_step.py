@@ -1,15 +1,18 @@
 """Step time and memory of Bayesian LoRA against point LoRA on a GPT-2 causal language model.
 
     OMP_NUM_THREADS=1 python benchmarks/lora_step.py --out benchmarks/results/lora_step.json
-    python benchmarks/lora_step.py --device cuda --preset gpt2 --out ...   # GPT-2 small's shape
+    OMP_NUM_THREADS=1 python benchmarks/lora_step.py --preset gpt2 --batch-size 2 --length 128 \
+        --rounds 5 --steps 2 --warmup 1 --out benchmarks/results/lora_step_gpt2.json
+    python benchmarks/lora_step.py --device cuda --preset gpt2 --out ...
 
 The model is a ``GPT2LMHeadModel`` built from a ``GPT2Config`` (random weights, nothing
 downloaded; ``--preset small``: 4 layers of width 256, vocabulary 4096, 128 positions; ``gpt2``:
 GPT-2 small's 12 layers of width 768, vocabulary 50257, 1024 positions), adapted on ``c_attn``
 (the fused query, key and value projection, Hugging Face ``Conv1D``) with rank 8 and alpha 16.
 A step is a fine-tuning step: ``zero_grad``, the forward pass of a batch of random token ids
-with ``labels`` (the causal LM loss, mean token NLL), plus KL / N for the Bayesian arms (N =
-``--dataset-size`` sequences), backward, the optimiser's step. Arms:
+(``--batch-size`` sequences of ``--length`` tokens) with ``labels`` (the causal LM loss, mean
+token NLL), plus KL / N for the Bayesian arms (N = ``--dataset-size``, the predicted tokens of
+the data set), backward, the optimiser's step. Arms:
 
 * ``torch LoRA``: a hand-written point adapter (two ``nn.Parameter`` factors), the floor;
 * ``point LoRA``: ``vbnn.convert(model, "point", adapter=vbnn.LoRA(...))``, Adam;
@@ -21,10 +24,11 @@ with ``labels`` (the causal LM loss, mean token NLL), plus KL / N for the Bayesi
 After ``--warmup`` steps each, every one of ``--rounds`` rounds runs ``--steps`` steps of each
 arm in turn (interleaved, so that a change of the machine's load reaches all alike). Reported:
 the median step over all rounds, its ratio to point LoRA's (the median of the rounds' ratios),
-the bytes of the trainable parameters and of the optimiser's state, the bytes of the
-activations a step saves for its backward pass (unique storages seen by
-``torch.autograd.graph.saved_tensors_hooks``, parameters excluded), and on CUDA the peak memory
-a step allocates above the model's. Every arm ends with its pretrained weights checked bitwise
+each in wall time and in this process's CPU time (on a shared machine with one torch thread the
+CPU time leaves out the time other jobs hold the core), the bytes of the trainable parameters
+and of the optimiser's state, the bytes of the activations a step saves for its backward pass
+(unique storages seen by ``torch.autograd.graph.saved_tensors_hooks``, parameters excluded),
+and on CUDA the peak memory a step allocates above the model's. Every arm ends with its pretrained weights checked bitwise
 against the model it started from.
 """
 
@@ -148,34 +152,39 @@ def measure(args: argparse.Namespace) -> dict:
     model = GPT2LMHeadModel(config).to(device)
     pretrained = {k: v.clone() for k, v in model.state_dict().items()}
     runs = arms(model, args)
-    ids = torch.randint(0, config.vocab_size, (args.batch_size, config.n_positions), device=device)
+    length = args.length or config.n_positions
+    ids = torch.randint(0, config.vocab_size, (args.batch_size, length), device=device)
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     for arm in runs.values():
         arm[0].to(device).train()
         for _ in range(args.warmup):
             step(arm, ids)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    ratios: dict[str, list[float]] = {name: [] for name in runs}
+    clocks = {"": time.perf_counter, "cpu_": time.process_time}  # wall; this process's CPU
+    times = {(clock, name): [] for clock in clocks for name in runs}
+    ratios = {(clock, name): [] for clock in clocks for name in runs}
     for _ in range(args.rounds):
-        round_times = {}
         for name, arm in runs.items():
             sync()
-            start = time.perf_counter()
+            start = {clock: read() for clock, read in clocks.items()}
             for _ in range(args.steps):
                 step(arm, ids)
             sync()
-            round_times[name] = (time.perf_counter() - start) / args.steps * 1e3
-            times[name].append(round_times[name])
-        for name in runs:
-            ratios[name].append(round_times[name] / round_times["point LoRA"])
+            for clock, read in clocks.items():
+                times[clock, name].append((read() - start[clock]) / args.steps * 1e3)
+        for clock in clocks:
+            for name in runs:
+                ratios[clock, name].append(times[clock, name][-1] / times[clock, "point LoRA"][-1])
     rows = []
     for name, arm in runs.items():
         network, optimizer, _ = arm
         state = [t for s in optimizer.state.values() for t in s.values()]
         row = {
             "arm": name,
-            "step_ms": statistics.median(times[name]),
-            "ratio_to_point_lora": statistics.median(ratios[name]),
+            **{f"{clock}step_ms": statistics.median(times[clock, name]) for clock in clocks},
+            **{
+                f"{clock}ratio_to_point_lora": statistics.median(ratios[clock, name])
+                for clock in clocks
+            },
             "trainable_bytes": tensor_bytes(p for p in network.parameters() if p.requires_grad),
             "optimizer_state_bytes": tensor_bytes(state),
             "saved_activation_bytes": saved_activation_bytes(arm, ids),
@@ -203,8 +212,9 @@ def measure(args: argparse.Namespace) -> dict:
 
 def table(result: dict) -> str:
     lines = [
-        "| arm | step ms | / point LoRA | trainable | optimiser state | saved activations |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| arm | step ms | / point LoRA | CPU ms | / point LoRA | trainable | optimiser state "
+        "| saved activations |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
         sizes = [
@@ -213,6 +223,7 @@ def table(result: dict) -> str:
         ]
         lines.append(
             f"| {row['arm']} | {row['step_ms']:.1f} | {row['ratio_to_point_lora']:.2f} | "
+            f"{row['cpu_step_ms']:.1f} | {row['cpu_ratio_to_point_lora']:.2f} | "
             + " | ".join(sizes)
             + " |"
         )
@@ -223,7 +234,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--dataset-size", type=int, default=10_000)
+    parser.add_argument("--length", type=int, help="tokens a sequence (default: n_positions)")
+    parser.add_argument("--dataset-size", type=int, default=1_000_000)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=3)
