@@ -28,8 +28,8 @@ each in wall time and in this process's CPU time (on a shared machine with one t
 CPU time leaves out the time other jobs hold the core), the bytes of the trainable parameters
 and of the optimiser's state, the bytes of the activations a step saves for its backward pass
 (unique storages seen by ``torch.autograd.graph.saved_tensors_hooks``, parameters excluded),
-and on CUDA the peak memory a step allocates above the model's. Every arm ends with its pretrained weights checked bitwise
-against the model it started from.
+and on CUDA the peak memory a step allocates above the model's. Every arm ends with its
+pretrained weights checked bitwise against the model it started from.
 """
 
 from __future__ import annotations
