@@ -151,6 +151,28 @@ def test_training_moves_the_adapter_and_leaves_the_pretrained_weights_bitwise(
             assert torch.equal(after[key.replace(".", ".base.", 1)], value), key
 
 
+def test_gpt2_fine_tuning_moves_both_factors_and_leaves_every_pretrained_weight() -> None:
+    """Three Adam steps on the ELBO per token of a GPT-2 with A and B variational (the
+    IVON-LoRA form): B leaves 0, the pretrained tensors (tied embedding and head too) stay."""
+    original = tiny_gpt2()
+    lora = vbnn.LoRA(rank=2, targets="c_attn", variational="both")
+    adapted = vbnn.convert(original, "mf", adapter=lora, init_std=0.05)
+    trained = [p for p in adapted.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trained, lr=1e-2)
+    ids = torch.randint(0, 50, (4, 12), generator=torch.Generator().manual_seed(2))
+    for _ in range(3):
+        loss = adapted(input_ids=ids, labels=ids).loss + vbnn.kl(adapted) / 1000
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    up = adapted.transformer.h[0].attn.c_attn.up
+    assert up.weight_mean.abs().max() > 0
+    state = adapted.state_dict()
+    for key, value in original.state_dict().items():
+        adapted_key = key.replace("c_attn.", "c_attn.base.")
+        assert torch.equal(state[adapted_key], value), key
+
+
 def test_kl_and_summary_count_the_adapter_alone() -> None:
     original = tiny_gpt2()
     rank = 4
