@@ -24,8 +24,8 @@ variational layers and the pretrained layers as deterministic, "frozen".
 The estimator. A trains with one weight draw per minibatch (``training_mode="weights"``, as IVON
 samples): the local reparameterization trick would keep x^2, of the input's size (N, I), for the
 backward pass of every adapted layer, an activation larger on a transformer than the adapter
-itself; ``training_mode="local"`` asks for it. With B deterministic both estimators are unbiased
-for the expected log-likelihood.
+itself; ``training_mode="local"`` asks for it (both estimators are unbiased for the expected
+log-likelihood; the LRT's draw per example gives the gradient a lower variance).
 
 ``adapter_state_dict(model)`` holds the adapter alone (A's and B's tensors and the trainable
 modules' parameters, by path); ``load_adapter(model, state)`` puts it back into a model converted
