@@ -3,8 +3,9 @@
 The public surface, one name per concept:
 
 * the families as layers: ``FAMILIES``, ``family``, the layer classes, ``convert`` (any
-  ``nn.Module`` made Bayesian), ``summary`` (its layers, families, sizes and memory, and why a
-  deterministic module is so) and ``MLP``;
+  ``nn.Module`` made Bayesian; with ``adapter=LoRA(...)`` a Bayesian low-rank adapter on its
+  frozen weights, saved alone by ``adapter_state_dict`` and ``load_adapter``), ``summary`` (its
+  layers, families, sizes and memory, and why a deterministic module is so) and ``MLP``;
 * how a network runs: ``mode`` (``ForwardMode``), ``use_noise``, ``ModelGenerators`` and the
   ``NoiseSource`` protocol it follows (where the noise comes from, the ``noise`` argument of a
   forward pass), ``sample`` (K outputs drawn from q), ``variational_layers``, ``BatchRule``
@@ -57,6 +58,7 @@ from vbnn.layers import (
     use_noise,
     variational_layers,
 )
+from vbnn.networks.adapter import LoRA, adapter_state_dict, load_adapter
 from vbnn.networks.conversion import convert
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import sample
@@ -147,6 +149,7 @@ __all__ = [
     "LangevinDynamics",
     "LayerDropout",
     "Likelihood",
+    "LoRA",
     "LogUniformPrior",
     "LowRankCovariance",
     "MeanField",
@@ -167,6 +170,7 @@ __all__ = [
     "WeightDropout",
     "ZeroMean",
     "__version__",
+    "adapter_state_dict",
     "compare",
     "convert",
     "diagnose",
@@ -174,6 +178,7 @@ __all__ = [
     "family",
     "fit_temperature",
     "kl",
+    "load_adapter",
     "log_joint",
     "log_likelihood",
     "log_prior",

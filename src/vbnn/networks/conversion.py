@@ -41,6 +41,7 @@ from torch import nn
 from vbnn.layers.registry import FamilySpec
 from vbnn.layers.registry import family as family_spec
 from vbnn.layers.shell import VariationalLayer
+from vbnn.networks.adapter import LoRA, add_adapters
 from vbnn.networks.sequence_conversion import (
     SEQUENCE_MODULES,
     convert_sequence_modules,
@@ -142,6 +143,7 @@ def convert(
     *,
     strict: bool = False,
     summary: bool = False,
+    adapter: LoRA | None = None,
     **options: Any,
 ) -> nn.Module:
     """A copy of ``module`` whose ``nn.Linear``, ``nn.Conv1d`` / ``2d`` / ``3d`` and
@@ -157,6 +159,9 @@ def convert(
         strict: raise instead of warning when a module holding parameters (other than a
             normalisation layer) is left deterministic without being kept.
         summary: print ``vbnn.summary`` of the converted copy (path, type, family, parameters).
+        adapter: a ``vbnn.LoRA``: instead of converting the layers, give the targeted dense
+            layers a low-rank adapter whose factors are of ``family`` and freeze every
+            pretrained weight (``networks.adapter``; ``keep`` does not apply).
         **options: passed to every new layer, e.g. ``init_std=1e-3`` (the marginal posterior
             std of every weight at initialisation), ``std=1e-3`` for "gd" (its fixed posterior
             std), ``log_alpha=-6.0`` for variational dropout, ``parameterization="softplus"``
@@ -182,6 +187,11 @@ def convert(
     """
     spec = family_spec(family)
     keep = set(keep)
+    if adapter is not None:
+        converted = add_adapters(module, spec, adapter, keep, options)
+        if summary:
+            print(summary_table(converted))
+        return converted
     if _convertible(module) and "" not in keep:  # a bare layer
         converted = _family_layer(spec, "", module, dict(options))
         if summary:

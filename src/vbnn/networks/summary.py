@@ -4,10 +4,11 @@
 parameters) and each other module holding parameters of its own, with why it is deterministic:
 "by design" (a normalisation layer, whose scale and shift stay point estimates), "kept" (under a
 ``keep`` path of ``vbnn.convert``), "not convertible" (left by ``vbnn.convert``, which warned),
-or "not converted" (a model that did not come from ``vbnn.convert``). Two total lines follow:
-the variational layers' parameters and their memory, then every parameter. The total counts every
-parameter once (a shared parameter too), so it equals ``sum(p.numel() for p in
-model.parameters())``; memory is ``numel * element_size`` bytes.
+"not converted" (a model that did not come from ``vbnn.convert``) or "frozen" (none of its
+parameters requires a gradient: the pretrained layers of a model with adapters, ``vbnn.LoRA``).
+Two total lines follow: the variational layers' parameters and their memory, then every
+parameter. The total counts every parameter once (a shared parameter too), so it equals
+``sum(p.numel() for p in model.parameters())``; memory is ``numel * element_size`` bytes.
 
 ``mean_log_alpha(model)`` follows the family layers that have a log alpha (variational dropout,
 additive) during training: the mean of each one's log alpha (Neklyudov et al. 2019 Fig. 3).
@@ -44,8 +45,8 @@ class SummaryRow(NamedTuple):
         family: the registry name of a variational layer, else "deterministic" ("" on totals).
         parameters: its parameters not counted on an earlier line.
         bytes: their memory, ``numel * element_size``.
-        reason: why a deterministic module is so ("by design", "kept", "not convertible",
-            "not converted"); "" for a variational layer and the totals.
+        reason: why a deterministic module is so ("frozen", "by design", "kept", "not
+            convertible", "not converted"); "" for a variational layer and the totals.
     """
 
     path: str
@@ -83,6 +84,8 @@ def _kept_roots(model: nn.Module) -> tuple[str, ...] | None:
 
 
 def _reason(path: str, module: nn.Module, kept: tuple[str, ...] | None) -> str:
+    if not any(p.requires_grad for p in module.parameters(recurse=False)):
+        return "frozen"
     if isinstance(module, NORMALISATION):
         return "by design"
     if kept is None:
