@@ -205,7 +205,7 @@ X, LABELS, CATEGORICAL = torch.zeros(4, 3), torch.tensor([0, 1, 1, 0]), vbnn.Cat
         (TensorDataset(torch.zeros(0, 3), torch.zeros(0)), {}, "data is empty"),
         ("table.csv", {}, "expected \\(x, y\\) tensors or arrays"),
         ((X, LABELS), {"optimizer": torch.optim.SGD}, r"optimizer: SGD is not a vbnn optimiser "
-         r"setting; give a name \('adam', 'ivon'\) or an instance .*vbnn\.train_loop"),
+         r"setting; give a name \('adam', 'ivon', 'sgd'\) or an instance .*vbnn\.train_loop"),
         ((X, LABELS), {"optimizer": vbnn.IVON}, r"call the class: IVON\(\)"),
         ((X, LABELS), {"device": "gpu"}, r"device='gpu': not a device; use 'cpu', 'cuda'"),
         pytest.param((X, LABELS), {"device": "cuda"}, r"device='cuda': .*; use device='cpu'",
