@@ -36,16 +36,11 @@ import torch
 
 from vbnn.comparison.config import CompareConfig
 from vbnn.comparison.folds import Split
+from vbnn.comparison.scores import classification_scores
 from vbnn.core.contracts import ForwardMode, SplitResult
 from vbnn.core.randomness import ModelGenerators, derive_seed
 from vbnn.data.splits import standardise
 from vbnn.layers.registry import family
-from vbnn.metrics import (
-    accuracy,
-    brier_score,
-    classification_nll,
-    expected_calibration_error,
-)
 from vbnn.networks.mlp import MLP
 from vbnn.networks.predictive import predictive_probabilities, sample
 from vbnn.priors.gaussian import GaussianPrior
@@ -54,7 +49,6 @@ from vbnn.training.likelihoods import CategoricalLikelihood
 from vbnn.training.trainer import train
 
 SEARCH_SPACE = {"learning_rate": (1e-3, 0.1), "prior_std": (0.01, 10.0)}
-ECE_BINS = 15
 ACTIVATION = "tanh"
 
 
@@ -157,15 +151,10 @@ def train_stack(
 
 
 def fold_metrics(probabilities: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """Test log-likelihood (nats per row; probabilities floored at 1e-300, only to guard log 0),
-    accuracy, ECE (15 bins) and Brier score of one fold's predictive probabilities (T, C) and
-    labels (T,)."""
-    return {
-        "test_log_likelihood": -float(classification_nll(probabilities, labels, floor=1e-300)),
-        "accuracy": float(accuracy(probabilities, labels)),
-        "ece": float(expected_calibration_error(probabilities, labels, ECE_BINS)),
-        "brier": float(brier_score(probabilities, labels)),
-    }
+    """Every metric of the table (``comparison.scores``) of one fold's predictive probabilities
+    (T, C) and labels (T,); the log-likelihood stored as ``test_log_likelihood``."""
+    scores = classification_scores(probabilities, labels)
+    return {"test_log_likelihood": scores.pop("log_likelihood"), **scores}
 
 
 def validation_rows(

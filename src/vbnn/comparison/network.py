@@ -12,8 +12,9 @@ replicates are the seeds when ``test=`` is given (each seed trains on all of (x,
 row of the results database (trained through ``sweeps.driver``) under a name that hashes the
 network (its architecture and initial weights), the data, the replicates and the settings.
 
-Scores per replicate (``score``): classification test log-likelihood, accuracy, ECE and Brier of
-the predictive p(y | x) = 1/K sum_k softmax(f_k(x)) (``classification.fold_metrics``); with
+Scores per replicate (``score``): every metric of the table in ``comparison.scores`` (a
+classifier's test log-likelihood, accuracy, ECE, Brier and AURC of the predictive p(y | x) =
+1/K sum_k softmax(f_k(x))); with
 out-of-distribution inputs, AUROC, AUPR and FPR at 95 % TPR of the predictive entropy and of the
 mutual information (``vbnn.metrics``; out-of-distribution inputs positive; NaN for the mutual
 information of ``point``, which has one sample); regression test log-likelihood of the mixture
@@ -51,6 +52,7 @@ from vbnn.comparison.folds import (
     k_folds,
     warn_unseen_classes,
 )
+from vbnn.comparison.scores import regression_scores
 from vbnn.core.batch_rule import (
     DEFAULT_RULE,
     BatchRule,
@@ -67,12 +69,9 @@ from vbnn.core.randomness import derive_seed
 from vbnn.methods.registry import base_method
 from vbnn.methods.temperature import SUFFIX
 from vbnn.metrics import (
-    gaussian_mixture_log_likelihood,
-    interval_coverage,
     mutual_information,
     out_of_distribution,
     predictive_entropy,
-    rmse,
 )
 from vbnn.networks.predictive import class_probabilities, predictive_probabilities
 from vbnn.sweeps.contracts import Unit
@@ -195,13 +194,8 @@ def score(trained: Trained, y: torch.Tensor, task: Task, level: float) -> dict[s
     """The metrics of one replicate (module docstring) from the entry's predictive samples."""
     if task is Task.REGRESSION:
         means, stds = trained.test.double().squeeze(-1), trained.noise_std
-        return {
-            "test_log_likelihood": float(
-                gaussian_mixture_log_likelihood(means, stds, y.double()).mean()
-            ),
-            "rmse": float(rmse(means.mean(0), y.double())),
-            "coverage": float(interval_coverage(means, stds, y.double(), level)),
-        }
+        scores = regression_scores(means, stds, y.double(), level)
+        return {"test_log_likelihood": scores.pop("log_likelihood"), **scores}
     metrics = fold_metrics(predictive_probabilities(trained.test), y)
     if trained.ood is not None:
         probabilities = class_probabilities(trained.test)

@@ -17,19 +17,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vbnn.comparison import scores
 from vbnn.comparison.folds import Task
 from vbnn.plots import pyplot, save_figure
 from vbnn.regression.report import mean_and_standard_error
 
 # fold-frame column -> table heading, per task
 METRICS = {
-    Task.REGRESSION: {"log_likelihood": "test LL", "rmse": "RMSE", "coverage": "coverage"},
-    Task.CLASSIFICATION: {
-        "log_likelihood": "test LL",
-        "accuracy": "accuracy",
-        "ece": "ECE",
-        "brier": "Brier",
-    },
+    Task.REGRESSION: {name: metric.heading for name, metric in scores.REGRESSION.items()},
+    Task.CLASSIFICATION: {name: metric.heading for name, metric in scores.CLASSIFICATION.items()},
 }
 # out-of-distribution detection (a network compared with ``ood=``): frame column -> heading
 OUT_OF_DISTRIBUTION = {

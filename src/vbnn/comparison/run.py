@@ -333,7 +333,9 @@ def _compare_network(
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
     columns = ["family", "fold", *METRICS[prepared.task], "seconds", "tuning_seconds"]
     columns += [c for c in OUT_OF_DISTRIBUTION if c in frame.columns]
-    return _result(frame[columns], prepared.task, prepared.reason, prepared.name, config.level,
+    # a stored run made before a metric existed reads back without it: NaN
+    frame = frame.reindex(columns=columns)
+    return _result(frame, prepared.task, prepared.reason, prepared.name, config.level,
                    prepared.over)  # fmt: skip
 
 
@@ -431,8 +433,8 @@ def _classification_folds(
     rows = _replicate_rows(path, name, runs, tuple(range(len(splits))), build_units, settings,
                            progress)  # fmt: skip
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
-    return frame[["family", "fold", *METRICS[Task.CLASSIFICATION], "seconds",
-                  "tuning_seconds"]]  # fmt: skip
+    columns = ["family", "fold", *METRICS[Task.CLASSIFICATION], "seconds", "tuning_seconds"]
+    return frame.reindex(columns=columns)
 
 
 # Parameters: the pieces ``compare`` has resolved and checked for a table (one call site)
@@ -456,4 +458,4 @@ def _network_folds(
     rows = _replicate_rows(path, name, runs, tuple(range(len(splits))), build, settings,
                            progress)  # fmt: skip
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
-    return frame[["family", "fold", *METRICS[task], "seconds", "tuning_seconds"]]
+    return frame.reindex(columns=["family", "fold", *METRICS[task], "seconds", "tuning_seconds"])
