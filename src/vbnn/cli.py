@@ -25,6 +25,7 @@ from vbnn.data import DATASETS, DataError
 from vbnn.data.download import DEFAULT_BASE_URL
 from vbnn.data.splits import parse_splits
 from vbnn.layers.registry import FAMILIES
+from vbnn.methods.registry import METHODS
 from vbnn.regression.full_batch import NonFiniteLossError
 from vbnn.regression.methods import add_runtime_arguments, check_method, method_names
 from vbnn.regression.presets import GD_POSTERIOR_STD
@@ -48,20 +49,22 @@ PACKAGED_COMMANDS = {
 
 def parse_methods(text: str) -> list[str]:
     """``all`` (Table 1's six), or comma-separated methods: es, map, sgld, or a family name,
-    which VI fits (mf, gd, fc, vd-layer, ...)."""
+    which VI fits (mf, gd, fc, vd-layer, ...), or a method of ``vbnn.methods`` that trains a
+    network (ivon, ensemble, laplace, swag, ...: an MLP a split through ``vbnn.compare``)."""
     names = list(TABLE1_METHODS) if text == "all" else [n.strip() for n in text.split(",")]
     known = method_names()
+    networks = [name for name, method in METHODS.items() if method.network and name not in known]
     for name in names:
         if name in FAMILIES and name not in known:  # a family the engine cannot train: why
             try:
                 check_method(name)
             except ValueError as error:
                 raise argparse.ArgumentTypeError(f"--method {text!r}: {error}") from None
-    unknown = [name for name in names if name not in known]
+    unknown = [name for name in names if name not in known and name not in networks]
     if unknown:
         raise argparse.ArgumentTypeError(
-            f"--method {text!r}: {', '.join(unknown)} unknown; choose from {', '.join(known)} "
-            "or 'all'"
+            f"--method {text!r}: {', '.join(unknown)} unknown; choose from "
+            f"{', '.join([*known, *networks])} or 'all'"
         )
     return names
 
@@ -161,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_methods,
         default=["mf"],
         help="es,map,mf,gd,fc,sgld or all (Table 1); any other family name (vd-layer, ...) "
-        "is fitted by VI",
+        "is fitted by VI; ivon, ensemble, laplace, swag, ... train an MLP a split (vbnn compare)",
     )
     _add_training_flags(uci)
     uci.add_argument("--save-model", default=None, metavar="DIR", help="save the trained stacks")

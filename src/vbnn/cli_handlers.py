@@ -20,6 +20,7 @@ import torch
 
 from vbnn.classification.estimator import BayesianClassifier
 from vbnn.cli import EMBEDDED
+from vbnn.comparison.run import compare
 from vbnn.data import DATASETS, DataError, RegressionDataset, load_uci
 from vbnn.data.cifar import CifarDataset, download_cifar
 from vbnn.data.download import check, download
@@ -37,7 +38,7 @@ from vbnn.diagnostics.saved import (
 )
 from vbnn.regression.engine import run_splits
 from vbnn.regression.estimator import BayesianRegressor
-from vbnn.regression.methods import method_config, method_fields
+from vbnn.regression.methods import method_config, method_fields, method_names
 from vbnn.regression.presets import preset
 from vbnn.regression.report import comparison_table, split_table, summary, to_json
 from vbnn.regression.runs import TABLE1_METHODS, RunResult, TrainConfig
@@ -125,8 +126,31 @@ def _print_results(results: list[RunResult], as_json: bool, note: str | None) ->
 
 
 def command_uci(args: argparse.Namespace) -> None:
+    """The engine's methods as batched stacks of splits; the methods that train a network (ivon,
+    ensemble, laplace, ...) through ``vbnn.compare`` on the same splits, the MLP of
+    ``comparison.table_network`` (the engine's protocol: full-batch steps)."""
     dataset = load_dataset(args.dataset, args.data_dir)
-    _print_results(run_methods(dataset, args, args.method), args.json, None)
+    engine = [name for name in args.method if name in method_names()]
+    networks = [name for name in args.method if name not in engine]
+    if engine:
+        _print_results(run_methods(dataset, args, engine), args.json, None)
+    if networks:
+        _print_networks(dataset, args, networks)
+
+
+def _print_networks(dataset: RegressionDataset, args: argparse.Namespace, names: list[str]) -> None:
+    """``names`` compared on the splits of ``args.splits`` (all by default), untuned."""
+    chosen = range(dataset.num_splits) if args.splits is None else args.splits
+    settings = {"iterations": args.iterations, "test_samples": args.test_samples or 100,
+                "hidden": tuple(args.hidden), "tune": False, "seed": args.seed or 0}  # fmt: skip
+    result = compare(dataset.inputs, dataset.target, families=names, task="regression",
+                     splits=[dataset.splits[k] for k in chosen], progress=not args.no_progress,
+                     **{k: v for k, v in settings.items() if v is not None})  # fmt: skip
+    if args.json:
+        print(result.summary.to_json(orient="index", indent=2))
+        return
+    print(f"\n{dataset.name}: {', '.join(names)} on {len(chosen)} splits (an MLP a split)")
+    print(result.table.to_string())
 
 
 def command_diagnose_pruning(args: argparse.Namespace) -> None:
