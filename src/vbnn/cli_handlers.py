@@ -141,11 +141,22 @@ def command_uci(args: argparse.Namespace) -> None:
 def _print_networks(dataset: RegressionDataset, args: argparse.Namespace, names: list[str]) -> None:
     """``names`` compared on the splits of ``args.splits`` (all by default), untuned."""
     chosen = range(dataset.num_splits) if args.splits is None else args.splits
-    settings = {"iterations": args.iterations, "test_samples": args.test_samples or 100,
-                "hidden": tuple(args.hidden), "tune": False, "seed": args.seed or 0}  # fmt: skip
-    result = compare(dataset.inputs, dataset.target, families=names, task="regression",
-                     splits=[dataset.splits[k] for k in chosen], progress=not args.no_progress,
-                     **{k: v for k, v in settings.items() if v is not None})  # fmt: skip
+    settings = {
+        "iterations": args.iterations,
+        "test_samples": args.test_samples or 100,
+        "hidden": tuple(args.hidden),
+        "tune": False,
+        "seed": args.seed or 0,
+    }
+    result = compare(
+        dataset.inputs,
+        dataset.target,
+        families=names,
+        task="regression",
+        splits=[dataset.splits[k] for k in chosen],
+        progress=not args.no_progress,
+        **{k: v for k, v in settings.items() if v is not None},
+    )
     if args.json:
         print(result.summary.to_json(orient="index", indent=2))
         return

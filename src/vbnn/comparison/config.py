@@ -113,13 +113,17 @@ def check_families(families: tuple[str, ...], task: Task) -> tuple[str, ...]:
     known = list(METHODS)
     for position, name in enumerate(families):
         if name.endswith(SUFFIX) and task is Task.REGRESSION:
-            raise ValueError(f"families[{position}]={name!r}: temperature scaling calibrates a "
-                             "classifier's probabilities; this is a regression")  # fmt: skip
+            raise ValueError(
+                f"families[{position}]={name!r}: temperature scaling calibrates a "
+                "classifier's probabilities; this is a regression"
+            )
         try:
             base_method(name)
         except ValueError:
-            raise ValueError(f"families[{position}]={name!r}: unknown; choose from {known} (or "
-                             "NAME+ts on a classification)") from None  # fmt: skip
+            raise ValueError(
+                f"families[{position}]={name!r}: unknown; choose from {known} (or "
+                "NAME+ts on a classification)"
+            ) from None
         if name in families[:position]:
             raise ValueError(f"families[{position}]={name!r}: given twice")
         if task is Task.CLASSIFICATION and name in REGRESSION_ONLY:

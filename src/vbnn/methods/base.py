@@ -108,8 +108,10 @@ class Method:
         """ValueError, before any training, when the method cannot run on ``network`` (an
         initial network; ``example``: two training inputs)."""
         if self.ensemble and ensemble_size < 2:
-            raise ValueError(f"ensemble_size={ensemble_size}; an ensemble needs at least 2 "
-                             "members (one member is 'point', or 'ivon')")  # fmt: skip
+            raise ValueError(
+                f"ensemble_size={ensemble_size}; an ensemble needs at least 2 "
+                "members (one member is 'point', or 'ivon')"
+            )
         if self.family is not None:
             self.prepare(copy.deepcopy(network))
 

@@ -100,8 +100,9 @@ def fit_laplace(
     device = next(network.parameters()).device
     x, y = data
     targets = y.reshape(-1, 1) if regression else y
-    loader = DataLoader(TensorDataset(x.to(device), targets.to(device)),
-                        batch_size=batch_size or len(x))  # fmt: skip
+    loader = DataLoader(
+        TensorDataset(x.to(device), targets.to(device)), batch_size=batch_size or len(x)
+    )
     network.eval()
     approximation = laplace(
         network,
@@ -138,8 +139,9 @@ def laplace_samples(
         chunk = x[start : start + step].to(device)
         if regression:
             mean, variance = approximation(chunk, pred_type="glm")  # (B, 1), (B, 1, 1)
-            noise = torch.randn((samples, *mean.shape), generator=generator, device=device,
-                                dtype=mean.dtype)  # fmt: skip
+            noise = torch.randn(
+                (samples, *mean.shape), generator=generator, device=device, dtype=mean.dtype
+            )
             parts.append(mean + variance.squeeze(-1).clamp_min(0).sqrt() * noise)
         else:
             probabilities = approximation.predictive_samples(

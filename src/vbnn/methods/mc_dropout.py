@@ -50,8 +50,10 @@ class MCDropout(Method):
 
     def check(self, network: nn.Module, example: torch.Tensor, ensemble_size: int) -> None:
         if not dropout_layers(network):
-            raise ValueError(f"{type(network).__name__} has no dropout layer (nn.Dropout, "
-                             "nn.Dropout2d, ...) to keep active at test time")  # fmt: skip
+            raise ValueError(
+                f"{type(network).__name__} has no dropout layer (nn.Dropout, "
+                "nn.Dropout2d, ...) to keep active at test time"
+            )
         super().check(network, example, ensemble_size)
 
     def predictor(self, fitted: Fitted, run: Any, seed: int) -> tuple[Draw, float]:

@@ -81,8 +81,10 @@ def method(name: str) -> Method | TemperatureScaled:
     """
     base = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
     if base not in METHODS:
-        raise ValueError(f"unknown method {name!r}; choose from {list(METHODS)} (each may take "
-                         f"the suffix {SUFFIX!r}: temperature-scaled)")  # fmt: skip
+        raise ValueError(
+            f"unknown method {name!r}; choose from {list(METHODS)} (each may take "
+            f"the suffix {SUFFIX!r}: temperature-scaled)"
+        )
     return TemperatureScaled(METHODS[base]) if base != name else METHODS[base]
 
 
