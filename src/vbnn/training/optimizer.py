@@ -85,6 +85,19 @@ def learning_rate_groups(
     return groups
 
 
+def _groups(
+    network: nn.Module,
+    likelihood: nn.Module,
+    learning_rate: float,
+    rates: Mapping[ParameterRole, float | None],
+) -> list[dict]:
+    """The network's parameter groups by role (``learning_rate_groups``), the likelihood's
+    trainable parameters in the first."""
+    groups = learning_rate_groups(network, learning_rate, rates)
+    groups[0]["params"] += [p for p in likelihood.parameters() if p.requires_grad]
+    return groups
+
+
 @dataclass(frozen=True)
 class Adam:
     """``torch.optim.Adam`` on every trainable parameter, at ``vbnn.train``'s ``learning_rate``
@@ -104,8 +117,7 @@ class Adam:
         prior: Prior | None,
         dataset_size: int,
     ) -> torch.optim.Optimizer:
-        groups = learning_rate_groups(network, learning_rate, rates)
-        groups[0]["params"] += [p for p in likelihood.parameters() if p.requires_grad]
+        groups = _groups(network, likelihood, learning_rate, rates)
         # foreach: one kernel per update for all parameters (the same numbers, fewer calls)
         return torch.optim.Adam(groups, lr=learning_rate, foreach=True)
 
@@ -150,8 +162,7 @@ class SGD:
         prior: Prior | None,
         dataset_size: int,
     ) -> torch.optim.Optimizer:
-        groups = learning_rate_groups(network, learning_rate, rates)
-        groups[0]["params"] += [p for p in likelihood.parameters() if p.requires_grad]
+        groups = _groups(network, likelihood, learning_rate, rates)
         return torch.optim.SGD(
             groups,
             lr=learning_rate,
