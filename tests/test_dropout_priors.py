@@ -255,3 +255,18 @@ def test_variance_layers_take_their_kl_from_the_prior() -> None:
     for prior in (StudentTPrior(3.0), GaussianPrior(1.0)):  # a discrete q: infinite KL
         with pytest.raises(TypeError, match=f"KL to {type(prior).__name__} is infinite"):
             bernoulli.kl(prior)
+
+
+def test_a_layer_of_two_forms_takes_the_priors_entry_through_alpha() -> None:
+    """The additive layer is both N(mu, alpha mu^2) and N(mu, sigma^2): against a prior with a
+    dropout entry (log-uniform, ARD, Student-t) its KL goes through the clipped alpha, against
+    one without (the Gaussian) through sigma."""
+    layer = FAMILIES["additive"].build(5, 3)
+    for prior in (LogUniformPrior(), ARDPrior(), StudentTPrior(3.0, seed=1)):
+        alpha = DropoutGaussian(layer.weight_mean, layer.clipped_log_alpha())
+        same = type(prior)(**({"nu": 3.0, "seed": 1} if isinstance(prior, StudentTPrior) else {}))
+        torch.testing.assert_close(layer.kl(prior), kl_divergence(alpha, same), rtol=0, atol=0)
+    sigma = DiagonalGaussian(layer.weight_mean, layer.weight_log_std.exp())
+    torch.testing.assert_close(
+        layer.kl(GaussianPrior(0.5)), kl_divergence(sigma, GaussianPrior(0.5))
+    )

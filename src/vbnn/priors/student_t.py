@@ -19,7 +19,13 @@ from typing import ClassVar
 
 import torch
 
-from vbnn.priors.kl import DiagonalGaussian, ScaledUniform, register_kl, sum_per_model
+from vbnn.priors.kl import (
+    DiagonalGaussian,
+    DropoutGaussian,
+    ScaledUniform,
+    register_kl,
+    sum_per_model,
+)
 
 
 def kl_student_t_one_sample(
@@ -76,6 +82,13 @@ def _kl_diagonal(q: DiagonalGaussian, p: StudentTPrior) -> torch.Tensor:
     mean, std = torch.broadcast_tensors(q.mean, q.std)
     eps = torch.randn(mean.shape, generator=p.generator, dtype=mean.dtype).to(mean.device)
     return sum_per_model(kl_student_t_one_sample(mean, std, p.nu, eps))
+
+
+@register_kl(DropoutGaussian, StudentTPrior)
+def _kl_dropout(q: DropoutGaussian, p: StudentTPrior) -> torch.Tensor:
+    """Through the diagonal Gaussian of std sqrt(alpha) |mean|: an entry of its own, so a layer
+    that offers both forms (the additive parameterization) takes this one, through alpha."""
+    return _kl_diagonal(DiagonalGaussian(q.mean, torch.exp(0.5 * q.log_alpha) * q.mean.abs()), p)
 
 
 @register_kl(ScaledUniform, StudentTPrior)
