@@ -100,13 +100,13 @@ def test_the_attention_settings_lift_small_steps_and_bound_large_ones() -> None:
         optimizer.step()
         moves[name] = (layer.weight_mean.detach() - before).flatten()
     fast = IVON.for_attention()
-    assert (fast.learning_rate, fast.clip_radius) == (3.0, 0.001)
+    assert (fast.learning_rate, fast.clip_radius) == (5.0, 0.0007)
     assert IVON.for_attention(ess=50.0).ess == 50.0
     rate = fast.learning_rate * (fast.hess_init + prior_weight_decay(1.0, 10_000))
     small, large = moves["default"], moves["attention"]
     assert large[0].abs() < rate * fast.clip_radius  # inside both bounds
-    torch.testing.assert_close(large[0] / small[0], torch.tensor(3.0 / 0.7, dtype=torch.float64))
-    torch.testing.assert_close(large[1].abs(), torch.tensor(rate * 0.001, dtype=torch.float64))
+    torch.testing.assert_close(large[0] / small[0], torch.tensor(5.0 / 0.7, dtype=torch.float64))
+    torch.testing.assert_close(large[1].abs(), torch.tensor(rate * 0.0007, dtype=torch.float64))
 
 
 def test_a_step_equals_ivon_opt_on_the_same_draw() -> None:
