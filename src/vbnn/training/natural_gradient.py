@@ -193,7 +193,8 @@ class IVON:
     Defaults are Shen et al. 2024's and ivon-opt's, except alpha = 0.7 with the clip radius
     r = 0.005 and ivon-opt's ``hess_init`` 1.0 (sigma_0 = 1 / sqrt(N (1 + delta)), 0.01 on 10,000
     examples), chosen on validation images of ``vbnn compare``'s networks (``core.defaults``:
-    ``IVON_LEARNING_RATE``, ``IVON_CLIP_RADIUS``, ``IVON_HESS_INIT``, with the numbers).
+    ``IVON_LEARNING_RATE``, ``IVON_CLIP_RADIUS``, ``IVON_HESS_INIT``, with the numbers). Attention
+    networks whose run stays near chance at these take ``IVON.for_attention()``.
 
     Attributes:
         learning_rate: alpha, the step of the means (ivon-opt's ``lr``: Shen et al. use 0.1 to
