@@ -82,6 +82,33 @@ def test_one_step_is_the_update_written_out(radius: float) -> None:
         torch.testing.assert_close(layer.weight_std().detach(), std, rtol=1e-12, atol=1e-14)
 
 
+def test_the_attention_settings_lift_small_steps_and_bound_large_ones() -> None:
+    """One step from the same means, std and draw under ``IVON()`` and ``IVON.for_attention()``:
+    a weight whose preconditioned direction d is inside both bounds moves alpha (h0 + delta) d,
+    so alpha'/alpha times as far under the attention settings; one beyond r' moves exactly
+    alpha' (h0 + delta) r'."""
+    x, y = regression(20)
+    x = x[:, :2] * torch.tensor([1e-4, 10.0], dtype=torch.float64)  # a small and a large gradient
+    eps = torch.randn(1, 2, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    moves = {}
+    for name, settings in (("default", IVON()), ("attention", IVON.for_attention())):
+        torch.manual_seed(1)
+        layer = MeanField(2, 1, bias=False, dtype=torch.float64)
+        optimizer = build(layer, settings, examples=10_000)  # delta m far below the bounds
+        before = layer.weight_mean.detach().clone()
+        squared_error(layer(x, mode="weights", noise=FixedNoise([eps])), y).backward()
+        optimizer.step()
+        moves[name] = (layer.weight_mean.detach() - before).flatten()
+    fast = IVON.for_attention()
+    assert (fast.learning_rate, fast.clip_radius) == (5.0, 0.0007)
+    assert IVON.for_attention(ess=50.0).ess == 50.0
+    rate = fast.learning_rate * (fast.hess_init + prior_weight_decay(1.0, 10_000))
+    small, large = moves["default"], moves["attention"]
+    assert large[0].abs() < rate * fast.clip_radius  # inside both bounds
+    torch.testing.assert_close(large[0] / small[0], torch.tensor(5.0 / 0.7, dtype=torch.float64))
+    torch.testing.assert_close(large[1].abs(), torch.tensor(rate * 0.0007, dtype=torch.float64))
+
+
 def test_a_step_equals_ivon_opt_on_the_same_draw() -> None:
     ivon = pytest.importorskip("ivon")
     x, y = regression(30)

@@ -43,7 +43,13 @@ from torch import nn
 from torch.optim.adam import adam
 
 from vbnn.core.contracts import ParameterRole, Prior
-from vbnn.core.defaults import IVON_CLIP_RADIUS, IVON_HESS_INIT, IVON_LEARNING_RATE
+from vbnn.core.defaults import (
+    IVON_ATTENTION_CLIP_RADIUS,
+    IVON_ATTENTION_LEARNING_RATE,
+    IVON_CLIP_RADIUS,
+    IVON_HESS_INIT,
+    IVON_LEARNING_RATE,
+)
 from vbnn.layers.gaussian_weights import GaussianWeights
 from vbnn.layers.shell import VariationalLayer
 from vbnn.priors.gaussian import GaussianPrior
@@ -187,7 +193,8 @@ class IVON:
     Defaults are Shen et al. 2024's and ivon-opt's, except alpha = 0.7 with the clip radius
     r = 0.005 and ivon-opt's ``hess_init`` 1.0 (sigma_0 = 1 / sqrt(N (1 + delta)), 0.01 on 10,000
     examples), chosen on validation images of ``vbnn compare``'s networks (``core.defaults``:
-    ``IVON_LEARNING_RATE``, ``IVON_CLIP_RADIUS``, ``IVON_HESS_INIT``, with the numbers).
+    ``IVON_LEARNING_RATE``, ``IVON_CLIP_RADIUS``, ``IVON_HESS_INIT``, with the numbers). Attention
+    networks whose run stays near chance at these take ``IVON.for_attention()``.
 
     Attributes:
         learning_rate: alpha, the step of the means (ivon-opt's ``lr``: Shen et al. use 0.1 to
@@ -226,6 +233,26 @@ class IVON:
         for name in ("beta1", "beta2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"IVON: {name} must be in [0, 1), got {getattr(self, name)}")
+
+    @classmethod
+    def for_attention(cls, **changes: float | None) -> IVON:
+        """The settings for attention networks (transformers): alpha = 5.0, r = 0.0007.
+
+        Within a few thousand steps h stays near h0, so IVON's step is alpha times the averaged
+        gradient (clipped): SGD with momentum, not scaled per weight as Adam's. A transformer's
+        query and key weights can start with gradients thousands of times smaller than a CNN's
+        (the attention is near uniform at initialisation), and at the defaults they barely move.
+        Here every step within the bound is 5 / 0.7 times the defaults', and the bound is
+        tightened so that the largest, alpha (h0 + delta) r, stays the defaults' 0.0035. Chosen on
+        validation sequences of a tiny BERT (``benchmarks/ivon_attention.py``); on CNNs and
+        MLPs, and on the tiny GPT-2 language model there, the defaults are the better choice.
+
+        Args:
+            **changes: any other field of ``IVON`` (e.g. ``ess``, ``hess_init``).
+        """
+        changes.setdefault("learning_rate", IVON_ATTENTION_LEARNING_RATE)
+        changes.setdefault("clip_radius", IVON_ATTENTION_CLIP_RADIUS)
+        return cls(**changes)
 
     # Parameters: what is trained, then what the trainer knows of the run
     def build(
