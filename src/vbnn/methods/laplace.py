@@ -154,7 +154,7 @@ def laplace_samples(
 class Laplace(Method):
     """The early-stopped point network, then its last-layer Laplace (module docstring)."""
 
-    def check(self, network: nn.Module, example: Any, ensemble_size: int) -> None:
+    def check(self, network: nn.Module, example: Any, run: Any) -> None:
         if not isinstance(example, torch.Tensor):
             raise ValueError("laplace-torch takes tensor inputs, not a mapping of them")
         laplace_package()
