@@ -10,6 +10,7 @@ settings key the adapter entries' runs alone; a bad target or a table is refused
 from __future__ import annotations
 
 import copy
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,16 @@ from torch import nn
 import vbnn
 from vbnn.comparison import entries
 from vbnn.comparison.entries import EntryRun, NetworkSource, train_entry
+from vbnn.methods.laplace import fit_laplace
 from vbnn.methods.registry import METHODS
 from vbnn.networks.adapter import AdapterFactors, LowRankAdapter
 from vbnn.stores.results_db import config_hash
 
-ADAPTERS = ("lora", "lora-ensemble", "mf-lora", "ivon-lora")
+ADAPTERS = ("lora", "lora-ensemble", "mf-lora", "ivon-lora", "laplace-lora")
 FAST = {"epochs": 2, "batch_size": 32, "test_samples": 4, "ensemble_size": 2}
+needs_laplace = pytest.mark.skipif(
+    importlib.util.find_spec("laplace") is None, reason="laplace-lora needs laplace-torch"
+)
 HEAD = vbnn.LoRA(rank=2, targets=("0", "2"), trainable=("4",))
 
 
@@ -76,6 +81,20 @@ def test_ivon_lora_makes_both_factors_variational_and_mf_lora_keeps_the_settings
     assert METHODS["ivon-lora"].adapter(run("ivon-lora")).variational is AdapterFactors.BOTH
     assert METHODS["mf-lora"].adapter(run("mf-lora")).variational is AdapterFactors.DOWN
     assert METHODS["mf-lora"].adapter(run("mf-lora", adapter=HEAD)) == HEAD
+
+
+@needs_laplace
+def test_laplace_lora_is_a_laplace_over_the_adapter_alone() -> None:
+    """The Gaussian's dimension is the adapter's (A, B and the trainable head), not the frozen
+    network's; its diagonal GGN precision is positive and exceeds the prior precision."""
+    name = "laplace-lora"
+    network = METHODS[name].prepare(pretrained(), run(name, adapter=HEAD)).eval()
+    adapter = sum(p.numel() for p in network.parameters() if p.requires_grad)
+    assert adapter == (2 * 4 + 16 * 2) + (2 * 16 + 16 * 2) + (3 * 16 + 3)  # A, B; A, B; head
+    approximation = fit_laplace(network, classes(60, 0), False, 1.0, 30, "all", "diag")
+    assert approximation.n_params == adapter
+    precision = approximation.posterior_precision
+    assert precision.shape == (adapter,) and (precision >= approximation.prior_precision).all()
 
 
 def test_the_ensemble_members_share_the_pretrained_weights(monkeypatch) -> None:

@@ -161,8 +161,8 @@ class NetworkConfig:
             from ``vbnn.core.defaults``); ``learning_rate`` above stays Adam's, which IVON's
             ``point_learning_rate`` None gives the parameters outside the Gaussian layers.
         adapter: the ``vbnn.LoRA`` of the adapter entries (``lora``, ``lora-ensemble``,
-            ``mf-lora``, ``ivon-lora``: its rank, alpha, targets, trainable head); None:
-            ``vbnn.LoRA()``, every dense layer adapted at rank 8.
+            ``mf-lora``, ``ivon-lora``, ``laplace-lora``: its rank, alpha, targets, trainable
+            head); None: ``vbnn.LoRA()``, every dense layer adapted at rank 8.
     """
 
     epochs: int = EPOCHS

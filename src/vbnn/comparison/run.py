@@ -160,10 +160,10 @@ def compare(
         target: the target column of a CSV file.
         families: names of ``vbnn.FAMILIES``; with a network also ``ivon``,
             ``ivon-ensemble``, ``point``, ``ensemble``, ``mc-dropout``, ``laplace`` and the
-            adapter entries ``lora``, ``lora-ensemble``, ``mf-lora``, ``ivon-lora``
-            (``comparison.entries``, ``methods.lora``); with a table the regression baselines
-            ``es``, ``map``, ``sgld`` (default: ``config.DEFAULT_FAMILIES`` of the task; a network
-            ``network.DEFAULT_ENTRIES``).
+            adapter entries ``lora``, ``lora-ensemble``, ``mf-lora``, ``ivon-lora``,
+            ``laplace-lora`` (``comparison.entries``, ``methods.lora``); with a table the
+            regression baselines ``es``, ``map``, ``sgld`` (default:
+            ``config.DEFAULT_FAMILIES`` of the task; a network ``network.DEFAULT_ENTRIES``).
         folds: K, when neither ``test`` nor ``splits`` is given: seeded K folds (stratified for
             classification; default 5).
         splits: (training rows, test rows) pairs to use instead of K folds.

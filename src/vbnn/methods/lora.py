@@ -12,6 +12,13 @@ x A^T B^T with W0, b0 frozen, B = 0 at the start, so training begins at the pret
   on the ELBO, the KL that of A alone (with ``LoRA(variational="both")``, B is mean-field too).
 * ``ivon-lora``: IVON-LoRA (Cong et al. 2024): A and B both mean-field (whatever the run's
   ``LoRA.variational``), trained by IVON at the run's settings (``vbnn.IVON``).
+* ``laplace-lora``: Laplace-LoRA (Yang et al. 2024) through laplace-torch: ``lora``'s trained
+  adapter, then a Laplace approximation over the parameters that require a gradient (A, B and a
+  ``LoRA.trainable`` head; the pretrained weights are frozen), N(theta_MAP, (H + delta I)^-1)
+  with H the diagonal of the generalised Gauss-Newton matrix of the training data and delta of
+  the largest marginal likelihood, predicting by the linearised ("GLM") predictive as
+  ``laplace`` does (``methods.laplace``). Diagonal rather than Yang et al.'s Kronecker factors:
+  laplace-torch's KFAC backends take ``nn.Linear`` layers only, not the adapter's factors.
 
 The variational entries predict with K weight draws of the adapter (``methods.variational``).
 """
@@ -25,6 +32,7 @@ from typing import Any
 from torch import nn
 
 from vbnn.methods.base import Draw, Fitted, Method, PredictiveKind
+from vbnn.methods.laplace import check_tensor_inputs, laplace_predictor
 from vbnn.methods.point import point_samples
 from vbnn.methods.variational import posterior_samples
 from vbnn.networks.adapter import AdapterFactors, LoRA
@@ -69,6 +77,18 @@ class Adapter(Method):
         return partial(posterior_samples, fitted.network, run=run, seed=seed), 0.0
 
 
+@dataclass(frozen=True)
+class LaplaceAdapter(Adapter):
+    """``lora``'s adapter, then its diagonal Laplace (module docstring)."""
+
+    def check(self, network: nn.Module, example: Any, run: Any) -> None:
+        check_tensor_inputs(example)
+        super().check(network, example, run)
+
+    def predictor(self, fitted: Fitted, run: Any, seed: int) -> tuple[Draw, float]:
+        return laplace_predictor(fitted, run, seed, weights="all", structure="diag")
+
+
 ADAPTERS = (
     Adapter(
         "lora",
@@ -92,5 +112,12 @@ ADAPTERS = (
         family="mf",
         optimizer="ivon",
         factors=AdapterFactors.BOTH,
+    ),
+    LaplaceAdapter(
+        "laplace-lora",
+        "Laplace-LoRA: lora's adapter, then its diagonal Laplace (laplace-torch)",
+        family="point",
+        predictive=PredictiveKind.LAPLACE,
+        early_stopping=True,
     ),
 )

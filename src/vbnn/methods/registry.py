@@ -2,10 +2,10 @@
 
 Each ``vbnn.FAMILIES`` name is its posterior trained on the ELBO by Adam; the baselines follow.
 A name with the suffix ``+ts`` is that classifier method temperature-scaled on held-out
-examples (``methods.temperature``); ``lora``, ``lora-ensemble``, ``mf-lora`` and ``ivon-lora``
-train a low-rank adapter on the frozen network (``methods.lora``). Adding a method: one module
-(a ``Method`` subclass that overrides what differs: ``train_options``, ``check``,
-``predictor``) and one line below.
+examples (``methods.temperature``); ``lora``, ``lora-ensemble``, ``mf-lora``, ``ivon-lora``
+and ``laplace-lora`` train a low-rank adapter on the frozen network (``methods.lora``). Adding a
+method: one module (a ``Method`` subclass that overrides what differs: ``train_options``,
+``check``, ``predictor``) and one line below.
 """
 
 from __future__ import annotations
