@@ -27,6 +27,7 @@ from vbnn.core.defaults import (
 from vbnn.layers.registry import FAMILIES
 from vbnn.methods.registry import METHODS, base_method
 from vbnn.methods.temperature import SUFFIX
+from vbnn.networks.adapter import LoRA
 from vbnn.training.natural_gradient import IVON
 
 REGRESSION_ONLY = ("es", "map", "sgld")
@@ -126,6 +127,10 @@ def check_families(families: tuple[str, ...], task: Task) -> tuple[str, ...]:
             ) from None
         if name in families[:position]:
             raise ValueError(f"families[{position}]={name!r}: given twice")
+        if base_method(name).pretrained:
+            raise ValueError(f"families[{position}]={name!r} adapts a pretrained network, which "
+                             "a table has none of; compare it on your network: "
+                             "vbnn.compare(network, (x, y), ...)")  # fmt: skip
         if task is Task.CLASSIFICATION and name in REGRESSION_ONLY:
             raise ValueError(
                 f"families[{position}]={name!r} runs on regression only (the classifier has no "
@@ -159,6 +164,9 @@ class NetworkConfig:
         ivon: the settings of ``ivon`` and ``ivon-ensemble`` (``vbnn.IVON``, at its defaults
             from ``vbnn.core.defaults``); ``learning_rate`` above stays Adam's, which IVON's
             ``point_learning_rate`` None gives the parameters outside the Gaussian layers.
+        adapter: the ``vbnn.LoRA`` of the adapter entries (``lora``, ``lora-ensemble``,
+            ``mf-lora``, ``ivon-lora``, ``laplace-lora``: its rank, alpha, targets, trainable
+            head); None: ``vbnn.LoRA()``, every dense layer adapted at rank 8.
     """
 
     epochs: int = EPOCHS
@@ -173,6 +181,7 @@ class NetworkConfig:
     level: float = 0.95
     seed: int = 0
     ivon: IVON = field(default_factory=IVON)
+    adapter: LoRA | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -186,6 +195,7 @@ class NetworkConfig:
             "level": 0 < self.level < 1,
             "seed": self.seed >= 0,
             "ivon": isinstance(self.ivon, IVON),
+            "adapter": self.adapter is None or isinstance(self.adapter, LoRA),
         }
         for name, ok in checks.items():
             if not ok:

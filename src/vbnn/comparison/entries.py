@@ -18,7 +18,10 @@ metric is in the targets' own units.
 Initial weights: with a function, the network of seed s is ``function()`` called under
 ``torch.manual_seed(s)``; with a module, a deep copy of it (its own weights). The ensemble's member
 m > 0 draws fresh weights: ``function()`` under its own seed, or, for a module, every submodule's
-``reset_parameters()`` under that seed; member 0 is the point network of the same seed.
+``reset_parameters()`` under that seed; member 0 is the point network of the same seed. An
+adapter ensemble's members (``lora-ensemble``) all start from the network of the replicate's seed,
+the pretrained one; each draws its own adapter (its initial A from torch's global RNG seeded
+per member) and minibatch order.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from vbnn.core.randomness import derive_seed
 from vbnn.methods.base import Fitted, Method
 from vbnn.methods.registry import METHODS, method
 from vbnn.methods.temperature import TemperatureScaled, scale_samples
+from vbnn.networks.adapter import LoRA
 from vbnn.training.natural_gradient import IVON
 from vbnn.training.trainer import train
 
@@ -85,17 +89,18 @@ class NetworkSource:
 
 
 def check_entries(
-    names: tuple[str, ...], network: nn.Module, example: Inputs, ensemble_size: int
+    names: tuple[str, ...], network: nn.Module, example: Inputs, run_of: Callable[[str], EntryRun]
 ) -> tuple[str, ...]:
     """The entries as given, each checked on ``network`` (an initial network) and ``example``
-    (two training inputs) before training (``Method.check``).
+    (two training inputs) with its settings ``run_of(name)`` before training (``Method.check``).
 
     Raises:
         ValueError: no entry, an unknown name (the known ones listed), a name given twice, a
             method that trains no network (the UCI engine's ``es``, ``map``, ``sgld``), or one
             that cannot run on this network (``mc-dropout`` without dropout, an ensemble of fewer
             than two members, ``laplace`` without laplace-torch or a last ``nn.Linear``, a family
-            that cannot convert it: ``vbnn.convert``'s error, naming the layer).
+            or an adapter that cannot convert it: ``vbnn.convert``'s error, naming the layer or
+            the LoRA target).
     """
     if not names:
         raise ValueError("families: none given")
@@ -117,7 +122,7 @@ def check_entries(
                     f"{base.summary}: trains on a regression table only, not a network (on a "
                     "network: 'point', or vbnn.train(objective=...))"
                 )
-            base.check(network, example, ensemble_size)
+            base.check(network, example, run_of(name))
         except ValueError as error:
             raise ValueError(f"families[{position}]={name!r}: {error}") from error
     return tuple(names)
@@ -130,7 +135,8 @@ class EntryRun:
     ``patience`` None: no early stopping (every example trains); ``device`` None: the network's
     own device; ``ivon``: the IVON settings of an entry IVON trains (None: ``vbnn.IVON()``; the
     network form stores them with its runs, so a run of other IVON values is never read back as
-    today's)."""
+    today's); ``adapter``: the ``vbnn.LoRA`` of an adapter entry (None: ``vbnn.LoRA()``; stored
+    the same way)."""
 
     method: str
     epochs: int
@@ -144,6 +150,7 @@ class EntryRun:
     standardize: bool = True
     device: str | None = None
     ivon: IVON | None = None
+    adapter: LoRA | None = None
 
 
 @dataclass(frozen=True)
@@ -158,9 +165,10 @@ class Trained:
 
 
 def _members(chosen: Method, run: EntryRun) -> list[tuple[int, bool]]:
-    """(seed key, fresh weights) of each network the entry trains."""
+    """(seed key, fresh weights) of each network the entry trains; an adapter ensemble's members
+    share the pretrained network (``Method.pretrained``)."""
     if chosen.ensemble:
-        return [(m, m > 0) for m in range(run.ensemble_size)]
+        return [(m, m > 0 and not chosen.pretrained) for m in range(run.ensemble_size)]
     return [(0, False)]
 
 
@@ -230,8 +238,9 @@ def train_entry(
     seed_of_init = derive_seed(run.seed, replicate, "init")
     for member, fresh in _members(base, run):
         seed = seed_of_init if member == 0 else derive_seed(seed_of_init, member, "init")
+        initial = source.draw(seed_of_init if base.pretrained else seed, fresh)
         fitted, trained_seconds, noise_std = _train_member(
-            base, source.draw(seed, fresh), data, stopping, run, seed, regression, scale
+            base, initial, data, stopping, run, seed, regression, scale
         )
         draw, fit_seconds = base.predictor(fitted, run, derive_seed(seed, 0, "eval"))
         seconds += trained_seconds + fit_seconds
@@ -261,7 +270,12 @@ def _train_member(
 ) -> tuple[Fitted, float, torch.Tensor]:
     """``network`` prepared and trained as ``chosen`` says: the trained member, its training
     seconds and (a regressor's) noise std in the targets' units, (1, 1)."""
-    network = chosen.prepare(network)
+    if chosen.pretrained:  # the adapter's initial A, drawn under the member's seed
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(seed, 0, "init"))
+            network = chosen.prepare(network, run)
+    else:
+        network = chosen.prepare(network, run)
     options = {"learning_rate": run.learning_rate, **chosen.train_options(run, network)}
     result = train(
         network,

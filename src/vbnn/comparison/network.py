@@ -28,6 +28,7 @@ import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -269,6 +270,26 @@ def entry_unit(
     return [result], {replicate: {**metrics, "tuning_seconds": 0.0}}
 
 
+def entry_run(config: NetworkConfig, name: str) -> EntryRun:
+    """The settings of entry ``name`` (a known method) under ``config``."""
+    chosen = base_method(name)
+    return EntryRun(
+        method=name,
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        samples=config.test_samples,
+        ensemble_size=config.ensemble_size if chosen.ensemble else 1,
+        seed=config.seed,
+        patience=config.patience,
+        validation_fraction=config.validation_fraction,
+        standardize=config.standardize,
+        device=config.device,
+        ivon=config.ivon if chosen.optimizer == "ivon" else None,
+        adapter=config.adapter if chosen.pretrained else None,
+    )
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A checked comparison on a network, ready to train: what ``compare`` needs from here."""
@@ -326,7 +347,7 @@ def prepare(
     ood_x = None if ood_x is None else network_inputs(ood_x, initial, dtype)
     _check_output(initial, x, y, task)
     names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial,
-                          take(x, slice(0, 2)), config.ensemble_size)  # fmt: skip
+                          take(x, slice(0, 2)), partial(entry_run, config))  # fmt: skip
     scaled = [name for name in names if name.endswith(SUFFIX)]
     if scaled and task is Task.REGRESSION:
         raise ValueError(f"families: {scaled[0]!r}: temperature scaling calibrates a "
@@ -335,26 +356,10 @@ def prepare(
     if task is Task.CLASSIFICATION:
         tested = None if test_pair is None else test_pair[1].numpy()
         warn_unseen_classes(y.numpy(), chosen.rows, tested)
-    runs = {
-        n: EntryRun(
-            method=n,
-            epochs=config.epochs,
-            batch_size=config.batch_size,
-            learning_rate=config.learning_rate,
-            samples=config.test_samples,
-            ensemble_size=config.ensemble_size if base_method(n).ensemble else 1,
-            seed=config.seed,
-            patience=config.patience,
-            validation_fraction=config.validation_fraction,
-            standardize=config.standardize,
-            device=config.device,
-            ivon=config.ivon if base_method(n).optimizer == "ivon" else None,
-        )
-        for n in names
-    }
-    # IVON's settings key the runs of the entries it trains (EntryRun.ivon), not the data: other
-    # IVON values leave every other entry's stored runs in place
-    shared = {k: v for k, v in asdict(config).items() if k != "ivon"}
+    runs = {n: entry_run(config, n) for n in names}
+    # IVON's and the adapter's settings key the runs of the entries they train (EntryRun.ivon,
+    # .adapter), not the data: other values leave every other entry's stored runs in place
+    shared = {k: v for k, v in asdict(config).items() if k not in ("ivon", "adapter")}
     settings = repr({"network": network_key(initial), **shared})
     arrays = [*_arrays(x), y.numpy()]
     if test_pair is not None:

@@ -159,10 +159,11 @@ def compare(
         seeds: a network's seeds per test set or fold (replicates of training).
         target: the target column of a CSV file.
         families: names of ``vbnn.FAMILIES``; with a network also ``ivon``,
-            ``ivon-ensemble``, ``point``, ``ensemble``, ``mc-dropout`` and ``laplace``
-            (``comparison.entries``); with a table the regression baselines ``es``,
-            ``map``, ``sgld`` (default: ``config.DEFAULT_FAMILIES`` of the task; a network
-            ``network.DEFAULT_ENTRIES``).
+            ``ivon-ensemble``, ``point``, ``ensemble``, ``mc-dropout``, ``laplace`` and the
+            adapter entries ``lora``, ``lora-ensemble``, ``mf-lora``, ``ivon-lora``,
+            ``laplace-lora`` (``comparison.entries``, ``methods.lora``); with a table the
+            regression baselines ``es``, ``map``, ``sgld`` (default:
+            ``config.DEFAULT_FAMILIES`` of the task; a network ``network.DEFAULT_ENTRIES``).
         folds: K, when neither ``test`` nor ``splits`` is given: seeded K folds (stratified for
             classification; default 5).
         splits: (training rows, test rows) pairs to use instead of K folds.
@@ -178,7 +179,7 @@ def compare(
             (``epochs``, ``batch_size``, ``learning_rate``, ``test_samples``,
             ``ensemble_size``, ``patience``, ``validation_fraction``, ``standardize``,
             ``device``, ``level``, ``seed``, ``ivon``: a ``vbnn.IVON`` for the ``ivon``
-            entries).
+            entries, ``adapter``: a ``vbnn.LoRA`` for the adapter entries).
 
     Raises:
         ValueError: bad data (the table's errors name file, line and column; a network's data

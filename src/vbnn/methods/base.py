@@ -7,7 +7,7 @@ samples once trained (``Method.predictor``). ``vbnn.compare`` trains every entry
 one contract on a network and on a table, so a new method is one module and one line of
 ``methods.registry.METHODS``. The steps, for one member of one replicate:
 
-    network = method.prepare(initial network)
+    network = method.prepare(initial network, run)     # run: the entry's settings (EntryRun)
     result  = vbnn.train(network, data, objective=method.objective, optimizer=..., callbacks=...)
     draw    = method.predictor(Fitted(result, data, ...), run, seed)   # x -> (K, N, ...) samples
 
@@ -83,6 +83,9 @@ class Method:
         engine: the UCI engine trains it on a table as batched stacks of folds.
         network: it trains a user's network (every method but the engine-only ``es``, ``map``,
             ``sgld``).
+        pretrained: it adapts the network's pretrained weights (a LoRA adapter on them, frozen):
+            an ensemble's members share the initial network (each its own adapter draw and
+            minibatch order), and a table, which holds no pretrained network, refuses it.
     """
 
     name: str
@@ -94,26 +97,28 @@ class Method:
     early_stopping: bool = False
     engine: bool = False
     network: bool = True
+    pretrained: bool = False
 
     @property
     def objective(self) -> Objective:
         """The ELBO for a family's posterior, maximum likelihood for a network as given."""
         return Objective.ELBO if self.family is not None else Objective.LIKELIHOOD
 
-    def prepare(self, network: nn.Module) -> nn.Module:
-        """The network this method trains: converted to its family, else as given."""
+    def prepare(self, network: nn.Module, run: Any = None) -> nn.Module:
+        """The network this method trains: converted to its family, else as given (``run``: the
+        entry's settings, ``comparison.entries.EntryRun``)."""
         return network if self.family is None else convert(network, self.family)
 
-    def check(self, network: nn.Module, example: torch.Tensor, ensemble_size: int) -> None:
+    def check(self, network: nn.Module, example: torch.Tensor, run: Any) -> None:
         """ValueError, before any training, when the method cannot run on ``network`` (an
-        initial network; ``example``: two training inputs)."""
-        if self.ensemble and ensemble_size < 2:
+        initial network; ``example``: two training inputs) with the entry's settings ``run``."""
+        if self.ensemble and run.ensemble_size < 2:
             raise ValueError(
-                f"ensemble_size={ensemble_size}; an ensemble needs at least 2 "
+                f"ensemble_size={run.ensemble_size}; an ensemble needs at least 2 "
                 "members (one member is 'point', or 'ivon')"
             )
         if self.family is not None:
-            self.prepare(copy.deepcopy(network))
+            self.prepare(copy.deepcopy(network), run)
 
     def train_options(self, run: Any, network: nn.Module) -> dict[str, Any]:
         """``vbnn.train``'s keyword arguments that this method sets for ``network`` (the

@@ -88,6 +88,8 @@ def fit_laplace(
     regression: bool,
     noise_std: float,
     batch_size: int | None,
+    weights: str = "last_layer",
+    structure: str = "kron",
 ) -> Any:
     """The last-layer KFAC Laplace of the trained ``network`` on its training ``data``, with the
     prior precision of the largest marginal likelihood (module docstring).
@@ -95,6 +97,9 @@ def fit_laplace(
     Args:
         noise_std: a regressor's trained noise std sigma (the Gaussian likelihood's); ignored for
             a classifier.
+        weights: laplace-torch's ``subset_of_weights``: "last_layer", or "all" (every parameter
+            that requires a gradient: an adapter's, ``methods.lora``).
+        structure: laplace-torch's ``hessian_structure`` of H: "kron", "diag" or "full".
     """
     laplace = laplace_package()
     device = next(network.parameters()).device
@@ -107,8 +112,8 @@ def fit_laplace(
     approximation = laplace(
         network,
         "regression" if regression else "classification",
-        subset_of_weights="last_layer",
-        hessian_structure="kron",
+        subset_of_weights=weights,
+        hessian_structure=structure,
         sigma_noise=noise_std if regression else 1.0,
     )
     approximation.fit(loader, progress_bar=False)
@@ -152,29 +157,49 @@ def laplace_samples(
     return torch.cat(parts, 1).cpu()
 
 
+def laplace_predictor(
+    fitted: Fitted, run: Any, seed: int, weights: str = "last_layer", structure: str = "kron"
+) -> tuple[Draw, float]:
+    """``fit_laplace`` of the trained member (``weights``, ``structure`` as there), then its
+    ``laplace_samples``: the predictive and the seconds the fit took."""
+    start = time.perf_counter()
+    approximation = fit_laplace(
+        fitted.network,
+        fitted.data,
+        fitted.regression,
+        fitted.noise_std,
+        run.batch_size,
+        weights,
+        structure,
+    )
+    seconds = time.perf_counter() - start
+    draw = partial(
+        laplace_samples,
+        approximation,
+        samples=run.samples,
+        batch_size=run.batch_size,
+        seed=seed,
+        regression=fitted.regression,
+        device=device_of(fitted.network),
+    )
+    return draw, seconds
+
+
+def check_tensor_inputs(example: Any) -> None:
+    """ValueError for a mapping of inputs, which laplace-torch does not take; ValueError when
+    laplace-torch is not installed (``laplace_package``)."""
+    if not isinstance(example, torch.Tensor):
+        raise ValueError("laplace-torch takes tensor inputs, not a mapping of them")
+    laplace_package()
+
+
 @dataclass(frozen=True)
 class Laplace(Method):
     """The early-stopped point network, then its last-layer Laplace (module docstring)."""
 
-    def check(self, network: nn.Module, example: Any, ensemble_size: int) -> None:
-        if not isinstance(example, torch.Tensor):
-            raise ValueError("laplace-torch takes tensor inputs, not a mapping of them")
-        laplace_package()
+    def check(self, network: nn.Module, example: Any, run: Any) -> None:
+        check_tensor_inputs(example)
         last_linear(copy.deepcopy(network), example)
 
     def predictor(self, fitted: Fitted, run: Any, seed: int) -> tuple[Draw, float]:
-        start = time.perf_counter()
-        approximation = fit_laplace(
-            fitted.network, fitted.data, fitted.regression, fitted.noise_std, run.batch_size
-        )
-        seconds = time.perf_counter() - start
-        draw = partial(
-            laplace_samples,
-            approximation,
-            samples=run.samples,
-            batch_size=run.batch_size,
-            seed=seed,
-            regression=fitted.regression,
-            device=device_of(fitted.network),
-        )
-        return draw, seconds
+        return laplace_predictor(fitted, run, seed)

@@ -48,13 +48,13 @@ def dropout_samples(network: nn.Module, x: Inputs, run: Any, seed: int) -> torch
 class MCDropout(Method):
     """Dropout kept active at test time (module docstring)."""
 
-    def check(self, network: nn.Module, example: torch.Tensor, ensemble_size: int) -> None:
+    def check(self, network: nn.Module, example: torch.Tensor, run: Any) -> None:
         if not dropout_layers(network):
             raise ValueError(
                 f"{type(network).__name__} has no dropout layer (nn.Dropout, "
                 "nn.Dropout2d, ...) to keep active at test time"
             )
-        super().check(network, example, ensemble_size)
+        super().check(network, example, run)
 
     def predictor(self, fitted: Fitted, run: Any, seed: int) -> tuple[Draw, float]:
         return partial(dropout_samples, fitted.network, run=run, seed=seed), 0.0

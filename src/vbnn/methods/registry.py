@@ -2,8 +2,10 @@
 
 Each ``vbnn.FAMILIES`` name is its posterior trained on the ELBO by Adam; the baselines follow.
 A name with the suffix ``+ts`` is that classifier method temperature-scaled on held-out
-examples (``methods.temperature``). Adding a method: one module (a ``Method`` subclass that
-overrides what differs: ``train_options``, ``check``, ``predictor``) and one line below.
+examples (``methods.temperature``); ``lora``, ``lora-ensemble``, ``mf-lora``, ``ivon-lora``
+and ``laplace-lora`` train a low-rank adapter on the frozen network (``methods.lora``). Adding a
+method: one module (a ``Method`` subclass that overrides what differs: ``train_options``,
+``check``, ``predictor``) and one line below.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from vbnn.layers.registry import FAMILIES
 from vbnn.methods.base import Method, PredictiveKind
 from vbnn.methods.engine import ENGINE_ONLY
 from vbnn.methods.laplace import Laplace
+from vbnn.methods.lora import ADAPTERS
 from vbnn.methods.mc_dropout import MCDropout
 from vbnn.methods.point import Point
 from vbnn.methods.swag import SWAG
@@ -59,6 +62,7 @@ _BASELINES = (
         predictive=PredictiveKind.SWAG,
         ensemble=True,
     ),
+    *ADAPTERS,
     *ENGINE_ONLY,
 )
 
