@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -175,3 +176,64 @@ def test_validation_of_a_bayesian_network_scores_the_mixture_of_its_heads() -> N
     assert metrics["validation_nll"] == pytest.approx(-float(mixture.mean()), rel=1e-6)
     rmse = float((means.mean(0) - y).pow(2).mean().sqrt())
     assert metrics["validation_rmse"] == pytest.approx(rmse, rel=1e-6)
+
+
+def sine_rows(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``noisy_sine`` as NumPy rows, (n, 1) and (n,), float64."""
+    x, y = noisy_sine(n, seed)
+    return x.double().numpy(), y.double().numpy()
+
+
+@pytest.fixture(scope="module")
+def heteroscedastic_fit() -> vbnn.BayesianRegressor:
+    x, y = sine_rows(400, seed=4)
+    estimator = vbnn.BayesianRegressor(
+        heteroscedastic=True, iterations=600, learning_rate=0.01, samples=50
+    )
+    return estimator.fit(x, y)
+
+
+def test_the_estimators_std_is_the_mixtures_and_follows_the_noise(heteroscedastic_fit) -> None:
+    """Var[y | x] = Var_k[mu_k] + mean_k sigma_k^2 >= the aleatoric part, which follows
+    0.1 + 0.2 x: 400 points and a KL pulling the heads' weights, so the check is global, not
+    point by point: the root mean square of log(aleatoric / truth) over the grid is below 0.25
+    (the 7 points: seeds 4 to 6 give 0.11 to 0.17), and from x = 0.5 to 3.5 the std grows more
+    than 2.5-fold (4-fold in truth, 1-fold for one noise std)."""
+    grid = np.linspace(0.5, 3.5, 7).reshape(-1, 1)
+    mean, epistemic, aleatoric = heteroscedastic_fit.predict_components(grid)
+    predicted, total = heteroscedastic_fit.predict(grid, return_std=True)
+    np.testing.assert_array_equal(predicted, mean)
+    np.testing.assert_allclose(total, np.sqrt(epistemic**2 + aleatoric**2), rtol=1e-12)
+    assert np.all(total >= aleatoric) and np.all(epistemic > 0)
+    truth = 0.1 + 0.2 * grid[:, 0]
+    assert np.sqrt(np.mean(np.log(aleatoric / truth) ** 2)) < 0.25
+    assert aleatoric[-1] > 2.5 * aleatoric[0]
+
+
+def test_the_estimators_score_is_the_mixture_of_its_heads(heteroscedastic_fit) -> None:
+    x, y = sine_rows(30, seed=5)
+    means, stds = heteroscedastic_fit._samples(x)
+    assert float(stds.std(1).min()) > 0  # per input
+    mixture = gaussian_mixture_log_likelihood(means, stds, torch.as_tensor(y))
+    assert heteroscedastic_fit.score(x, y) == pytest.approx(float(mixture.mean()), rel=1e-12)
+
+
+def test_the_estimators_numbers_are_in_the_target_units(tmp_path) -> None:
+    """Fit on y and on 100 y + 7: the standardised targets are the same, so the fits are too
+    (to float rounding); the mean and the stds scale by 100, the log-likelihood drops by
+    log 100. A saved model predicts what it predicted."""
+    x, y = sine_rows(100, seed=6)
+    fits = [
+        vbnn.BayesianRegressor(heteroscedastic=True, iterations=100, samples=10).fit(x, target)
+        for target in (y, 100 * y + 7)
+    ]
+    parts = [fit.predict_components(x[:20]) for fit in fits]
+    for small, large in zip(parts[0], parts[1], strict=True):
+        scale = 100 * small + 7 if small is parts[0][0] else 100 * small
+        np.testing.assert_allclose(large, scale, rtol=1e-6)
+    assert fits[1].score(x, 100 * y + 7) == pytest.approx(fits[0].score(x, y) - math.log(100))
+    loaded = vbnn.BayesianRegressor.load(fits[0].save(tmp_path / "model"))
+    assert loaded.get_params()["heteroscedastic"]
+    np.testing.assert_array_equal(
+        loaded.predict(x[:5], return_std=True)[1], fits[0].predict(x[:5], return_std=True)[1]
+    )
