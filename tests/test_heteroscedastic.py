@@ -12,6 +12,9 @@ import torch
 from torch import nn
 
 import vbnn
+from vbnn.comparison.entries import EntryRun, NetworkSource, train_entry
+from vbnn.comparison.folds import Task
+from vbnn.comparison.network import score
 from vbnn.core.contracts import ForwardMode
 from vbnn.core.randomness import ModelGenerators
 from vbnn.layers.modes import network_output
@@ -237,3 +240,58 @@ def test_the_estimators_numbers_are_in_the_target_units(tmp_path) -> None:
     np.testing.assert_array_equal(
         loaded.predict(x[:5], return_std=True)[1], fits[0].predict(x[:5], return_std=True)[1]
     )
+
+
+def entry(name: str) -> EntryRun:
+    return EntryRun(
+        method=name,
+        epochs=3,
+        batch_size=32,
+        learning_rate=1e-2,
+        samples=6,
+        ensemble_size=2,
+        seed=0,
+        heteroscedastic=True,
+    )
+
+
+def two_heads() -> nn.Module:
+    return nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 2))
+
+
+@pytest.mark.parametrize("name", ["mf", "ensemble"])
+def test_a_compare_entry_scores_the_mixture_of_its_heads_in_the_target_units(name: str) -> None:
+    """Targets 100 y + 7 train the same standardised network: means map to 100 mu + 7, the
+    per-input stds to 100 sigma_k(x) (each sample its own), so the RMSE is 100 times as large
+    and the log-likelihood log 100 lower; the score is the mixture of the heads by hand."""
+    x, y = noisy_sine(160, seed=7)
+    source = NetworkSource(two_heads())
+    plain = train_entry(source, entry(name), 0, (x[:120], y[:120]), x[120:], None, True)
+    scaled = train_entry(source, entry(name), 0, (x[:120], 100 * y[:120] + 7), x[120:], None, True)
+    assert plain.test.shape == (6 if name == "mf" else 2, 40, 1)
+    assert plain.noise_std.shape == plain.test.shape[:2]
+    assert float(plain.noise_std.std(1).min()) > 0  # a std per input
+    torch.testing.assert_close(scaled.test, 100 * plain.test + 7, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(scaled.noise_std, 100 * plain.noise_std, rtol=1e-4, atol=0)
+    metrics = [
+        score(t, target, Task.REGRESSION, 0.9)
+        for t, target in ((plain, y[120:]), (scaled, 100 * y[120:] + 7))
+    ]
+    assert metrics[1]["rmse"] == pytest.approx(100 * metrics[0]["rmse"], rel=1e-4)
+    assert metrics[1]["test_log_likelihood"] == pytest.approx(
+        metrics[0]["test_log_likelihood"] - math.log(100), abs=1e-4
+    )
+    means, stds = plain.test.double().squeeze(-1), plain.noise_std
+    densities = torch.exp(-0.5 * ((y[120:] - means) / stds) ** 2) / (stds * math.sqrt(2 * math.pi))
+    log_likelihood = float(densities.mean(0).log().mean())
+    assert metrics[0]["test_log_likelihood"] == pytest.approx(log_likelihood, rel=1e-9)
+
+
+def test_compare_recognises_two_outputs_and_refuses_laplace() -> None:
+    x, y = noisy_sine(80, seed=8)
+    result = vbnn.compare(two_heads, (x.numpy(), y.numpy()), folds=2, families=["point"], epochs=2)
+    assert result.task is Task.REGRESSION and set(result.folds["fold"]) == {0, 1}
+    with pytest.raises(ValueError, match="'laplace': laplace-torch's regression Hessian"):
+        vbnn.compare(two_heads, (x.numpy(), y.numpy()), folds=2, families=["laplace"])
+    with pytest.raises(ValueError, match=r"needs one output \(N, 1\), or two \(N, 2\)"):
+        vbnn.compare(nn.Linear(1, 3), (x.numpy(), y.numpy()), folds=2, families=["point"])
