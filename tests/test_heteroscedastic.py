@@ -295,3 +295,37 @@ def test_compare_recognises_two_outputs_and_refuses_laplace() -> None:
         vbnn.compare(two_heads, (x.numpy(), y.numpy()), folds=2, families=["laplace"])
     with pytest.raises(ValueError, match=r"needs one output \(N, 1\), or two \(N, 2\)"):
         vbnn.compare(nn.Linear(1, 3), (x.numpy(), y.numpy()), folds=2, families=["point"])
+
+
+def test_diagnose_names_the_heteroscedastic_regressor(heteroscedastic_fit) -> None:
+    x, y = sine_rows(20, seed=9)
+    with pytest.raises(ValueError, match=r"heteroscedastic=True\) has a noise std per input"):
+        vbnn.diagnose(heteroscedastic_fit, x, y)
+
+
+def test_a_stack_of_models_trains_and_validates_each_on_its_own_heads() -> None:
+    """M = 2 models sharing the batch: the stack's validation NLL (K = 1, the mean networks) is
+    the average over the models of each one's -mean_n log N(y_n | mu_m(x_n), sigma_m(x_n)^2)."""
+    stack = vbnn.networks.MLP("mf", (1, 8, 2), "tanh", ModelGenerators.for_keys(0, [0, 1], "init"))
+    likelihood = vbnn.HeteroscedasticGaussianLikelihood()
+    x, y = noisy_sine(64, seed=10)
+    result = vbnn.train(
+        stack,
+        (x, y),
+        likelihood=likelihood,
+        epochs=3,
+        batch_size=16,
+        learning_rate=0.01,
+        validation=(x, y),
+        progress=False,
+    )
+    with torch.no_grad():
+        outputs = network_output(stack, x.expand(2, -1, -1), ForwardMode.MEAN)  # (2, 64, 2)
+    means, stds = likelihood.mean(outputs), likelihood.std(outputs)
+    per_model = -(-0.5 * ((y - means) / stds) ** 2 - stds.log() - 0.5 * math.log(2 * math.pi))
+    nll = evaluate(
+        stack, likelihood, as_batches((x, y), None, torch.Generator()), 1, 0, torch.device("cpu")
+    )["validation_nll"]
+    assert nll == pytest.approx(float(per_model.mean()), rel=1e-5)
+    assert result.history[-1]["validation_nll"] == pytest.approx(nll, rel=1e-4)  # float32 sums
+    assert not torch.allclose(outputs[0], outputs[1])  # two models, two initialisations
