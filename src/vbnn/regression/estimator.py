@@ -15,14 +15,13 @@ the network has two outputs, a mean mu(x) and a log std s(x)
     Var[y | x] = Var_k[mu_k(x)] + (1/K) sum_k sigma_k(x)^2,
 
 the aleatoric part now varying with x; the std head's output, fit to the standardised targets,
-is scaled back by y's scale. The K draws come from a
-stream keyed by ``seed`` alone and every row is passed through the same K networks, so a row's
-prediction is the same whatever other rows X holds. ``score(X, y)`` is the mean test
-log-likelihood in nats (``metrics.gaussian_mixture_log_likelihood``), so model selection
-maximises it. Parameters follow scikit-learn's rules (stored as given, checked in ``fit``) and
-inputs are checked by scikit-learn's own validation (``regression.estimator_input``), so the
-estimator works with ``clone``, ``cross_val_score`` and grid searches and passes
-``sklearn.utils.estimator_checks``.
+is scaled back by y's scale. The K draws come from a stream keyed by ``seed`` alone and every
+row is passed through the same K networks, so a row's prediction is the same whatever other rows
+X holds. ``score(X, y)`` is the mean test log-likelihood in nats
+(``metrics.gaussian_mixture_log_likelihood``), so model selection maximises it. Parameters
+follow scikit-learn's rules (stored as given, checked in ``fit``) and inputs are checked by
+scikit-learn's own validation (``regression.estimator_input``), so the estimator works with
+``clone``, ``cross_val_score`` and grid searches and passes ``sklearn.utils.estimator_checks``.
 
 Defaults. ReLU, because the epistemic std should grow away from the data: far from it a ReLU
 network is linear in x, so the spread of the sampled functions grows in proportion to the

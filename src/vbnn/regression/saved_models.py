@@ -43,7 +43,7 @@ class SavedModel:
     """A loaded stack: the model, its likelihood, the config and what the stack was trained on."""
 
     model: MLP
-    likelihood: GaussianLikelihood
+    likelihood: GaussianLikelihood | HeteroscedasticGaussianLikelihood
     config: TrainConfig
     in_features: int
     keys: tuple[int, ...]
