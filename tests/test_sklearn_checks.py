@@ -18,7 +18,11 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from vbnn.classification.estimator import BayesianClassifier
 from vbnn.regression.estimator import BayesianRegressor
 
-QUICK = [BayesianRegressor(iterations=20, samples=10), BayesianClassifier(epochs=2, samples=10)]
+QUICK = [
+    BayesianRegressor(iterations=20, samples=10),
+    BayesianRegressor(iterations=20, samples=10, heteroscedastic=True),
+    BayesianClassifier(epochs=2, samples=10),
+]
 
 
 @parametrize_with_checks(QUICK)

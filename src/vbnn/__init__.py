@@ -72,6 +72,7 @@ from vbnn.training.likelihoods import (
     BernoulliLikelihood,
     CategoricalLikelihood,
     GaussianLikelihood,
+    HeteroscedasticGaussianLikelihood,
     Likelihood,
 )
 from vbnn.training.loop import LangevinDynamics, NonFiniteLossError, train_loop
@@ -146,6 +147,7 @@ __all__ = [
     "FullCovariance",
     "GaussianLikelihood",
     "GaussianPrior",
+    "HeteroscedasticGaussianLikelihood",
     "LangevinDynamics",
     "LayerDropout",
     "Likelihood",

@@ -13,7 +13,9 @@ every epoch, as their objective already holds the prior. A temperature-scaled en
 (``NAME+ts``) holds the same share out to fit its temperature (``methods.temperature``). A
 regressor's targets are standardised on the training examples, y' = (y - mean) / std, for every
 entry; its predictive means and noise std are mapped back (mean + std f', std sigma'), so every
-metric is in the targets' own units.
+metric is in the targets' own units. A regression network with two outputs
+(``EntryRun.heteroscedastic``) trains with ``HeteroscedasticGaussianLikelihood``: each sample's
+outputs are a mean and a log std per input, sigma_k(x) = std exp(s_k(x)) in the targets' units.
 
 Initial weights: with a function, the network of seed s is ``function()`` called under
 ``torch.manual_seed(s)``; with a module, a deep copy of it (its own weights). The ensemble's member
@@ -40,6 +42,7 @@ from vbnn.methods.base import Fitted, Method
 from vbnn.methods.registry import METHODS, method
 from vbnn.methods.temperature import TemperatureScaled, scale_samples
 from vbnn.networks.adapter import LoRA
+from vbnn.training.likelihoods import HeteroscedasticGaussianLikelihood
 from vbnn.training.natural_gradient import IVON
 from vbnn.training.trainer import train
 
@@ -136,7 +139,8 @@ class EntryRun:
     own device; ``ivon``: the IVON settings of an entry IVON trains (None: ``vbnn.IVON()``; the
     network form stores them with its runs, so a run of other IVON values is never read back as
     today's); ``adapter``: the ``vbnn.LoRA`` of an adapter entry (None: ``vbnn.LoRA()``; stored
-    the same way)."""
+    the same way); ``heteroscedastic``: a regression network's two outputs are a mean and a log
+    std (module docstring)."""
 
     method: str
     epochs: int
@@ -151,12 +155,14 @@ class EntryRun:
     device: str | None = None
     ivon: IVON | None = None
     adapter: LoRA | None = None
+    heteroscedastic: bool = False
 
 
 @dataclass(frozen=True)
 class Trained:
     """An entry trained on one replicate: K predictive samples of the test inputs (and of the
-    out-of-distribution inputs), the noise std of each sample (regression), training seconds."""
+    out-of-distribution inputs), the noise std of each sample (regression: (K, 1), or (K, N) per
+    input for a heteroscedastic network), training seconds."""
 
     test: torch.Tensor
     ood: torch.Tensor | None
@@ -248,13 +254,24 @@ def train_entry(
             if x is not None:
                 part.append(draw(x))
         if regression:
-            parts[0][-1] = scale.means(parts[0][-1])
-            stds.append(noise_std.expand(len(parts[0][-1]), 1))
+            parts[0][-1], std = _regression_samples(parts[0][-1], noise_std, scale, run)
+            stds.append(std)
     test, ood = torch.cat(parts[0]), torch.cat(parts[1]) if parts[1] else None
     if scaled:
         _, (test, ood) = scale_samples(torch.cat(parts[2]), held[1], test, ood)
     return Trained(test=test, ood=ood, noise_std=torch.cat(stds) if regression else None,
                    seconds=seconds)  # fmt: skip
+
+
+def _regression_samples(
+    outputs: torch.Tensor, noise_std: torch.Tensor, scale: Standardizer, run: EntryRun
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Means (K, N, 1) and noise stds, (K, 1), or (K, N) for a heteroscedastic network, of K
+    samples of a regressor's outputs (K, N, 1 or 2), in the targets' units."""
+    if not run.heteroscedastic:
+        return scale.means(outputs), noise_std.expand(len(outputs), 1)
+    stds = HeteroscedasticGaussianLikelihood().std(outputs).double() * scale.std
+    return scale.means(outputs[..., :1]), stds
 
 
 # Parameters: one member of ``train_entry``: the method, its network and data, the run's settings
@@ -269,7 +286,8 @@ def _train_member(
     scale: Standardizer,
 ) -> tuple[Fitted, float, torch.Tensor]:
     """``network`` prepared and trained as ``chosen`` says: the trained member, its training
-    seconds and (a regressor's) noise std in the targets' units, (1, 1)."""
+    seconds and (a regressor's) noise std in the targets' units, (1, 1) (1 for a heteroscedastic
+    network, whose stds are its outputs)."""
     if chosen.pretrained:  # the adapter's initial A, drawn under the member's seed
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, 0, "init"))
@@ -277,6 +295,8 @@ def _train_member(
     else:
         network = chosen.prepare(network, run)
     options = {"learning_rate": run.learning_rate, **chosen.train_options(run, network)}
+    if run.heteroscedastic:
+        options["likelihood"] = HeteroscedasticGaussianLikelihood()
     result = train(
         network,
         data,
@@ -290,8 +310,8 @@ def _train_member(
         progress=False,
         **options,
     )
-    noise_std = torch.ones(1, 1, dtype=torch.float64)  # a classifier's: unused
-    if regression:
+    noise_std = torch.ones(1, 1, dtype=torch.float64)  # a classifier's, a heteroscedastic one's
+    if regression and not run.heteroscedastic:
         noise_std = result.likelihood.std().detach().cpu().reshape(1, 1).double() * scale.std
     callbacks = tuple(options.get("callbacks", ()))
     fitted = Fitted(result.network, data, regression, float(noise_std) / scale.std, callbacks)

@@ -6,7 +6,8 @@ network's batch rule, ``core.batch_rule``). Floating inputs take the network's d
 inputs stay integers (token ids) in a mapping or for a network holding an ``nn.Embedding``, and
 take the network's dtype otherwise (integer features). The task follows the targets:
 integer classes 0 .. C-1 make a classification (the network's
-output is C logits), floating targets a regression (one output, a learned Gaussian noise). The
+output is C logits), floating targets a regression (one output, a learned Gaussian noise; or
+two, a mean and a log std per input: ``HeteroscedasticGaussianLikelihood``). The
 replicates are the seeds when ``test=`` is given (each seed trains on all of (x, y) and tests on
 ``test``), else the (fold, seed) pairs of K folds or given splits. Every (entry, replicate) is a
 row of the results database (trained through ``sweeps.driver``) under a name that hashes the
@@ -18,7 +19,8 @@ classifier's test log-likelihood, accuracy, ECE, Brier and AURC of the predictiv
 out-of-distribution inputs, AUROC, AUPR and FPR at 95 % TPR of the predictive entropy and of the
 mutual information (``vbnn.metrics``; out-of-distribution inputs positive; NaN for the mutual
 information of ``point``, which has one sample); regression test log-likelihood of the mixture
-1/K sum_k N(f_k(x), sigma_k^2), the RMSE of its mean and the coverage of its central interval.
+1/K sum_k N(f_k(x), sigma_k^2) (sigma_k(x) per input for two outputs), the RMSE of its mean and
+the coverage of its central interval.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from vbnn.core.batch_rule import (
 from vbnn.core.batch_rule import rows as examples_of
 from vbnn.core.contracts import SplitResult
 from vbnn.core.randomness import derive_seed
+from vbnn.methods.base import PredictiveKind
 from vbnn.methods.registry import base_method
 from vbnn.methods.temperature import SUFFIX
 from vbnn.metrics import (
@@ -170,18 +173,20 @@ def network_key(network: nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
-def _check_output(network: nn.Module, x: Inputs, y: torch.Tensor, task: Task) -> None:
+def _check_output(network: nn.Module, x: Inputs, y: torch.Tensor, task: Task) -> bool:
     """A pass of the initial network on two examples: its output (the batch rule's prediction)
-    must fit the task."""
+    must fit the task. Returns whether it is a heteroscedastic regressor (two outputs)."""
     network.eval()
     first = take(x, slice(0, 2))
     with torch.no_grad():
         output = predict(network, first)
     label = type(network).__name__
-    if task is Task.REGRESSION and tuple(output.shape) != (examples_of(first), 1):
-        raise ValueError(f"network: {label} gives {tuple(output.shape)} for "
-                         f"{examples_of(first)} examples; a regression needs one output "
-                         "(N, 1)")  # fmt: skip
+    rows = examples_of(first)
+    if task is Task.REGRESSION and tuple(output.shape) not in ((rows, 1), (rows, 2)):
+        raise ValueError(
+            f"network: {label} gives {tuple(output.shape)} for {rows} examples; a regression "
+            "needs one output (N, 1), or two (N, 2): a mean and a log std"
+        )
     if task is Task.CLASSIFICATION:
         if output.dim() != 2:
             raise ValueError(f"network: {label} gives {tuple(output.shape)}; a classifier "
@@ -189,6 +194,7 @@ def _check_output(network: nn.Module, x: Inputs, y: torch.Tensor, task: Task) ->
         if int(y.min()) < 0 or int(y.max()) >= output.shape[1]:
             raise ValueError(f"y: classes {int(y.min())} .. {int(y.max())} do not fit the "
                              f"{output.shape[1]} logits of {label}")  # fmt: skip
+    return task is Task.REGRESSION and output.shape[1] == 2
 
 
 def score(trained: Trained, y: torch.Tensor, task: Task, level: float) -> dict[str, float]:
@@ -270,8 +276,9 @@ def entry_unit(
     return [result], {replicate: {**metrics, "tuning_seconds": 0.0}}
 
 
-def entry_run(config: NetworkConfig, name: str) -> EntryRun:
-    """The settings of entry ``name`` (a known method) under ``config``."""
+def entry_run(config: NetworkConfig, name: str, heteroscedastic: bool = False) -> EntryRun:
+    """The settings of entry ``name`` (a known method) under ``config``; ``heteroscedastic``: a
+    regression network whose two outputs are a mean and a log std."""
     chosen = base_method(name)
     return EntryRun(
         method=name,
@@ -287,6 +294,7 @@ def entry_run(config: NetworkConfig, name: str) -> EntryRun:
         device=config.device,
         ivon=config.ivon if chosen.optimizer == "ivon" else None,
         adapter=config.adapter if chosen.pretrained else None,
+        heteroscedastic=heteroscedastic,
     )
 
 
@@ -345,9 +353,15 @@ def prepare(
     if test_pair is not None:
         test_pair = (network_inputs(test_pair[0], initial, dtype), test_pair[1].to(y.dtype))
     ood_x = None if ood_x is None else network_inputs(ood_x, initial, dtype)
-    _check_output(initial, x, y, task)
+    heteroscedastic = _check_output(initial, x, y, task)
     names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial,
                           take(x, slice(0, 2)), partial(entry_run, config))  # fmt: skip
+    laplace = [n for n in names if base_method(n).predictive is PredictiveKind.LAPLACE]
+    if heteroscedastic and laplace:
+        raise ValueError(
+            f"families: {laplace[0]!r}: laplace-torch's regression Hessian is that of one "
+            "Gaussian noise std; this network's two outputs are a mean and a log std"
+        )
     scaled = [name for name in names if name.endswith(SUFFIX)]
     if scaled and task is Task.REGRESSION:
         raise ValueError(f"families: {scaled[0]!r}: temperature scaling calibrates a "
@@ -356,7 +370,7 @@ def prepare(
     if task is Task.CLASSIFICATION:
         tested = None if test_pair is None else test_pair[1].numpy()
         warn_unseen_classes(y.numpy(), chosen.rows, tested)
-    runs = {n: entry_run(config, n) for n in names}
+    runs = {n: entry_run(config, n, heteroscedastic) for n in names}
     # IVON's and the adapter's settings key the runs of the entries they train (EntryRun.ivon,
     # .adapter), not the data: other values leave every other entry's stored runs in place
     shared = {k: v for k, v in asdict(config).items() if k not in ("ivon", "adapter")}

@@ -278,6 +278,11 @@ def _from_estimator(estimator, x, y) -> tuple[nn.Module, torch.Tensor, torch.Ten
             raise ValueError(f"diagnose: y holds labels outside {estimator.classes_.tolist()}")
         targets = torch.as_tensor(encoded, device=parameter.device)
         return estimator.model_, inputs, targets, {"task": "classification"}
+    if getattr(estimator, "heteroscedastic", False):
+        raise ValueError(
+            "diagnose: a BayesianRegressor(heteroscedastic=True) has a noise std per input; the "
+            "report takes one noise std (diagnose a fit with heteroscedastic=False)"
+        )
     scaled = (np.asarray(y, dtype=np.float64) - estimator.y_mean_) / estimator.y_scale_
     targets = torch.as_tensor(scaled, device=parameter.device)
     noise_std = float(estimator.likelihood_.std().detach().reshape(-1)[0])

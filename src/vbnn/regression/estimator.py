@@ -7,14 +7,21 @@ predictive mixture over K functions f_k, each one weight draw from q,
 
     Var[y | x] = Var_k[f_k(x)] + sigma^2        (epistemic + aleatoric),
 
-both in the units of y (``predict_components`` gives the two parts). The K draws come from a
-stream keyed by ``seed`` alone and every row is passed through the same K networks, so a row's
-prediction is the same whatever other rows X holds. ``score(X, y)`` is the mean test
-log-likelihood in nats (``metrics.gaussian_mixture_log_likelihood``), so model selection
-maximises it. Parameters follow scikit-learn's rules (stored as given, checked in ``fit``) and
-inputs are checked by scikit-learn's own validation (``regression.estimator_input``), so the
-estimator works with ``clone``, ``cross_val_score`` and grid searches and passes
-``sklearn.utils.estimator_checks``.
+both in the units of y (``predict_components`` gives the two parts). With ``heteroscedastic``
+the network has two outputs, a mean mu(x) and a log std s(x)
+(``HeteroscedasticGaussianLikelihood``; Kendall & Gal 2017), the predictive is the mixture
+(1/K) sum_k N(mu_k(x), sigma_k(x)^2) and its variance, exactly,
+
+    Var[y | x] = Var_k[mu_k(x)] + (1/K) sum_k sigma_k(x)^2,
+
+the aleatoric part now varying with x; the std head's output, fit to the standardised targets,
+is scaled back by y's scale. The K draws come from a stream keyed by ``seed`` alone and every
+row is passed through the same K networks, so a row's prediction is the same whatever other rows
+X holds. ``score(X, y)`` is the mean test log-likelihood in nats
+(``metrics.gaussian_mixture_log_likelihood``), so model selection maximises it. Parameters
+follow scikit-learn's rules (stored as given, checked in ``fit``) and inputs are checked by
+scikit-learn's own validation (``regression.estimator_input``), so the estimator works with
+``clone``, ``cross_val_score`` and grid searches and passes ``sklearn.utils.estimator_checks``.
 
 Defaults. ReLU, because the epistemic std should grow away from the data: far from it a ReLU
 network is linear in x, so the spread of the sampled functions grows in proportion to the
@@ -63,6 +70,7 @@ from vbnn.regression.full_batch import fit as fit_stack
 from vbnn.regression.runs import VIConfig
 from vbnn.regression.saved_models import load_model, save_model
 from vbnn.regression.stack import build_stack
+from vbnn.training.likelihoods import HeteroscedasticGaussianLikelihood
 
 # The estimators' initial posterior std (and gd's fixed one); the module docstring says why.
 
@@ -100,6 +108,8 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         seed: seeds the initialisation, the training noise and the predictive samples.
         device: where the network trains and predicts ("cpu", "cuda", ...); the noise comes
             from the same CPU streams on any device, so the numbers agree to float rounding.
+        heteroscedastic: learn a noise std per input (a second, log-std output) instead of one
+            noise std (module docstring).
     """
 
     # Parameters: scikit-learn wants one argument per hyper-parameter (get_params, clone, searches)
@@ -116,6 +126,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         samples: int = 100,
         seed: int = 0,
         device: str = "cpu",
+        heteroscedastic: bool = False,
     ) -> None:
         self.family = family
         self.hidden = hidden
@@ -128,6 +139,7 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         self.samples = samples
         self.seed = seed
         self.device = device
+        self.heteroscedastic = heteroscedastic
 
     def __sklearn_tags__(self) -> Tags:
         """scikit-learn's tags; ``poor_score``: ``score`` is the mean log-likelihood in nats,
@@ -177,7 +189,8 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         device = training_device(config)
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0).to(device)
         targets = torch.as_tensor((y - self.y_mean_) / self.y_scale_).unsqueeze(0).to(device)
-        model, likelihood = build_stack(config, x.shape[1], [0])
+        heteroscedastic = bool(self.heteroscedastic)
+        model, likelihood = build_stack(config, x.shape[1], [0], heteroscedastic=heteroscedastic)
         self.model_, self.likelihood_ = model.to(device), likelihood.to(device)
         streams = ModelGenerators.for_keys(config.seed, [0], "train")
         fit_stack(config, Problem(self.model_, self.likelihood_, inputs, targets), streams)
@@ -185,26 +198,31 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         return self
 
     @torch.no_grad()
-    def _samples(self, X) -> tuple[torch.Tensor, float]:
-        """(K, N) network outputs and the noise std, in the units of y: K weight draws from
-        the seed's evaluation stream, each shared by every row, so a row's outputs do not
-        depend on the other rows of X."""
+    def _samples(self, X) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K, N) means and noise stds of the K mixture components, in the units of y: K weight
+        draws from the seed's evaluation stream, each shared by every row, so a row's outputs
+        do not depend on the other rows of X."""
         check_is_fitted(self, "model_")
         x = predict_input(self, X)
         inputs = torch.as_tensor((x - self.x_mean_) / self.x_scale_).unsqueeze(0)
-        inputs = inputs.to(self.likelihood_.log_std.device)
+        inputs = inputs.to(next(self.model_.parameters()).device)
         noise = ModelGenerators.for_keys(self.seed, [0], "eval")
         outputs = sample(self.model_, inputs, self.samples, ForwardMode.WEIGHTS, noise=noise)
-        outputs = outputs[:, 0, :, 0].cpu()  # (K, N)
-        noise_std = float(self.likelihood_.std()[0]) * self.y_scale_
-        return outputs * self.y_scale_ + self.y_mean_, noise_std
+        outputs = outputs[:, 0].cpu()  # (K, N, outputs)
+        means = self.likelihood_.mean(outputs)
+        if isinstance(self.likelihood_, HeteroscedasticGaussianLikelihood):
+            stds = self.likelihood_.std(outputs)
+        else:
+            stds = torch.full_like(means, float(self.likelihood_.std()[0]))
+        return means * self.y_scale_ + self.y_mean_, stds * self.y_scale_
 
     def predict_components(self, X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(mean, epistemic std, aleatoric std) of the predictive, each (N,), units of y."""
-        outputs, noise_std = self._samples(X)
-        epistemic = outputs.var(0, unbiased=False).sqrt()
-        aleatoric = torch.full_like(epistemic, noise_std)
-        return outputs.mean(0).numpy(), epistemic.numpy(), aleatoric.numpy()
+        """(mean, epistemic std, aleatoric std) of the predictive, each (N,), units of y; the
+        aleatoric std is sqrt((1/K) sum_k sigma_k(x)^2), sigma for a homoscedastic model."""
+        means, stds = self._samples(X)
+        epistemic = means.var(0, unbiased=False).sqrt()
+        aleatoric = stds.pow(2).mean(0).sqrt()
+        return means.mean(0).numpy(), epistemic.numpy(), aleatoric.numpy()
 
     def predict(self, X, return_std: bool = False):
         """Predictive mean (N,); with ``return_std`` also the total std sqrt(epi^2 + alea^2)."""
@@ -217,11 +235,9 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
         """Mean test log-likelihood (nats per example) of the K-sample predictive mixture."""
         if sample_weight is not None:
             raise ValueError("BayesianRegressor.score: sample_weight is not supported")
-        outputs, noise_std = self._samples(X)
-        y = one_per_row(y, outputs.shape[1], numeric=True)
-        per_example = gaussian_mixture_log_likelihood(
-            outputs, torch.tensor(noise_std, dtype=outputs.dtype), torch.as_tensor(y)
-        )
+        means, stds = self._samples(X)
+        y = one_per_row(y, means.shape[1], numeric=True)
+        per_example = gaussian_mixture_log_likelihood(means, stds, torch.as_tensor(y))
         return float(per_example.mean())
 
     def save(self, folder: str | Path) -> Path:

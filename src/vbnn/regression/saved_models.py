@@ -26,7 +26,7 @@ from vbnn.networks.mlp import MLP
 from vbnn.regression.runs import TrainConfig, config_from_dict
 from vbnn.regression.stack import build_stack
 from vbnn.stores.atomic import write_folder_atomic
-from vbnn.training.likelihoods import GaussianLikelihood
+from vbnn.training.likelihoods import GaussianLikelihood, HeteroscedasticGaussianLikelihood
 
 FORMAT = "vbnn-model"
 FORMAT_VERSION = 3  # a folder of another version is refused
@@ -43,7 +43,7 @@ class SavedModel:
     """A loaded stack: the model, its likelihood, the config and what the stack was trained on."""
 
     model: MLP
-    likelihood: GaussianLikelihood
+    likelihood: GaussianLikelihood | HeteroscedasticGaussianLikelihood
     config: TrainConfig
     in_features: int
     keys: tuple[int, ...]
@@ -89,6 +89,7 @@ def save_model(
         "keys": [int(k) for k in keys],
         "dataset": dataset,
         "metadata": metadata or {},
+        "heteroscedastic": isinstance(likelihood, HeteroscedasticGaussianLikelihood),
     }
 
     def fill(staging: Path) -> None:
@@ -130,7 +131,8 @@ def load_model(folder: str | Path) -> SavedModel:
         in_features, keys = int(description["in_features"]), tuple(description["keys"])
     except (KeyError, TypeError, ValueError) as error:
         raise ModelFileError(f"{config_path}: bad config ({error})") from None
-    model, likelihood = build_stack(config, in_features, keys)
+    heteroscedastic = bool(description.get("heteroscedastic", False))
+    model, likelihood = build_stack(config, in_features, keys, heteroscedastic=heteroscedastic)
     try:
         state = torch.load(state_path, weights_only=True, map_location="cpu")
         model.load_state_dict(state["model"])

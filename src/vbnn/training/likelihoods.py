@@ -6,6 +6,8 @@ sums over the last dimension and scales to the data-set size.
 
 * ``GaussianLikelihood``: y ~ N(f(x), sigma^2), sigma learned (stored as log sigma) or fixed;
   prediction (..., N, 1), target (..., N). One sigma per model.
+* ``HeteroscedasticGaussianLikelihood``: y ~ N(mu(x), sigma(x)^2), the network's two outputs
+  (mean, log std); prediction (..., N, 2), target (..., N). No parameters of its own.
 * ``CategoricalLikelihood``: t ~ Cat(softmax(f(x))); logits (..., N, C), labels (..., N) or (N,),
   integers or floats holding whole numbers (as a table read from a file gives them).
 * ``BernoulliLikelihood``: t ~ Bernoulli(sigmoid(f(x))); logits (..., N) or (..., N, 1),
@@ -111,6 +113,74 @@ class GaussianLikelihood(nn.Module):
             )
         check_finite("GaussianLikelihood: target", target)
         return gaussian_log_prob(target, prediction.squeeze(-1), self.std().unsqueeze(-1))
+
+    def mean(self, prediction: torch.Tensor) -> torch.Tensor:
+        """The predicted mean f(x), (..., N), of a prediction (..., N, 1)."""
+        return prediction.squeeze(-1)
+
+
+class HeteroscedasticGaussianLikelihood(nn.Module):
+    """y ~ N(mu(x), sigma(x)^2) with the network's two outputs as the mean and the log std
+    (Nix & Weigend 1994; Kendall & Gal 2017):
+
+        log p(y | x) = -(y - mu)^2 / (2 sigma^2) - log sigma - log(2 pi) / 2,
+        sigma = min_std + exp(s),   (mu, s) = f(x)[..., 0], f(x)[..., 1].
+
+    Why a log-std head (rather than a softplus one): exp maps the unbounded output onto
+    sigma > 0 without a constraint; for a fixed mean and no floor the negative log-likelihood
+    r^2 e^{-2s} / 2 + s is convex in s, with its minimum at s = log|r|; and a head whose output is
+    a constant c gives exactly ``GaussianLikelihood(fixed_std=e^c)``, so the homoscedastic model
+    is the special case. Kendall & Gal's log-variance head is the same head doubled. The floor
+    ``min_std`` (0: none) keeps sigma away from 0 where a flexible mean interpolates a
+    training point and the likelihood would grow without bound. The likelihood holds no
+    parameters: the noise is the network's.
+
+    Args:
+        min_std: the floor added to exp(s), >= 0, in the target's units.
+    """
+
+    def __init__(self, min_std: float = 0.0) -> None:
+        super().__init__()
+        if not min_std >= 0:
+            raise ValueError(
+                f"HeteroscedasticGaussianLikelihood: min_std must be >= 0, got {min_std}"
+            )
+        self.min_std = float(min_std)
+
+    def _heads(self, prediction: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if prediction.dim() < 2 or prediction.shape[-1] != 2:
+            raise ValueError(
+                f"HeteroscedasticGaussianLikelihood: prediction {tuple(prediction.shape)} must "
+                "be (..., N, 2): a network with two outputs, the mean and the log std"
+            )
+        return prediction[..., 0], prediction[..., 1]
+
+    def mean(self, prediction: torch.Tensor) -> torch.Tensor:
+        """mu(x), (..., N), of a prediction (..., N, 2)."""
+        return self._heads(prediction)[0]
+
+    def std(self, prediction: torch.Tensor) -> torch.Tensor:
+        """sigma(x) = min_std + exp(s(x)), (..., N), of a prediction (..., N, 2)."""
+        return self._heads(prediction)[1].exp() + self.min_std
+
+    def log_prob(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """log N(target | mu, sigma^2): prediction (..., N, 2), target (..., N) -> (..., N)."""
+        mean, log_std = self._heads(prediction)
+        if mean.shape != target.shape:
+            raise ValueError(
+                f"HeteroscedasticGaussianLikelihood: prediction {tuple(prediction.shape)} must "
+                f"be the target {tuple(target.shape)} with a trailing output dimension of 2"
+            )
+        check_finite("HeteroscedasticGaussianLikelihood: target", target)
+        if self.min_std == 0:  # log sigma = s exactly, without exp then log
+            residual = (target - mean) * torch.exp(-log_std)
+            return -0.5 * residual**2 - log_std - 0.5 * math.log(2 * math.pi)
+        return gaussian_log_prob(target, mean, log_std.exp() + self.min_std)
+
+
+REAL_TARGETS = (GaussianLikelihood, HeteroscedasticGaussianLikelihood)
+"""The likelihoods of real targets (regression): their metrics are the NLL and the RMSE of
+their ``mean``."""
 
 
 class CategoricalLikelihood(nn.Module):

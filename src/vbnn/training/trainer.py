@@ -53,7 +53,12 @@ from vbnn.layers.modes import as_input, stack_size, variational_layers
 from vbnn.training import distributed
 from vbnn.training.batches import Batches, as_batches
 from vbnn.training.checkpoint import ResumableRun, load_checkpoint
-from vbnn.training.likelihoods import CategoricalLikelihood, GaussianLikelihood, Likelihood
+from vbnn.training.likelihoods import (
+    REAL_TARGETS,
+    CategoricalLikelihood,
+    GaussianLikelihood,
+    Likelihood,
+)
 from vbnn.training.loop import LangevinDynamics, StepCallback, Terms, train_loop
 from vbnn.training.objectives import elbo, kl, log_joint, log_likelihood
 from vbnn.training.optimizer import OptimizerSettings, optimizer_settings
@@ -97,7 +102,7 @@ def _default_likelihood(target: torch.Tensor, models: int | None) -> nn.Module:
 def _check_targets(likelihood: Likelihood, target: torch.Tensor, name: str) -> None:
     """ValueError when the targets are of the wrong kind for ``likelihood``."""
     kind = type(likelihood).__name__
-    if isinstance(likelihood, GaussianLikelihood) and not target.is_floating_point():
+    if isinstance(likelihood, REAL_TARGETS) and not target.is_floating_point():
         raise ValueError(f"{name}: y is {target.dtype} but {kind} needs real targets; for class "
                          "labels use CategoricalLikelihood")  # fmt: skip
     if isinstance(likelihood, CategoricalLikelihood) and target.is_floating_point():
@@ -152,7 +157,8 @@ def train(
             ``training.batches`` source; or, for one network, mappings of tensors holding the
             target (a HuggingFace batch: ``core.batch_rule``, the model's ``vbnn.BatchRule``).
         likelihood: None: ``CategoricalLikelihood`` for integer targets, else
-            ``GaussianLikelihood`` (its noise std learned).
+            ``GaussianLikelihood`` (its noise std learned); a network with two outputs
+            (mean, log std) takes ``HeteroscedasticGaussianLikelihood``.
         objective: "elbo", "map", "likelihood" or "sgld" (``Objective``).
         prior: None: each layer's default prior (as ``vbnn.kl``).
         batch_size: examples per step (data-parallel: the global batch, shared out between the
