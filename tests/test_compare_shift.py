@@ -48,10 +48,10 @@ def test_intensity_zero_is_in_distribution_and_a_shifted_row_is_its_copy_scored(
     tmp_path: Path, one_thread
 ) -> None:
     data, test = pixels(80, 0), pixels(30, 1)
-    result = vbnn.compare(small_cnn, data, test=test, families=["point", "mf"], shift=SHIFTS,
-                          database=tmp_path / "c.sqlite", **FAST)  # fmt: skip
+    result = vbnn.compare(small_cnn, data, test=test, families=["point", "mf", "point+ts"],
+                          shift=SHIFTS, database=tmp_path / "c.sqlite", **FAST)  # fmt: skip
     shifts = result.shifts
-    assert len(shifts) == 2 * len(SHIFTS)
+    assert len(shifts) == 3 * len(SHIFTS)
     assert list(shifts.columns[:4]) == ["entry", "replicate", "shift", "intensity"]
     for _, row in shifts.iterrows():
         clean = result.folds[result.folds["family"] == row["entry"]].iloc[0]
@@ -128,3 +128,16 @@ def test_bad_shift_arguments_fail_before_training(entry_trainings) -> None:
     with pytest.raises(ValueError, match="shift and normalisation apply to a network"):
         vbnn.compare("yacht", shift="ovadia")
     assert entry_trainings == []
+
+
+def test_a_regressor_on_images_is_scored_on_the_shifted_copies_too() -> None:
+    (x, _), (x_test, _) = pixels(50, 0), pixels(20, 1)
+    y, y_test = x.mean((1, 2, 3)), x_test.mean((1, 2, 3))  # the brightness itself
+    shifts = [Shift("brightness", 0), Shift("brightness", 5)]
+    result = vbnn.compare(lambda: nn.Sequential(nn.Flatten(), nn.Linear(100, 1)), (x, y),
+                          test=(x_test, y_test), families=["point"], shift=shifts,
+                          **FAST)  # fmt: skip
+    clean, bright = result.shifts.iloc[0], result.shifts.iloc[1]
+    for metric in ("log_likelihood", "rmse", "coverage"):
+        assert clean[metric] == result.folds[metric].iloc[0]
+    assert bright["rmse"] != clean["rmse"]
