@@ -29,8 +29,9 @@ per member) and minibatch order.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -161,13 +162,15 @@ class EntryRun:
 @dataclass(frozen=True)
 class Trained:
     """An entry trained on one replicate: K predictive samples of the test inputs (and of the
-    out-of-distribution inputs), the noise std of each sample (regression: (K, 1), or (K, N) per
-    input for a heteroscedastic network), training seconds."""
+    out-of-distribution inputs, and of each shifted copy of the test inputs by its name), the
+    noise std of each sample (regression: (K, 1), or (K, N) per input for a heteroscedastic
+    network), training seconds."""
 
     test: torch.Tensor
     ood: torch.Tensor | None
     noise_std: torch.Tensor | None
     seconds: float
+    shifted: dict[Any, torch.Tensor] = field(default_factory=dict)
 
 
 def _members(chosen: Method, run: EntryRun) -> list[tuple[int, bool]]:
@@ -224,10 +227,14 @@ def train_entry(
     test_x: Inputs,
     ood_x: Inputs | None,
     regression: bool,
+    shifted: Callable[[Inputs], Iterator[tuple[Any, Inputs]]] | None = None,
 ) -> Trained:
     """Train entry ``run.method`` on one replicate (module docstring) and draw its predictive
     samples; every seed derives from (``run.seed``, ``replicate``, the member). ``seconds``
-    counts the training steps and a post-hoc fit (Laplace's), not the predictive passes."""
+    counts the training steps and a post-hoc fit (Laplace's), not the predictive passes.
+
+    ``shifted``: test inputs -> (name, shifted copy) pairs (``comparison.shifts``); each
+    member draws on every copy, made again per member so that one copy is held at a time."""
     chosen = method(run.method)
     scaled = isinstance(chosen, TemperatureScaled)
     base = chosen.base if scaled else chosen
@@ -240,6 +247,7 @@ def train_entry(
     stopping = held if base.early_stopping and run.patience is not None else None
     inputs = [test_x, ood_x, held[0] if scaled else None]
     parts: list[list[torch.Tensor]] = [[], [], []]
+    named: dict[Any, list[torch.Tensor]] = {}
     stds, seconds = [], 0.0
     seed_of_init = derive_seed(run.seed, replicate, "init")
     for member, fresh in _members(base, run):
@@ -253,14 +261,20 @@ def train_entry(
         for part, x in zip(parts, inputs, strict=True):
             if x is not None:
                 part.append(draw(x))
+        for name, x in shifted(test_x) if shifted is not None else ():
+            samples = draw(x)
+            named.setdefault(name, []).append(scale.means(samples) if regression else samples)
         if regression:
             parts[0][-1], std = _regression_samples(parts[0][-1], noise_std, scale, run)
             stds.append(std)
     test, ood = torch.cat(parts[0]), torch.cat(parts[1]) if parts[1] else None
+    copies = {name: torch.cat(samples) for name, samples in named.items()}
     if scaled:
-        _, (test, ood) = scale_samples(torch.cat(parts[2]), held[1], test, ood)
+        _, (test, ood, *rest) = scale_samples(torch.cat(parts[2]), held[1], test, ood,
+                                              *copies.values())  # fmt: skip
+        copies = dict(zip(copies, rest, strict=True))
     return Trained(test=test, ood=ood, noise_std=torch.cat(stds) if regression else None,
-                   seconds=seconds)  # fmt: skip
+                   seconds=seconds, shifted=copies)  # fmt: skip
 
 
 def _regression_samples(

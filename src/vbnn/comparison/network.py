@@ -56,6 +56,7 @@ from vbnn.comparison.folds import (
     warn_unseen_classes,
 )
 from vbnn.comparison.scores import regression_scores
+from vbnn.comparison.shifts import ShiftedTests, shift_key
 from vbnn.core.batch_rule import (
     DEFAULT_RULE,
     BatchRule,
@@ -262,11 +263,18 @@ def entry_unit(
     ood: torch.Tensor | None,
     task: Task,
     level: float,
+    shifts: ShiftedTests | None = None,
 ) -> tuple[list[SplitResult], dict[int, dict[str, Any]]]:
-    """One (entry, replicate): train, predict, score (a sweeps unit: module level, picklable)."""
+    """One (entry, replicate): train, predict, score (a sweeps unit: module level, picklable);
+    with ``shifts``, every shifted copy of the test inputs scored too (``comparison.shifts``)."""
     trained = train_entry(source, run, replicate, train_data, test_data[0], ood,
-                          task is Task.REGRESSION)  # fmt: skip
+                          task is Task.REGRESSION,
+                          None if shifts is None else shifts.copies)  # fmt: skip
     metrics = score(trained, test_data[1], task, level)
+    for shift, samples in trained.shifted.items():
+        copy = Trained(test=samples, ood=None, noise_std=trained.noise_std, seconds=0.0)
+        scores = score(copy, test_data[1], task, level)
+        metrics |= {shift_key(shift, name): value for name, value in scores.items()}
     result = SplitResult(
         split=replicate,
         test_log_likelihood=metrics["test_log_likelihood"],
@@ -323,9 +331,10 @@ def prepare(
     splits: Sequence[Split] | None,
     config: NetworkConfig,
     cpus: int | None,
+    shifts: ShiftedTests | None = None,
 ) -> Prepared:
-    """Every check before any training (the data, the network's output, the entries), then the
-    runs and the unit builder."""
+    """Every check before any training (the data, the network's output, the entries, the test
+    images a shift needs), then the runs and the unit builder."""
     if not isinstance(network, nn.Module) and not callable(network):
         raise ValueError(f"network: expected an nn.Module or a function returning one, got "
                          f"{type(network).__name__}")  # fmt: skip
@@ -354,6 +363,11 @@ def prepare(
         test_pair = (network_inputs(test_pair[0], initial, dtype), test_pair[1].to(y.dtype))
     ood_x = None if ood_x is None else network_inputs(ood_x, initial, dtype)
     heteroscedastic = _check_output(initial, x, y, task)
+    if shifts is not None:
+        if heteroscedastic:
+            raise ValueError("shift: a heteroscedastic regressor is not scored under shift yet")
+        tested = ("data", x) if test_pair is None else ("test", test_pair[0])
+        shifts.check(tested[1], tested[0])
     names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial,
                           take(x, slice(0, 2)), partial(entry_run, config))  # fmt: skip
     laplace = [n for n in names if base_method(n).predictive is PredictiveKind.LAPLACE]
@@ -374,7 +388,9 @@ def prepare(
     # IVON's and the adapter's settings key the runs of the entries they train (EntryRun.ivon,
     # .adapter), not the data: other values leave every other entry's stored runs in place
     shared = {k: v for k, v in asdict(config).items() if k not in ("ivon", "adapter")}
-    settings = repr({"network": network_key(initial), **shared})
+    # the shifts key the runs only when given: the runs of a comparison without them stay put
+    keyed = {} if shifts is None else {"shifts": shifts.key}
+    settings = repr({"network": network_key(initial), **shared, **keyed})
     arrays = [*_arrays(x), y.numpy()]
     if test_pair is not None:
         arrays += [*_arrays(test_pair[0]), test_pair[1].numpy()]
@@ -393,7 +409,7 @@ def prepare(
             testing = test_pair if test_rows is None else (take(x, test_rows), y[test_rows])
             units.append(Unit(f"{entry.label} replicate {k}", entry_unit,
                               (source, entry.config, k, training, testing, ood_x, task,
-                               config.level), cpus))  # fmt: skip
+                               config.level, shifts), cpus))  # fmt: skip
         return units
 
     return Prepared(task, reason, name, runs, chosen.ids, chosen.over, build_units)

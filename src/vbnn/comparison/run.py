@@ -56,8 +56,10 @@ from vbnn.comparison.report import (
     summary_frame,
     verdict,
 )
+from vbnn.comparison.shifts import ShiftedTests, resolve_shifts, shift_frame
 from vbnn.comparison.table_network import network_run, network_units
 from vbnn.core.devices import usable_device
+from vbnn.data.shift import Normalisation
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.split_units import SplitUnits
 from vbnn.regression.tuning import TuningConfig, study_name
@@ -84,6 +86,9 @@ class ComparisonResult:
         verdict: the plain sentence of ``report.verdict``.
         level: the probability of the interval whose coverage is reported.
         over: what the replicates are ("folds"; "seeds" for a network with a test set).
+        shifts: with ``shift=``, one row per (entry, replicate, shift): ``entry``,
+            ``replicate``, ``shift`` (the kind), ``intensity`` and the metrics of the shifted
+            copy of the test set (``comparison.shifts``); None without.
     """
 
     task: Task
@@ -96,10 +101,28 @@ class ComparisonResult:
     verdict: str
     level: float
     over: str = "folds"
+    shifts: pd.DataFrame | None = None
 
     def plot(self, path: str | Path | None = None):
         """Test LL per fold and mean +- SEM per family; written to ``path`` when given."""
         return plot_comparison(self.folds, self.summary, path)
+
+    def plot_shift(self, path: str | Path | None = None, metrics: Sequence[str] | None = None):
+        """Ovadia et al. 2019's figure of ``shifts`` (``vbnn.plots.plot_shift``): each metric
+        (default accuracy, test LL, ECE, Brier) against intensity, a line per entry, a column
+        per shift kind; written to ``path`` when given.
+
+        Raises:
+            ValueError: the comparison ran without ``shift=``.
+        """
+        if self.shifts is None:
+            raise ValueError(
+                "plot_shift: this comparison ran without shift=; pass shift='ovadia' or a list "
+                "of vbnn.data.shift.Shift to compare"
+            )
+        from vbnn.plots import plot_shift
+
+        return plot_shift(self.shifts, metrics, path)
 
     def to_markdown(self) -> str:
         """The table and the verdict as Markdown."""
@@ -138,6 +161,8 @@ def compare(
     executor: str | ExecutorSettings = "local",
     progress: bool = False,
     data_dir: str | None = None,
+    shift: Any = None,
+    normalisation: Normalisation | None = None,
     **settings: Any,
 ) -> ComparisonResult:
     """Compare families (and baselines) on the same replicates of one data set.
@@ -174,6 +199,15 @@ def compare(
         executor: "local", "processes", "ray" or an ``ExecutorSettings``.
         progress: progress bars on stderr.
         data_dir: the data directory for a UCI name (default ``$VBNN_DATA_DIR``).
+        shift: a network's shifted test sets (``comparison.shifts``): "ovadia" (rotations by 0
+            to 180 degrees in steps of 15 and six corruptions at intensities 0 to 5,
+            ``vbnn.data.shift.ovadia_shifts()``) or a list of ``vbnn.data.shift.Shift``; the
+            test inputs must be images (N, C, H, W) of pixels in [0, 1]. The result's
+            ``shifts`` frame holds the metrics of every copy, ``plot_shift`` draws them. None:
+            no shift.
+        normalisation: how the test images were normalised (a
+            ``vbnn.data.shift.Normalisation``): the shifts are made on the pixels and
+            normalised again. None: they are pixels.
         **settings: a table's ``CompareConfig`` fields (``tune``, ``trials``, ``seed``,
             ``iterations``, ``epochs``, ``hidden``, ...); a network's ``NetworkConfig`` fields
             (``epochs``, ``batch_size``, ``learning_rate``, ``test_samples``,
@@ -196,8 +230,19 @@ def compare(
         for given, name in ((target, "target"), (task, "task"), (data_dir, "data_dir")):
             if given is not None:
                 raise ValueError(f"{name}: applies to a table, not to a network")
+        shifts = resolve_shifts(shift)
+        if normalisation is not None and not isinstance(normalisation, Normalisation):
+            raise ValueError(f"normalisation: expected a vbnn.data.shift.Normalisation, got "
+                             f"{type(normalisation).__name__}")  # fmt: skip
+        if normalisation is not None and shifts is None:
+            raise ValueError("normalisation: applies with shift=, which is None")
+        seed = settings.get("seed", NetworkConfig.seed)
+        tests = None if shifts is None else ShiftedTests(shifts, seed, normalisation)
         return _compare_network(data, y, test, ood, families, seeds, folds, splits, database,
-                                executor, progress, settings)  # fmt: skip
+                                executor, progress, settings, tests)  # fmt: skip
+    if shift is not None or normalisation is not None:
+        raise ValueError("shift and normalisation apply to a network's test images: "
+                         "compare(network, (x, y), test=..., shift='ovadia')")  # fmt: skip
     if test is not None or ood is not None or seeds != 1:
         raise ValueError("test, ood and seeds apply to a network: compare(network, (x, y), ...)")
     known = set(CompareConfig.__dataclass_fields__)
@@ -256,7 +301,13 @@ def compare(
 
 
 def _result(
-    frame: pd.DataFrame, task: Task, reason: str, name: str, level: float, over: str
+    frame: pd.DataFrame,
+    task: Task,
+    reason: str,
+    name: str,
+    level: float,
+    over: str,
+    shifts: pd.DataFrame | None = None,
 ) -> ComparisonResult:
     """The report of the rows of every (entry, replicate): summary, gaps, table, verdict."""
     summary = summary_frame(frame, task)
@@ -272,6 +323,7 @@ def _result(
         verdict=verdict(gaps),
         level=level,
         over=over,
+        shifts=shifts,
     )
 
 
@@ -313,6 +365,7 @@ def _compare_network(
     executor: str | ExecutorSettings,
     progress: bool,
     settings: dict[str, Any],
+    shifts: ShiftedTests | None = None,
 ) -> ComparisonResult:
     """``compare`` on the user's network (``compare.network``), through the shared driver."""
     known = set(NetworkConfig.__dataclass_fields__)
@@ -326,7 +379,7 @@ def _compare_network(
     if config.device is not None and run_settings.kind is not ExecutorKind.RAY:
         usable_device(config.device)  # on Ray the workers' GPUs count, not the driver's
     prepared = prepare(network, data, test, ood, families, seeds, folds, splits, config,
-                       run_settings.cpus_per_unit)  # fmt: skip
+                       run_settings.cpus_per_unit, shifts)  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(database) if database is not None else Path(scratch) / "compare.sqlite"
         rows = _replicate_rows(path, prepared.name, prepared.runs, prepared.replicate_ids,
@@ -336,8 +389,9 @@ def _compare_network(
     columns += [c for c in OUT_OF_DISTRIBUTION if c in frame.columns]
     # a stored run made before a metric existed reads back without it: NaN
     frame = frame.reindex(columns=columns)
+    shifted = None if shifts is None else shift_frame(rows, shifts.shifts)
     return _result(frame, prepared.task, prepared.reason, prepared.name, config.level,
-                   prepared.over)  # fmt: skip
+                   prepared.over, shifted)  # fmt: skip
 
 
 # Parameters: the pieces ``compare`` has resolved and checked for a regression (one call site)

@@ -19,7 +19,16 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-PURPOSES = {"init": 0, "train": 1, "eval": 2, "validation": 3, "tuning": 4, "folds": 5, "global": 6}
+PURPOSES = {
+    "init": 0,
+    "train": 1,
+    "eval": 2,
+    "validation": 3,
+    "tuning": 4,
+    "folds": 5,
+    "global": 6,
+    "shift": 7,
+}
 
 # torch's CPU normal_ runs on one thread; above this many draws in one call the models' streams
 # are filled on parallel threads (each stream is still read in the same order).
