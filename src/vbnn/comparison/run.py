@@ -226,37 +226,57 @@ def compare(
         UnseenClassWarning: a network's test labels (of ``test``, or of a fold's test rows)
             hold classes that its training labels lack.
     """
+    request = Request(families, folds, splits, database, executor, progress)
     if isinstance(data, nn.Module) or callable(data):
         for given, name in ((target, "target"), (task, "task"), (data_dir, "data_dir")):
             if given is not None:
                 raise ValueError(f"{name}: applies to a table, not to a network")
-        shifts = resolve_shifts(shift)
-        if normalisation is not None and not isinstance(normalisation, Normalisation):
-            raise ValueError(f"normalisation: expected a vbnn.data.shift.Normalisation, got "
-                             f"{type(normalisation).__name__}")  # fmt: skip
-        if normalisation is not None and shifts is None:
-            raise ValueError("normalisation: applies with shift=, which is None")
-        seed = settings.get("seed", NetworkConfig.seed)
-        tests = None if shifts is None else ShiftedTests(shifts, seed, normalisation)
-        return _compare_network(data, y, test, ood, families, seeds, folds, splits, database,
-                                executor, progress, settings, tests)  # fmt: skip
+        tests = _shifted_tests(shift, normalisation, settings.get("seed", NetworkConfig.seed))
+        return _compare_network(data, y, test, ood, seeds, request, settings, tests)
     if shift is not None or normalisation is not None:
-        raise ValueError("shift and normalisation apply to a network's test images: "
-                         "compare(network, (x, y), test=..., shift='ovadia')")  # fmt: skip
+        raise ValueError(
+            "shift and normalisation apply to a network's test images: "
+            "compare(network, (x, y), test=..., shift='ovadia')"
+        )
     if test is not None or ood is not None or seeds != 1:
         raise ValueError("test, ood and seeds apply to a network: compare(network, (x, y), ...)")
-    known = set(CompareConfig.__dataclass_fields__)
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise ValueError(f"compare: unknown setting {unknown[0]!r}; settings are {sorted(known)}")
-    config = CompareConfig(**settings)
-    folds = 5 if folds is None else folds
-    table = load_data(data, y, target, data_dir)
-    x, values = table.inputs, table.target
+    return _compare_table(data, y, target, task, data_dir, request, settings)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What every comparison takes beside its data and settings (``compare``'s arguments): the
+    entries, the folds or splits, where the runs are stored and how their units run."""
+
+    families: Sequence[str] | None
+    folds: int | None
+    splits: Sequence[Split] | None
+    database: str | Path | None
+    executor: str | ExecutorSettings
+    progress: bool
+
+
+def _shifted_tests(
+    shift: Any, normalisation: Normalisation | None, seed: int
+) -> ShiftedTests | None:
+    """The shifted copies a network's entries are scored on (None: no ``shift``)."""
+    shifts = resolve_shifts(shift)
+    if normalisation is not None and not isinstance(normalisation, Normalisation):
+        raise ValueError(
+            f"normalisation: expected a vbnn.data.shift.Normalisation, got "
+            f"{type(normalisation).__name__}"
+        )
+    if normalisation is not None and shifts is None:
+        raise ValueError("normalisation: applies with shift=, which is None")
+    return None if shifts is None else ShiftedTests(shifts, seed, normalisation)
+
+
+def _table_task(table: Any, task: str | Task | None) -> tuple[Task, str]:
+    """A table's task, as given or inferred from its target, and why (``folds.infer_task``)."""
     if task is None and table.named_classes:
         task, reason = Task.CLASSIFICATION, "inferred: y holds class names"
     elif task is None:
-        task, reason = folding.infer_task(values)
+        task, reason = folding.infer_task(table.target)
         reason = f"inferred: {reason}"
     else:
         if str(getattr(task, "value", task)) not in [t.value for t in Task]:
@@ -266,38 +286,88 @@ def compare(
             raise ValueError("task='regression': y holds class names, not numbers")
     if table.classes:
         reason += f"; classes coded in sorted order: {table.class_order()}"
-    names = check_families(tuple(families or DEFAULT_FAMILIES[task]), task)
+    return task, reason
+
+
+# Parameters: ``compare``'s arguments for a table (one call site)
+def _compare_table(
+    data: Any,
+    y: Any,
+    target: str | None,
+    task: str | Task | None,
+    data_dir: str | None,
+    request: Request,
+    settings: dict[str, Any],
+) -> ComparisonResult:
+    """``compare`` on a table: the engine's methods on batched stacks of folds, the others an
+    MLP a fold (``comparison.table_network``), one frame of rows."""
+    known = set(CompareConfig.__dataclass_fields__)
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"compare: unknown setting {unknown[0]!r}; settings are {sorted(known)}")
+    config = CompareConfig(**settings)
+    table = load_data(data, y, target, data_dir)
+    x, values = table.inputs, table.target
+    task, reason = _table_task(table, task)
+    names = check_families(tuple(request.families or DEFAULT_FAMILIES[task]), task)
+    folds = 5 if request.folds is None else request.folds
     if task is Task.CLASSIFICATION:
-        folding.check_labels(values, folds if splits is None else None)
-    if splits is None:
+        folding.check_labels(values, folds if request.splits is None else None)
+    if request.splits is None:
         chosen = folding.k_folds(values, folds, task, config.seed)
     else:
-        chosen = folding.check_splits(splits, len(values))
+        chosen = folding.check_splits(request.splits, len(values))
     if task is Task.CLASSIFICATION:
         folding.check_classes_in_training(values, chosen)
     # every setting but the number of candidates trained side by side (stacked == alone)
-    settings = repr({k: v for k, v in asdict(config).items() if k != "batch"})
-    name = folding.data_key(table.label, x, values, chosen, settings)
-    run_settings = executor_settings(executor)
+    key = repr({k: v for k, v in asdict(config).items() if k != "batch"})
+    name = folding.data_key(table.label, x, values, chosen, key)
+    folds_of = TableFolds(name, table, task, chosen, config)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(request.database or Path(scratch) / "compare.sqlite")
+        frame = _table_frame(folds_of, names, path, executor_settings(request.executor),
+                             request.progress)  # fmt: skip
+    return _result(frame, task, reason, name, config.level, "folds")
+
+
+@dataclass(frozen=True)
+class TableFolds:
+    """A checked table comparison's data: its stored name, the table, the task, the folds and
+    the settings."""
+
+    name: str
+    table: Any
+    task: Task
+    splits: tuple[Split, ...]
+    config: CompareConfig
+
+
+def _table_frame(
+    folds: TableFolds,
+    names: tuple[str, ...],
+    path: Path,
+    settings: ExecutorSettings,
+    progress: bool,
+) -> pd.DataFrame:
+    """One row per (entry, fold): the stacks' entries, then the MLPs', in the order given."""
+    x, values, task, config = folds.table.inputs, folds.table.target, folds.task, folds.config
     stacked = tuple(n for n in names if runs_on_stacks(n, task))
     networks = tuple(n for n in names if not runs_on_stacks(n, task))
     frames = []
-    with tempfile.TemporaryDirectory() as scratch:
-        path = Path(database) if database is not None else Path(scratch) / "compare.sqlite"
-        if stacked and task is Task.REGRESSION:
-            dataset = RegressionDataset(name, x, values, chosen, table.label)
-            frames.append(_regression_folds(dataset, stacked, config, path, run_settings,
-                                            progress, table.preset))  # fmt: skip
-        elif stacked:
-            frames.append(_classification_folds(name, x, values, chosen, stacked, config, path,
-                                                run_settings, progress))  # fmt: skip
-        if networks:
-            frames.append(_network_folds(name, x, values, chosen, networks, task, config, path,
-                                         run_settings, progress))  # fmt: skip
+    if stacked and task is Task.REGRESSION:
+        dataset = RegressionDataset(folds.name, x, values, folds.splits, folds.table.label)
+        frames.append(_regression_folds(dataset, stacked, config, path, settings, progress,
+                                        folds.table.preset))  # fmt: skip
+    elif stacked:
+        frames.append(_classification_folds(folds.name, x, values, folds.splits, stacked, config,
+                                            path, settings, progress))  # fmt: skip
+    if networks:
+        frames.append(_network_folds(folds.name, x, values, folds.splits, networks, task,
+                                     config, path, settings, progress))  # fmt: skip
     frame = pd.concat(frames, ignore_index=True)
     order = {n: i for i, n in enumerate(names)}
     frame = frame.sort_values("family", key=lambda c: c.map(order), kind="stable")
-    return _result(frame.reset_index(drop=True), task, reason, name, config.level, "folds")
+    return frame.reset_index(drop=True)
 
 
 def _result(
@@ -351,19 +421,14 @@ def _replicate_rows(
     ]  # fmt: skip
 
 
-# Parameters: ``compare``'s arguments for the network form (one call site)
+# Parameters: ``compare``'s arguments for a network (one call site)
 def _compare_network(
     network: Any,
     data: Any,
     test: Any,
     ood: Any,
-    families: Sequence[str] | None,
     seeds: int,
-    folds: int | None,
-    splits: Sequence[Split] | None,
-    database: str | Path | None,
-    executor: str | ExecutorSettings,
-    progress: bool,
+    request: Request,
     settings: dict[str, Any],
     shifts: ShiftedTests | None = None,
 ) -> ComparisonResult:
@@ -375,15 +440,15 @@ def _compare_network(
             f"compare: unknown setting {unknown[0]!r} for a network; settings are {sorted(known)}"
         )
     config = NetworkConfig(**settings)
-    run_settings = executor_settings(executor)
+    run_settings = executor_settings(request.executor)
     if config.device is not None and run_settings.kind is not ExecutorKind.RAY:
         usable_device(config.device)  # on Ray the workers' GPUs count, not the driver's
-    prepared = prepare(network, data, test, ood, families, seeds, folds, splits, config,
-                       run_settings.cpus_per_unit, shifts)  # fmt: skip
+    prepared = prepare(network, data, test, ood, request.families, seeds, request.folds,
+                       request.splits, config, run_settings.cpus_per_unit, shifts)  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
-        path = Path(database) if database is not None else Path(scratch) / "compare.sqlite"
+        path = Path(request.database or Path(scratch) / "compare.sqlite")
         rows = _replicate_rows(path, prepared.name, prepared.runs, prepared.replicate_ids,
-                               prepared.build_units, run_settings, progress)  # fmt: skip
+                               prepared.build_units, run_settings, request.progress)  # fmt: skip
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
     columns = ["family", "fold", *METRICS[prepared.task], "seconds", "tuning_seconds"]
     columns += [c for c in OUT_OF_DISTRIBUTION if c in frame.columns]
