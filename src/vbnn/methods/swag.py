@@ -46,7 +46,7 @@ class SWAG(Method):
     def predictor(self, fitted: Fitted, run: Any, seed: int) -> tuple[Draw, float]:
         (collector,) = fitted.callbacks
         posterior = collector.posterior()
-        batch = run.batch_size or len(fitted.data[0])
+        batch = run.batch_size or len(fitted.data[1])
         norms = BatchNormData(fitted.data[0], batch)
 
         def draw(x: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
+from vbnn.core.batch_rule import Inputs, predict, rows, take
 from vbnn.training.loop import Terms
 
 
@@ -210,7 +211,7 @@ def _batch_norms(network: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
 
 
 @torch.no_grad()
-def update_batch_norm(network: nn.Module, inputs: torch.Tensor, batch_size: int | None) -> None:
+def update_batch_norm(network: nn.Module, inputs: Inputs, batch_size: int | None) -> None:
     """Recompute the running statistics of every batch norm of ``network`` on ``inputs``.
 
     Each batch norm is reset and given cumulative averaging (momentum None), then the batches
@@ -237,10 +238,10 @@ def update_batch_norm(network: nn.Module, inputs: torch.Tensor, batch_size: int 
         norm.reset_running_stats()
         norm.momentum = None
         norm.train()
-    step = batch_size or len(inputs)
+    step = batch_size or rows(inputs)
     try:
-        for begin in range(0, len(inputs), step):
-            network(inputs[begin : begin + step])
+        for begin in range(0, rows(inputs), step):
+            predict(network, take(inputs, slice(begin, begin + step)))
     finally:
         for norm, momentum in zip(norms, momenta, strict=True):
             norm.momentum = momentum
@@ -257,9 +258,11 @@ def _load(parameters: list[nn.Parameter], theta: torch.Tensor) -> None:
         begin += size
 
 
-def _passes(network: nn.Module, x: torch.Tensor, step: int) -> torch.Tensor:
-    """network(x), ``step`` examples at a time."""
-    return torch.cat([network(x[begin : begin + step]) for begin in range(0, len(x), step)])
+def _passes(network: nn.Module, x: Inputs, step: int) -> torch.Tensor:
+    """The network's predictions of ``x`` by the batch rule, ``step`` examples at a time."""
+    return torch.cat(
+        [predict(network, take(x, slice(b, b + step))) for b in range(0, rows(x), step)]
+    )
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,7 @@ class BatchNormData:
         batch_size: examples per pass (None: all at once).
     """
 
-    inputs: torch.Tensor
+    inputs: Inputs
     batch_size: int | None = None
 
 
@@ -279,7 +282,7 @@ class BatchNormData:
 def swag_predict(
     posteriors: SWAGPosterior | Sequence[SWAGPosterior],
     network: nn.Module,
-    x: torch.Tensor,
+    x: Inputs,
     *,
     samples: int,
     generator: torch.Generator,
@@ -331,10 +334,7 @@ def swag_predict(
                 if batch_norm is not None:
                     update_batch_norm(network, batch_norm.inputs, batch_norm.batch_size)
                 network.eval()
-                step = batch_size or len(x)
-                outputs.append(
-                    torch.cat([network(x[b : b + step]) for b in range(0, len(x), step)])
-                )
+                outputs.append(_passes(network, x, batch_size or rows(x)))
     finally:
         network.load_state_dict(state)
         network.train(training)
