@@ -193,13 +193,15 @@ class ModelGenerators:
     def next_step(self, steps_after: int = AHEAD_STEPS) -> None:
         """Inside ``drawing_ahead``: a training step begins; ``steps_after`` steps follow it.
 
-        The first step queues the next block of each shape as it asks for one. From the second
-        step on, the blocks of the next ``AHEAD_STEPS`` steps (the shapes the last step asked
-        for, in its order; up to the step after the last, as block by block) are queued at once
-        whenever fewer are queued, so the look-ahead thread is woken once every ``AHEAD_STEPS``
-        steps instead of once a block. A step that asks for the same blocks in the same order as
-        the one before it gets the numbers it would get without ``next_step``, and the streams
-        end where they would end; a block not drawn ahead is drawn when asked for.
+        The first step queues the next block of each shape as it asks for one (as without
+        ``next_step``). From the second step on, whenever only the beginning step's blocks are
+        queued, the blocks of the next min(``AHEAD_STEPS``, ``steps_after`` + 1) steps are queued
+        at once: the shapes the step that ended asked for, in its order, once a step. The look-
+        ahead thread is then woken once every ``AHEAD_STEPS`` steps instead of once a block.
+        Every model's stream is read in the order of the requests either way, so a loop whose
+        steps ask for the same blocks in the same order gets the numbers it gets without
+        ``next_step``, and its streams end where they would end (past the blocks of the step
+        after the last); a block not drawn ahead is drawn when asked for.
 
         Raises:
             RuntimeError: outside ``drawing_ahead``.
