@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vbnn.core.randomness import PARALLEL_DRAWS, ModelGenerators, NoiseTape, TorchNoise
+from vbnn.core.randomness import (
+    AHEAD_STEPS,
+    PARALLEL_DRAWS,
+    ModelGenerators,
+    NoiseTape,
+    TorchNoise,
+)
 
 
 def replaying_tape() -> NoiseTape:
@@ -88,3 +94,30 @@ def test_a_large_block_drawn_on_several_threads_is_the_one_drawn_on_one() -> Non
         assert torch.equal(parallel, serial)
     alone = ModelGenerators([2]).randn(*shape)[0]
     assert torch.equal(blocks[2][0][1], alone)  # model 1's row is its own stream's
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, AHEAD_STEPS + 2, 2 * AHEAD_STEPS + 1])
+@pytest.mark.parametrize("background", [True, False])
+def test_next_step_queues_steps_and_draws_the_numbers_of_one_block_at_a_time(steps, background):
+    """A training loop that calls ``next_step(steps_after)`` before each step has its blocks
+    queued ``AHEAD_STEPS`` steps at a time, yet every model's stream yields the same blocks, in
+    the same order, as block-by-block look-ahead, and ends in the same state (the blocks of the
+    step after the last are drawn either way). Each step asks for three shapes, one of them twice
+    (two layers of equal width)."""
+    asked = [(3, 2), (5,), (3, 2), (4,)]
+    blocks, states = {}, {}
+    for stepped in (True, False):
+        generators = ModelGenerators([21, 22])
+        with generators.drawing_ahead(background):
+            drawn = []
+            for step in range(1, steps + 1):
+                if stepped:
+                    generators.next_step(steps - step)
+                drawn += [generators.randn(*shape) for shape in asked]
+        blocks[stepped], states[stepped] = drawn, generators.get_state()
+    for grouped, single in zip(blocks[True], blocks[False], strict=True):
+        assert torch.equal(grouped, single)
+    for grouped, single in zip(states[True], states[False], strict=True):
+        assert torch.equal(grouped, single)
+    with pytest.raises(RuntimeError, match="next_step: only inside drawing_ahead"):
+        ModelGenerators([1]).next_step()

@@ -54,7 +54,7 @@ def test_tiny_extension_run_writes_its_own_table(data_dir: Path, tmp_path: Path)
     out = tmp_path / "out"
     args = ["reproduce", "overpruning", "--extension", "nine-sets", "--out", str(out),
             "--datasets", "protein", "--methods", "map", "--splits", "0", "--iterations", "5",
-            "--trials", "1", "--no-progress"]  # fmt: skip
+            "--trials", "1", "--no-progress", "--executor", "local"]  # fmt: skip
     assert main(args) == 0
     assert not (out / "table1.md").exists()
     assert "| protein | 100 | 1 |" in (out / "table1_extension.md").read_text()

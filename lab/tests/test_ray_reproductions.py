@@ -48,7 +48,7 @@ def test_overpruning_on_ray_stores_the_local_runs_and_trials(
     tiny = ["reproduce", "overpruning", "--datasets", "yacht", "--methods", "map,es",
             "--splits", "0-1", "--iterations", "30", "--trials", "3", "--no-figures",
             "--no-progress"]  # fmt: skip
-    assert main([*tiny, "--out", str(tmp_path / "local"), "--cpus-per-unit", "1"]) == 0
+    assert main([*tiny, "--out", str(tmp_path / "local"), "--executor", "local"]) == 0
     assert main([*tiny, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
     local, remote = tmp_path / "local" / "results.sqlite", tmp_path / "ray" / "results.sqlite"
     assert len(stored_runs(local)) == 4 and stored_runs(remote) == stored_runs(local)
@@ -62,7 +62,7 @@ def test_uci_depth_on_ray_stores_the_local_runs_metrics_and_trials(
     tiny = ["reproduce", "uci-depth", "--datasets", "yacht", "--methods", "mf,es", "--depths",
             "1,2", "--splits", "0-1", "--iterations", "30", "--trials", "2",
             "--no-progress"]  # fmt: skip
-    assert main([*tiny, "--out", str(tmp_path / "local"), "--cpus-per-unit", "1"]) == 0
+    assert main([*tiny, "--out", str(tmp_path / "local"), "--executor", "local"]) == 0
     assert main([*tiny, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
     local, remote = tmp_path / "local" / "results.sqlite", tmp_path / "ray" / "results.sqlite"
     assert len(stored_runs(local)) == 2 * 2 * 2 and stored_runs(remote) == stored_runs(local)

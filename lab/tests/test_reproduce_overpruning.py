@@ -13,7 +13,7 @@ from stored_rows import stored_runs, stored_trials
 from vbnn.cli import main
 
 TINY = ["--datasets", "yacht", "--methods", "map,mf,sgld", "--splits", "0-1", "--iterations",
-        "30", "--trials", "2", "--no-progress"]  # fmt: skip
+        "30", "--trials", "2", "--no-progress", "--executor", "local"]  # fmt: skip
 
 
 def test_tiny_reproduction_writes_every_file_and_resumes(data_dir: Path, tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_status_reads_the_run_and_writes_nothing(
     out = tmp_path / "out"
     args = ["reproduce", "overpruning", "--out", str(out), "--no-figures", "--datasets", "yacht",
             "--methods", "map,mf", "--splits", "0-2", "--iterations", "20", "--trials", "2",
-            "--no-progress"]  # fmt: skip
+            "--no-progress", "--executor", "local"]  # fmt: skip
     assert main([*args, "--status"]) == 0
     assert "no results database yet" in capsys.readouterr().out and not out.exists()
     assert main(args) == 0
@@ -69,7 +69,7 @@ def test_per_split_tuning_stores_each_splits_own_values(data_dir: Path, tmp_path
     out = tmp_path / "out"
     args = ["reproduce", "overpruning", "--out", str(out), "--tune", "per-split", "--no-figures",
             "--datasets", "yacht", "--methods", "gd", "--splits", "0-1", "--iterations", "20",
-            "--trials", "3", "--no-progress"]  # fmt: skip
+            "--trials", "3", "--no-progress", "--executor", "local"]  # fmt: skip
     assert main(args) == 0
     with sqlite3.connect(out / "results.sqlite") as connection:
         rows = connection.execute("SELECT split, hyperparameters FROM runs").fetchall()
@@ -82,14 +82,15 @@ def test_per_split_tuning_stores_each_splits_own_values(data_dir: Path, tmp_path
     assert set(chosen["0"]) == {"prior_std", "posterior_std"}
 
 
-def test_overpruning_in_processes_stores_the_local_runs_and_trials(
+def test_overpruning_in_processes_by_default_stores_the_local_runs_and_trials(
     data_dir: Path, tmp_path: Path
 ) -> None:
+    """Worker processes, one a core, are the default; each unit on one torch thread, as here."""
     tiny = ["reproduce", "overpruning", "--datasets", "yacht", "--methods", "map,es",
             "--splits", "0-1", "--iterations", "30", "--trials", "3", "--no-figures",
-            "--no-progress", "--cpus-per-unit", "1"]  # fmt: skip
-    assert main([*tiny, "--out", str(tmp_path / "local")]) == 0
-    assert main([*tiny, "--out", str(tmp_path / "pool"), "--executor", "processes"]) == 0
+            "--no-progress"]  # fmt: skip
+    assert main([*tiny, "--out", str(tmp_path / "local"), "--executor", "local"]) == 0
+    assert main([*tiny, "--out", str(tmp_path / "pool")]) == 0
     local, pool = tmp_path / "local" / "results.sqlite", tmp_path / "pool" / "results.sqlite"
     assert len(stored_runs(local)) == 4 and stored_runs(pool) == stored_runs(local)
     # the trials a worker ran on its in-memory copy of each study, stored by the driver

@@ -18,7 +18,8 @@ from vbnn_lab.uci_depth import make_plan, plan_jobs
 from vbnn_lab.uci_depth.report import gap_frame, shrinks
 
 TINY = ["--quick", "--datasets", "yacht", "--methods", "mf,gd,fc", "--depths", "1,2", "--splits",
-        "0-1", "--iterations", "30", "--trials", "2", "--no-progress"]  # fmt: skip
+        "0-1", "--iterations", "30", "--trials", "2", "--no-progress",
+        "--executor", "local"]  # fmt: skip
 
 
 def test_tiny_run_stores_pruned_units_per_layer_and_resumes(

@@ -33,6 +33,8 @@ PURPOSES = {
 # torch's CPU normal_ runs on one thread; above this many draws in one call the models' streams
 # are filled on parallel threads (each stream is still read in the same order).
 PARALLEL_DRAWS = 1 << 16
+# ModelGenerators.next_step queues this many training steps' noise blocks a hand-over.
+AHEAD_STEPS = 8
 
 
 @cache
@@ -64,6 +66,18 @@ class _Done:
         return self.value
 
 
+class _Block:
+    """Block ``index`` of a task that draws several blocks in one go (a step's noise)."""
+
+    __slots__ = ("index", "task")
+
+    def __init__(self, task: Future | _Done, index: int) -> None:
+        self.task, self.index = task, index
+
+    def result(self) -> torch.Tensor:
+        return self.task.result()[self.index]
+
+
 class _AtOnce:
     """The executor interface of ``ThreadPoolExecutor`` that runs each task when submitted."""
 
@@ -87,7 +101,10 @@ class ModelGenerators:
         self.device = torch.device(device)
         self.generators = [torch.Generator(self.device).manual_seed(int(s)) for s in seeds]
         self._ahead: ThreadPoolExecutor | _AtOnce | None = None
-        self._pending: defaultdict[tuple, deque[Future | _Done]] = defaultdict(deque)
+        self._pending: defaultdict[tuple, deque[_Block]] = defaultdict(deque)
+        self._asked: list[tuple] | None = None  # the blocks asked for since ``next_step``
+        self._grouped = False  # the steps' blocks are queued by ``next_step``
+        self._steps_queued = 0  # steps, from the current one on, whose blocks are queued
 
     @classmethod
     def for_keys(
@@ -109,20 +126,32 @@ class ModelGenerators:
         The draws are made on the generators' device (``device`` of the constructor) and moved to
         ``device`` when it differs, so a model's numbers do not depend on where it computes.
         """
-        if self._ahead is None:
-            out = self._fill(shape, dtype)
-        else:
-            key = (shape, dtype)
-            pending = self._pending[key]
-            out = pending.popleft().result() if pending else self._submit(key).result()
-            pending.append(self._submit(key))  # the next training step asks for the same block
+        out = self._fill(shape, dtype) if self._ahead is None else self._ahead_block((shape, dtype))
         if device is None or out.device == device:
             return out
         return out.to(device, non_blocking=True)
 
-    def _submit(self, key: tuple) -> Future | _Done:
+    def _ahead_block(self, key: tuple) -> torch.Tensor:
+        """The block drawn ahead for ``key`` (drawn now, behind the queued ones, if none is)."""
+        pending = self._pending[key]
+        if not pending:
+            self._queue([key])
+        out = pending.popleft().result()
+        if self._asked is not None:
+            self._asked.append(key)
+        if not self._grouped:
+            self._queue([key])  # the next training step asks for the same block
+        return out
+
+    def _queue(self, keys: list[tuple]) -> None:
+        """Draw the blocks ``keys`` (in order) as one task of the look-ahead thread."""
         assert self._ahead is not None
-        return self._ahead.submit(self._fill, *key)
+        task = self._ahead.submit(self._fill_all, keys)
+        for index, key in enumerate(keys):
+            self._pending[key].append(_Block(task, index))
+
+    def _fill_all(self, keys: list[tuple]) -> list[torch.Tensor]:
+        return [self._fill(*key) for key in keys]
 
     def _fill(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         out = torch.empty((len(self.generators), *shape), dtype=dtype, device=self.device)
@@ -146,7 +175,9 @@ class ModelGenerators:
         submission order on one thread, so every model's stream sees the same sequence of requests
         as without batching and the numbers are reproducible; they differ from those drawn
         without the context, because the look-ahead blocks are taken from the stream earlier. The
-        blocks drawn ahead and never used are discarded on exit.
+        blocks drawn ahead and never used are discarded on exit. A training loop that calls
+        ``next_step`` before each step hands the thread several steps' blocks at a time, with
+        the same numbers.
 
         Args:
             background: False draws each look-ahead block at once, on the calling thread: the
@@ -165,8 +196,37 @@ class ModelGenerators:
             yield self
         finally:
             self._ahead.shutdown(wait=True)
-            self._ahead = None
+            self._ahead, self._asked, self._grouped, self._steps_queued = None, None, False, 0
             self._pending.clear()
+
+    def next_step(self, steps_after: int = AHEAD_STEPS) -> None:
+        """Inside ``drawing_ahead``: a training step begins; ``steps_after`` steps follow it.
+
+        The first step queues the next block of each shape as it asks for one (as without
+        ``next_step``). From the second step on, whenever only the beginning step's blocks are
+        queued, the blocks of the next min(``AHEAD_STEPS``, ``steps_after`` + 1) steps are queued
+        at once: the shapes the step that ended asked for, in its order, once a step. The look-
+        ahead thread is then woken once every ``AHEAD_STEPS`` steps instead of once a block.
+        Every model's stream is read in the order of the requests either way, so a loop whose
+        steps ask for the same blocks in the same order gets the numbers it gets without
+        ``next_step``, and its streams end where they would end (past the blocks of the step
+        after the last); a block not drawn ahead is drawn when asked for.
+
+        Raises:
+            RuntimeError: outside ``drawing_ahead``.
+        """
+        if self._ahead is None:
+            raise RuntimeError("ModelGenerators.next_step: only inside drawing_ahead")
+        if self._grouped:
+            self._steps_queued -= 1  # the step that ended
+        elif self._asked:  # the step beginning was queued block by block by the first one
+            self._grouped, self._steps_queued = True, 1
+        if self._grouped and self._asked and self._steps_queued <= 1:
+            count = min(AHEAD_STEPS, steps_after + 1)
+            for _ in range(count):
+                self._queue(self._asked)
+            self._steps_queued += count
+        self._asked = []
 
     def get_state(self) -> list[torch.Tensor]:
         """The state of every model's generator, in model order (for ``set_state``).
@@ -206,6 +266,7 @@ class ModelGenerators:
         view.generators = [self.generators[i] for i in index]
         view.device = self.device
         view._ahead, view._pending = None, defaultdict(deque)
+        view._asked, view._grouped, view._steps_queued = None, False, 0
         return view
 
 

@@ -218,13 +218,18 @@ def fit(
 
         callbacks.append(check)
     background = noise_draws_per_step(model, x) >= BACKGROUND_DRAWS
+
+    def step(iteration: int) -> dict[str, torch.Tensor]:
+        noise.next_step(iterations - iteration)  # hands the noise thread steps, not blocks
+        return objective()
+
     with (
         noise.drawing_ahead(background),
         one_core_for_noise() if background else nullcontext(),
         inputs_checked(),  # x and y were checked above and do not change between steps
     ):
         terms = train_loop(
-            lambda iteration: objective(),
+            step,
             optimizer,
             iterations,
             scale,

@@ -45,7 +45,7 @@ RAY_INSTALL = "pip install 'vbnn[ray]'"
 
 
 class LocalExecutor:
-    """This process, one unit after another in the given order (the default everywhere).
+    """This process, one unit after another in the given order (the default of most commands).
 
     Args:
         raise_errors: a unit that raises ends the run with its own exception (the units before
@@ -117,15 +117,23 @@ def make_executor(settings: ExecutorSettings) -> Executor:
     return module.RayExecutor(settings)
 
 
-def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
+def add_executor_arguments(
+    parser: argparse.ArgumentParser, default: ExecutorKind = ExecutorKind.LOCAL
+) -> None:
     """``--executor``, ``--workers``, ``--address``, ``--cpus-per-unit``, ``--gpus-per-unit``
-    (``settings_from`` reads them)."""
+    (``settings_from`` reads them).
+
+    Args:
+        default: the executor without ``--executor``; a command whose units are independent
+            and many passes ``PROCESSES`` to use every core (each executor gives a unit the same
+            torch threads, so the stored numbers do not depend on it).
+    """
     parser.add_argument(
         "--executor",
         choices=[k.value for k in ExecutorKind],
-        default="local",
+        default=default.value,
         help=f"where units run: here one by one, in worker processes here, or on Ray "
-        f"({RAY_INSTALL})",
+        f"({RAY_INSTALL}; default: {default.value})",
     )
     parser.add_argument(
         "--workers",

@@ -17,7 +17,9 @@ protein 100 hidden units; ``extension``) and writes ``table1_extension.md`` besi
 PBP and deep-ensembles values; ``--pruning-rules`` counts boston MF's pruned units under every
 counting rule and two priors (``pruning_rules``). Neither touches ``table1.md``.
 
-The studies, then the chunks of splits, are units of an executor (``vbnn.sweeps``, docs/sweeps.md).
+The studies, then the chunks of splits, are units of an executor (``vbnn.sweeps``, docs/sweeps.md):
+by default worker processes, one a core, each unit on one torch thread as on every executor, so
+the stored numbers are those of ``--executor local`` (this process, one unit after another).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.regression.tuning_driver import tune_missing
 from vbnn.stores.atomic import write_atomic
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+from vbnn.sweeps.contracts import ExecutorKind
 from vbnn.sweeps.driver import Runs, train_missing
 from vbnn.sweeps.executors import add_executor_arguments, settings_from
 from vbnn_lab.overpruning import figures as overpruning_figures
@@ -114,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="only count boston MF's pruned units under every rule -> pruning_rules.md",
     )
-    add_executor_arguments(parser)
+    add_executor_arguments(parser, ExecutorKind.PROCESSES)  # independent units: every core
 
 
 def _plan(args: argparse.Namespace) -> Plan:

@@ -18,8 +18,9 @@ Writes ``depth_table.md`` / ``depth_table.csv`` (test LL and pruned units per la
     vbnn reproduce uci-depth --quick --out results/uci-depth-quick
     vbnn reproduce uci-depth --executor ray --address HOST:6379   # units on a Ray cluster
 
-The studies, then the chunks of splits, are units of an executor (``vbnn.sweeps``, docs/sweeps.md);
-the driver alone writes the database.
+The studies, then the chunks of splits, are units of an executor (``vbnn.sweeps``, docs/sweeps.md):
+by default worker processes, one a core, each unit on one torch thread as on every executor, so the
+stored numbers are those of ``--executor local``; the driver alone writes the database.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from vbnn.regression.tuning import TuningConfig, tune
 from vbnn.regression.tuning_driver import tune_missing
 from vbnn.stores.atomic import write_atomic
 from vbnn.stores.results_db import ResultsDatabase, optuna_storage
+from vbnn.sweeps.contracts import ExecutorKind
 from vbnn.sweeps.driver import Runs, train_missing
 from vbnn.sweeps.executors import add_executor_arguments, settings_from
 from vbnn_lab.uci_depth.report import pruned_counts_metric, write_report
@@ -103,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fc-depths", default=None, help="depths at which FC runs (default 1: it is costly)"
     )
-    add_executor_arguments(parser)
+    add_executor_arguments(parser, ExecutorKind.PROCESSES)  # independent units: every core
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
