@@ -3,6 +3,11 @@ stop after ``patience`` epochs without a lower one.
 
 The record travels in the run's checkpoint as a dict of plain values (``as_checkpoint``), so a
 resumed run stops at the epoch an unbroken run stops at and restores the same weights.
+
+One score decides for the whole network (a stack's validation NLL is averaged over its models).
+The UCI engine's full-batch training (``regression.full_batch``) keeps a different record: each
+model of its stack keeps the weights of its own best check, checked every ``eval_every`` steps
+over the whole run, with no patience.
 """
 
 from __future__ import annotations

@@ -320,14 +320,18 @@ def _check_targets(likelihood: Likelihood, target: torch.Tensor, name: str) -> N
     """ValueError when the targets are of the wrong kind for ``likelihood``."""
     kind = type(likelihood).__name__
     if isinstance(likelihood, GaussianLikelihood) and not target.is_floating_point():
-        raise ValueError(f"{name}: y is {target.dtype} but {kind} needs real targets; for class "
-                         "labels use CategoricalLikelihood")  # fmt: skip
+        raise ValueError(
+            f"{name}: y is {target.dtype} but {kind} needs real targets; for class "
+            "labels use CategoricalLikelihood"
+        )
     if isinstance(likelihood, CategoricalLikelihood) and target.is_floating_point():
         fractional = target != target.floor()
         if bool(fractional.any()):
-            raise ValueError(f"{name}: y holds {target[fractional][0].item()}, not a class index; "
-                             f"{kind} needs integer labels (for real targets use "
-                             "GaussianLikelihood)")  # fmt: skip
+            raise ValueError(
+                f"{name}: y holds {target[fractional][0].item()}, not a class index; "
+                f"{kind} needs integer labels (for real targets use "
+                "GaussianLikelihood)"
+            )
 
 
 def _check_network(network: nn.Module, objective: Objective, likelihood: nn.Module) -> None:
@@ -338,8 +342,10 @@ def _check_network(network: nn.Module, objective: Objective, likelihood: nn.Modu
         )
     trained = any(p.requires_grad for p in likelihood.parameters())
     if objective is Objective.SGLD and stack_size(network) is None and trained:
-        raise ValueError("objective 'sgld': the likelihood's parameters have no model "
-                         "dimension; fix them (GaussianLikelihood(fixed_std=...))")  # fmt: skip
+        raise ValueError(
+            "objective 'sgld': the likelihood's parameters have no model "
+            "dimension; fix them (GaussianLikelihood(fixed_std=...))"
+        )
 
 
 def _check_optimizer(
@@ -352,9 +358,11 @@ def _check_optimizer(
     if objective is not Objective.ELBO:
         raise ValueError(f"optimizer {name}: trains objective 'elbo', not {objective.value!r}")
     if config.kl_weight != 1.0:
-        raise ValueError(f"optimizer {name}: TrainerConfig.kl_weight={config.kl_weight}; the "
-                         f"prior is its weight decay: temper by {name}(ess=...) (ess < N "
-                         "widens the posterior)")  # fmt: skip
+        raise ValueError(
+            f"optimizer {name}: TrainerConfig.kl_weight={config.kl_weight}; the "
+            f"prior is its weight decay: temper by {name}(ess=...) (ess < N "
+            "widens the posterior)"
+        )
 
 
 def langevin_step_size(
@@ -372,8 +380,10 @@ def langevin_step_size(
     if config.model_learning_rates is not None:
         given = len(config.model_learning_rates)
         if given != (models or 1):
-            raise ValueError(f"TrainerConfig.model_learning_rates: {given} values for a stack "
-                             f"of {models or 1} models")  # fmt: skip
+            raise ValueError(
+                f"TrainerConfig.model_learning_rates: {given} values for a stack "
+                f"of {models or 1} models"
+            )
         dtype = parameter.dtype if parameter is not None else torch.get_default_dtype()
         rates = torch.tensor(config.model_learning_rates, dtype=dtype, device=device)
 
@@ -411,8 +421,17 @@ def step_objective(
         target = shaped_targets(likelihood, y, models, batches.stacked)
         size = examples(target, models is not None)
         if objective is Objective.ELBO:
-            out = elbo(network, likelihood, prior, inputs, target, noise, config.kl_weight,
-                       config.samples, dataset_size=count)  # fmt: skip
+            out = elbo(
+                network,
+                likelihood,
+                prior,
+                inputs,
+                target,
+                noise,
+                config.kl_weight,
+                config.samples,
+                dataset_size=count,
+            )
         elif objective is Objective.LIKELIHOOD:
             data = log_likelihood(network, likelihood, inputs, target)["objective"]
             scaled = data * (count / size)

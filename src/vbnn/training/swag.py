@@ -293,9 +293,8 @@ def swag_predict(
     M runs), S parameter draws (``SWAGPosterior.sample``, from ``generator``) are loaded into
     the network, its batch norms recomputed on ``batch_norm`` (``update_batch_norm``), and
     ``x`` passes in eval mode, ``batch_size`` examples at a time (None: all N at once).
-    ``network`` is any network of the
-    posteriors' architecture (e.g. the last one trained); its parameters, buffers and mode are
-    restored after.
+    ``network`` is any network of the posteriors' architecture (e.g. the last one trained); its
+    parameters, buffers and mode are restored after.
 
     Raises:
         ValueError: ``samples`` or ``batch_size`` < 1, no posterior, a posterior of another
@@ -303,24 +302,7 @@ def swag_predict(
     """
     posteriors = [posteriors] if isinstance(posteriors, SWAGPosterior) else list(posteriors)
     parameters = _trainable(network)
-    size = sum(p.numel() for p in parameters)
-    if samples < 1 or not posteriors or (batch_size is not None and batch_size < 1):
-        raise ValueError(
-            f"swag_predict: samples={samples}, batch_size={batch_size} and {len(posteriors)} "
-            "posteriors; need >= 1 of each"
-        )
-    for index, posterior in enumerate(posteriors):
-        if posterior.mean.shape[0] != size:
-            raise ValueError(
-                f"swag_predict: posteriors[{index}] holds {posterior.mean.shape[0]} "
-                f"parameters, {type(network).__name__} has {size}"
-            )
-    if _batch_norms(network) and batch_norm is None:
-        raise ValueError(
-            f"swag_predict: {type(network).__name__} has batch norm; pass "
-            "batch_norm=BatchNormData(training inputs) to recompute its "
-            "statistics for each sample"
-        )
+    _check_predict(posteriors, network, samples, batch_size, batch_norm)
     state, training = copy.deepcopy(network.state_dict()), network.training
     outputs = []
     try:
@@ -339,3 +321,31 @@ def swag_predict(
         network.load_state_dict(state)
         network.train(training)
     return torch.stack(outputs)
+
+
+def _check_predict(
+    posteriors: list[SWAGPosterior],
+    network: nn.Module,
+    samples: int,
+    batch_size: int | None,
+    batch_norm: BatchNormData | None,
+) -> None:
+    """``swag_predict``'s ValueErrors (its docstring), before any sampling."""
+    size = sum(p.numel() for p in _trainable(network))
+    if samples < 1 or not posteriors or (batch_size is not None and batch_size < 1):
+        raise ValueError(
+            f"swag_predict: samples={samples}, batch_size={batch_size} and {len(posteriors)} "
+            "posteriors; need >= 1 of each"
+        )
+    for index, posterior in enumerate(posteriors):
+        if posterior.mean.shape[0] != size:
+            raise ValueError(
+                f"swag_predict: posteriors[{index}] holds {posterior.mean.shape[0]} "
+                f"parameters, {type(network).__name__} has {size}"
+            )
+    if _batch_norms(network) and batch_norm is None:
+        raise ValueError(
+            f"swag_predict: {type(network).__name__} has batch norm; pass "
+            "batch_norm=BatchNormData(training inputs) to recompute its "
+            "statistics for each sample"
+        )
