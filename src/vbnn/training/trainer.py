@@ -8,10 +8,13 @@ Blundell et al. 2015 eq. 8 with Neklyudov et al. 2019 eq. 5's scaling),
 
 by one Adam step on -L_s / N (SGLD: one Langevin step on -L_s, the log posterior, with
 ``LangevinDynamics``). After the epoch the network is evaluated in ``.eval()`` mode on the
-validation data (``training.validation``), the callbacks run, and with ``checkpoint`` the whole
-state of the run is written atomically (``training.checkpoint``). This bookkeeping runs once an
-epoch; what must see every step (SGLD's kept samples) is a step callback
-(``TrainerConfig.step_callbacks``), so a sampler runs as one epoch of many steps.
+validation data (``training.validation``) and early stopping updated
+(``training.early_stopping``), the callbacks run, and with ``checkpoint`` the whole state of the
+run is written atomically (``training.checkpoint``); each of these is one callback after the
+epoch, in that order, and the run's objects are prepared before the first
+(``training.preparation``). This bookkeeping runs once an epoch; what must see every step
+(SGLD's kept samples) is a step callback (``TrainerConfig.step_callbacks``), so a sampler runs
+as one epoch of many steps.
 
 Randomness is explicit: the data order comes from a ``torch.Generator`` seeded by ``seed``, the
 variational layers' noise from one ``ModelGenerators`` stream per model (keyed by ``seed``,
@@ -170,24 +173,15 @@ def train(
             disable=not run.progress,
             leave=False,
         )
+        after_epoch = _after_epoch(run, records, bar)
         try:
             for epoch in range(done + 1, epochs + 1):
                 if records.stopping.stopped:
                     break
                 row = _epoch(run, epoch, records)
                 records.history.append(row)
-                for callback in run.callbacks:
+                for callback in after_epoch:
                     callback(epoch, run.network, row)
-                if run.file is not None:
-                    distributed.save_once(
-                        run.file,
-                        run.resumable,
-                        run.streams,
-                        epoch=epoch,
-                        records=records.as_checkpoint(),
-                    )
-                bar.update(1)
-                bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k != "epoch"})
         finally:
             bar.close()
     records.stopping.restore(run.modules)
@@ -235,8 +229,8 @@ def _resume(run: Run) -> tuple[int, _Records]:
 
 def _epoch(run: Run, epoch: int, records: _Records) -> dict[str, float]:
     """One epoch of steps in ``.train()`` mode at the schedule's rates (the config's step
-    callbacks after each step, a progress bar of its steps with ``progress``), then the network
-    evaluated and early stopping updated; its row of the history."""
+    callbacks after each step, a progress bar of its steps with ``progress``); its row of the
+    history, summed over the processes."""
     run.factor.start(epoch, run.optimizer, run.base_rates)
     run.modules.train()
     data_sum: list[torch.Tensor] = []
@@ -266,17 +260,35 @@ def _epoch(run: Run, epoch: int, records: _Records) -> dict[str, float]:
     row = {"epoch": epoch, "train_nll": -total / run.count, "kl": divergence, "seconds": seconds}
     row["train_nll"] = run.processes.all_sum([row["train_nll"]])[0]
     run.processes.broadcast(run.modules, parameters=False)
-    if run.validation is not None:
-        row.update(
-            evaluate(
-                run.network,
-                run.likelihood,
-                run.validation,
-                run.samples,
-                run.seed,
-                run.device,
-                run.processes.all_sum,
-            )
-        )
-        records.stopping.update(epoch, row["validation_nll"], run.modules)
     return row
+
+
+def _after_epoch(run: Run, records: _Records, bar: tqdm) -> list[EpochCallback]:
+    """What runs after every epoch, in this order, each as ``callback(epoch, network, row)``:
+    the validation metrics added to the row and early stopping (with validation data), the
+    user's callbacks, the checkpoint (with a checkpoint folder), and the progress bar."""
+
+    def validate(epoch: int, network: nn.Module, row: dict[str, float]) -> None:
+        metrics = evaluate(
+            network,
+            run.likelihood,
+            run.validation,
+            run.samples,
+            run.seed,
+            run.device,
+            run.processes.all_sum,
+        )
+        row.update(metrics)
+        records.stopping.update(epoch, row["validation_nll"], run.modules)
+
+    def save(epoch: int, network: nn.Module, row: dict[str, float]) -> None:
+        state = records.as_checkpoint()
+        distributed.save_once(run.file, run.resumable, run.streams, epoch=epoch, records=state)
+
+    def show(epoch: int, network: nn.Module, row: dict[str, float]) -> None:
+        bar.update(1)
+        bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k != "epoch"})
+
+    validation = [] if run.validation is None else [validate]
+    saving = [] if run.file is None else [save]
+    return [*validation, *run.callbacks, *saving, show]
