@@ -18,10 +18,11 @@ from vbnn.regression.full_batch import NonFiniteLossError, Problem
 from vbnn.regression.methods import method_config
 from vbnn.regression.stack import build_stack
 from vbnn.training.batches import StackedBatches
-from vbnn.training.settings import Objective, TrainerConfig
-from vbnn.training.trainer import _langevin_step_size, _step_objective
+from vbnn.training.preparation import ScheduleFactor, langevin_step_size, step_objective
+from vbnn.training.settings import LearningRateSchedule, Objective, TrainerConfig
 
 CPU = torch.device("cpu")
+CONSTANT = ScheduleFactor(LearningRateSchedule.CONSTANT, epochs=1)  # factor 1
 
 
 def test_step_size_follows_the_polynomial_schedule() -> None:
@@ -29,11 +30,11 @@ def test_step_size_follows_the_polynomial_schedule() -> None:
     trainer's Langevin step size: eta = 0.3, N = 100, gamma = 0.75, decay_steps = 10."""
     config = method_config("sgld", step_size=0.3, step_decay=0.75, decay_steps=10)
     settings = TrainerConfig(step_decay=config.step_decay, decay_steps=config.decay_steps)
-    eps = _langevin_step_size(settings, config.step_size / 100, [1.0], None, None, CPU)
+    eps = langevin_step_size(settings, config.step_size / 100, CONSTANT, None, None, CPU)
     assert eps(1) == pytest.approx(0.003)
     assert eps(31) == pytest.approx(0.003 * 4**-0.75)
     per_model = TrainerConfig(step_decay=0.75, decay_steps=10, model_learning_rates=(0.1, 0.4))
-    eps = _langevin_step_size(per_model, 0.003, [1.0], 2, None, CPU)
+    eps = langevin_step_size(per_model, 0.003, CONSTANT, 2, None, CPU)
     torch.testing.assert_close(eps(31), torch.tensor([0.1, 0.4]) * 4**-0.75)
 
 
@@ -53,7 +54,7 @@ def test_log_posterior_is_the_explicit_log_density_of_a_linear_model() -> None:
     streams = ModelGenerators([0, 1])
     batches = StackedBatches(x, y, 5, streams)
     settings = TrainerConfig(noise_prior_std=sgld.NOISE_LOG_STD_PRIOR_STD)
-    terms = _step_objective(model, likelihood, GaussianPrior(0.7), Objective.SGLD, batches,
+    terms = step_objective(model, likelihood, GaussianPrior(0.7), Objective.SGLD, batches,
                             streams, settings, 2)  # fmt: skip
     batches.epoch()
     x, y = batches.batch(1)  # the rows step 1 reads: (2, 5, 3), (2, 5)

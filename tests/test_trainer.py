@@ -155,6 +155,31 @@ def test_a_run_killed_after_two_epochs_resumes_to_the_same_numbers(tmp_path: Pat
     assert numbers(resumed.history) == numbers(uninterrupted.history)
 
 
+def test_a_run_killed_after_its_best_epoch_stops_and_restores_as_an_unbroken_one(
+    tmp_path: Path,
+) -> None:
+    """Early stopping's record travels in the checkpoint: killed one epoch after its best epoch
+    b, the resumed run stops at b + patience and holds epoch b's weights, as an unbroken run."""
+    x, y = blobs(80)
+    validation = (x[20:], y[20:])
+    options = {"epochs": 40, "batch_size": 5, "learning_rate": 0.2, "progress": False}
+    options |= {"validation": validation, "patience": 3}
+    whole = network()
+    unbroken = vbnn.train(whole, (x[:20], y[:20]), **options)
+    assert unbroken.epochs == unbroken.best_epoch + 3 < 40
+
+    def kill(epoch: int, net: nn.Module, metrics: dict) -> None:
+        if epoch == unbroken.best_epoch + 1:  # the checkpoint of the best epoch is the last
+            raise Killed
+
+    with pytest.raises(Killed):
+        vbnn.train(network(), (x[:20], y[:20]), checkpoint=tmp_path, callbacks=[kill], **options)
+    resumed_network = network(seed=5)
+    resumed = vbnn.train(resumed_network, (x[:20], y[:20]), checkpoint=tmp_path, **options)
+    assert (resumed.epochs, resumed.best_epoch) == (unbroken.epochs, unbroken.best_epoch)
+    assert_same_parameters(whole, resumed_network)
+
+
 def test_the_global_rng_does_not_change_the_run() -> None:
     x, y = blobs(30)
     first, second = network(dropout=True), network(dropout=True)

@@ -24,9 +24,10 @@ variance network as above. The thresholds are stated in every printed report.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -45,6 +46,8 @@ from vbnn.plots import pyplot, save_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+T = TypeVar("T")
 
 OVERPRUNED_SHARE = 0.2  # a layer with at least this share of its units pruned is flagged
 VARIANCE_MIN_GAIN = 0.2  # the ensemble's gain over the trivial predictor, as a share of the best
@@ -352,7 +355,6 @@ def _kept(gain_mean: float, gain_ensemble: float) -> float:
 
 
 @torch.no_grad()
-# Parameters: the public entry point; each option is an independent choice, keyword-only
 def diagnose(
     model: nn.Module,
     x: Inputs,
@@ -365,7 +367,7 @@ def diagnose(
     noise_std: float | None = None,
     seed: int = 0,
 ) -> DiagnosisReport:
-    """Diagnose a trained network on data (module docstring).
+    """Diagnose a trained network on data (module docstring); each option is independent.
 
     A fitted ``BayesianRegressor`` or ``BayesianClassifier`` may stand for ``model``: ``x`` and
     ``y`` are then in the data's own units and labels, scaled and encoded as the estimator does
@@ -402,40 +404,73 @@ def diagnose(
     if samples < 2:
         raise ValueError(f"diagnose: samples must be >= 2 (an ensemble), got {samples}")
     layers = diagnose_layers(model, prior_std)
+    mean_output, sampled = _outputs(model, x, samples, seed)
+    task = task or _infer_task(mean_output, y)
+    scores = _scores(task, mean_output, sampled, y, bins, noise_std)
+    predictive, calibration, gain, best, metric, kept_gain = scores
+    verdicts, flags = _verdicts(layers, metric, gain, best, kept_gain)
+    kappa = {}
+    if task == "classification" and isinstance(x, torch.Tensor):
+        kappa = _evaluated(model, lambda: _kappa_above(model, x, y))
+    return DiagnosisReport(
+        task, rows(x), samples, layers, predictive, calibration, verdicts, flags, kappa
+    )
+
+
+def _evaluated(model: nn.Module, compute: Callable[[], T]) -> T:
+    """``compute()`` with ``model`` in ``.eval()`` mode (BatchNorm and dropout modules at their
+    test-time behaviour), its mode restored after."""
     was_training = model.training
-    model.eval()  # BatchNorm and dropout modules at their test-time behaviour
+    model.eval()
     try:
-        with mode(model, "mean"):
-            mean_output = predict(model, x)
-        sampled = _sample(model, x, samples, seed)
+        return compute()
     finally:
         model.train(was_training)
-    task = task or _infer_task(mean_output, y)
+
+
+def _outputs(
+    model: nn.Module, x: Inputs, samples: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean network's output and ``samples`` sampled outputs (seeded by ``seed``) on x."""
+
+    def compute() -> tuple[torch.Tensor, torch.Tensor]:
+        with mode(model, "mean"):
+            mean_output = predict(model, x)
+        return mean_output, _sample(model, x, samples, seed)
+
+    return _evaluated(model, compute)
+
+
+def _scores(
+    task: str,
+    mean_output: torch.Tensor,
+    sampled: torch.Tensor,
+    y: torch.Tensor,
+    bins: int,
+    noise_std: float | None,
+) -> tuple[dict, dict, float, float, str, float]:
+    """The task's predictive metrics, calibration, the ensemble's gain and the best sample's
+    score (``_classification`` / ``_regression``), the metric's name, and how much the mean
+    network beats the trivial predictor by it."""
     if task == "classification":
         classes = mean_output.shape[-1]
         if y.dtype.is_floating_point or bool(((y < 0) | (y >= classes)).any()):
             raise ValueError(f"diagnose: labels y must be integers in [0, {classes})")
         predictive, calibration, gain, best = _classification(mean_output, sampled, y, bins)
-        metric, kept_gain = "accuracy", predictive["accuracy"]["mean"]
-        kept_gain -= predictive["accuracy"]["trivial"]
-    elif task == "regression":
+        accuracy = predictive["accuracy"]
+        return (
+            predictive,
+            calibration,
+            gain,
+            best,
+            "accuracy",
+            accuracy["mean"] - accuracy["trivial"],
+        )
+    if task == "regression":
         predictive, calibration, gain, best = _regression(mean_output, sampled, y, noise_std)
-        metric = "RMSE"
-        kept_gain = predictive["RMSE"]["trivial"] - predictive["RMSE"]["mean"]
-    else:
-        raise ValueError(f"diagnose: task must be 'classification' or 'regression', got {task!r}")
-    verdicts, flags = _verdicts(layers, metric, gain, best, kept_gain)
-    kappa = {}
-    if task == "classification" and isinstance(x, torch.Tensor):
-        was_training = model.training
-        model.eval()
-        try:
-            kappa = _kappa_above(model, x, y)
-        finally:
-            model.train(was_training)
-    return DiagnosisReport(
-        task, rows(x), samples, layers, predictive, calibration, verdicts, flags, kappa
-    )
+        rmse = predictive["RMSE"]
+        return predictive, calibration, gain, best, "RMSE", rmse["trivial"] - rmse["mean"]
+    raise ValueError(f"diagnose: task must be 'classification' or 'regression', got {task!r}")
 
 
 def _verdicts(

@@ -159,32 +159,51 @@ def train_stack(
     problem = Problem(model, likelihood, x, y)
     train_streams = ModelGenerators.for_keys(config.seed, keys, "train")
     description = f"{config.method} splits {keys[0]}-{keys[-1]}"
+    options = {"values": values, "progress": progress, "description": description}
     stopped = None
-    predictive = config.predictive
-    if predictive.kind is PredictiveKind.CHAIN:  # SGLD: the samples its chain kept
-        states = sgld.sample(config, problem, train_streams, values=values, progress=progress,
-                             description=description)  # fmt: skip
+    if config.predictive.kind is PredictiveKind.CHAIN:  # SGLD: the samples its chain kept
+        states = sgld.sample(config, problem, train_streams, **options)
         outputs, noise_stds = sgld.predictions(model, likelihood, states, data.x_test)
         metrics = metrics_from_predictions(outputs, noise_stds, data.y_test, data.target_scale)
     else:
-        info = fit(config, problem, train_streams, values=values, validation=validation,
-                   callback=callback, labels=[f"split {k}" for k in keys], progress=progress,
-                   description=description)  # fmt: skip
-        stopped = info.stopped_iteration
-        metrics = evaluate(
-            model,
-            likelihood,
-            data.x_test,
-            data.y_test,
-            data.target_scale,
-            ModelGenerators.for_keys(config.seed, keys, "eval"),
-            samples=predictive.samples,
-            stochastic=predictive.stochastic,
+        labels = [f"split {k}" for k in keys]
+        info = fit(
+            config,
+            problem,
+            train_streams,
+            validation=validation,
+            callback=callback,
+            labels=labels,
+            **options,
         )
+        stopped = info.stopped_iteration
+        metrics = _test_metrics(config, model, likelihood, data, keys)
     metrics = PredictiveMetrics(metrics.log_likelihood.cpu(), metrics.rmse.cpu())
     stopped = None if stopped is None else stopped.cpu()
     seconds = (time.perf_counter() - start) / len(keys)
     return TrainedStack(model, likelihood, config, data, metrics, stopped, seconds)
+
+
+def _test_metrics(
+    config: TrainConfig,
+    model: MLP,
+    likelihood: GaussianLikelihood,
+    data: StackedSplits,
+    keys: list[int],
+) -> PredictiveMetrics:
+    """The predictive metrics of the trained stack on ``data``'s test rows (the config's
+    predictive; every model its own evaluation stream)."""
+    predictive = config.predictive
+    return evaluate(
+        model,
+        likelihood,
+        data.x_test,
+        data.y_test,
+        data.target_scale,
+        ModelGenerators.for_keys(config.seed, keys, "eval"),
+        samples=predictive.samples,
+        stochastic=predictive.stochastic,
+    )
 
 
 def training_device(config: TrainConfig) -> torch.device:
@@ -226,11 +245,13 @@ def _train_with_split_values(
     shared = shared_settings(values[0])
     if any(shared_settings(v) != shared for v in values):
         raise ValueError(f"run_splits: splits {list(data.split_ids)} need different {shared}")
-    per_model = ModelValues(**{
-        name: torch.tensor([v[name] for v in values], dtype=config.torch_dtype)
-        for name in PER_MODEL_SETTINGS
-        if name in values[0]
-    })  # fmt: skip
+    per_model = ModelValues(
+        **{
+            name: torch.tensor([v[name] for v in values], dtype=config.torch_dtype)
+            for name in PER_MODEL_SETTINGS
+            if name in values[0]
+        }
+    )
     return train_stack(dataclasses.replace(config, **shared), data, progress, values=per_model)
 
 
@@ -271,8 +292,6 @@ def stack_chunks(
     return chunks
 
 
-# Parameters: the one entry point of UCI training: what trains, then independent options; the
-# keyword-only ones say where the runs are stored and what is stored with them
 def run_splits(
     dataset: RegressionDataset,
     split_ids: Sequence[int] | None,
@@ -288,7 +307,8 @@ def run_splits(
 ) -> RunResult:
     """Run the config's method on the given splits (all when None), chunked batches of models.
 
-    The one entry point for UCI training: the CLI, the sweeps and the reproductions call it.
+    The one entry point for UCI training (the CLI, the sweeps and the reproductions call it), so
+    each independent option stays a keyword; the keyword-only ones concern the stored runs.
     Every trained chunk is handled as soon as it finishes (stored, saved, then ``on_stack``), so
     a killed run loses at most the chunk in flight.
 
@@ -311,26 +331,14 @@ def run_splits(
         raise ValueError("run_splits: extra and stack_metrics are stored, so need a database")
     keep_freed_memory()
     split_ids = list(range(dataset.num_splits)) if split_ids is None else list(split_ids)
-    for k in split_ids:
-        dataset.split(k)  # a clear error for a split that does not exist, before any training
-    to_train = split_ids
-    if database is not None:
-        to_train = database.missing_splits(dataset.name, split_ids, config, extra)
-    for k in to_train:
-        if per_split is not None and k not in per_split:
-            raise ValueError(f"run_splits: no hyper-parameter values for split {k}")
+    to_train = _splits_to_train(dataset, split_ids, config, per_split, database, extra)
     notes = () if per_split is None else (f"per-split values: {dict(per_split)}",)
 
     def train(chunk: list[int]) -> TrainedStack:
         data = stack_splits(dataset, chunk, config.torch_dtype)
         return _train_with_split_values(config, data, progress, per_split)
 
-    def handle(trained: TrainedStack) -> None:
-        if save_models is not None:
-            trained.saved_to = _save(trained, Path(save_models), dataset)
-        if on_stack is not None:
-            on_stack(trained)
-
+    handle = _handler(dataset, save_models, on_stack)
     if database is not None:
         runs = Runs(dataset.name, config, tuple(split_ids), extra)
         (stored,) = _train_stored(dataset, runs, database, per_split, stack_metrics, train, handle)
@@ -342,6 +350,44 @@ def run_splits(
         results.extend(trained.results)
     results.sort(key=lambda r: r.split)
     return RunResult(dataset=dataset.name, config=config, splits=tuple(results), notes=notes)
+
+
+def _handler(
+    dataset: RegressionDataset,
+    save_models: str | Path | None,
+    on_stack: Callable[[TrainedStack], None] | None,
+) -> Callable[[TrainedStack], None]:
+    """What ``run_splits`` does with a trained chunk: save it (with ``save_models``), then
+    ``on_stack``."""
+
+    def handle(trained: TrainedStack) -> None:
+        if save_models is not None:
+            trained.saved_to = _save(trained, Path(save_models), dataset)
+        if on_stack is not None:
+            on_stack(trained)
+
+    return handle
+
+
+def _splits_to_train(
+    dataset: RegressionDataset,
+    split_ids: list[int],
+    config: TrainConfig,
+    per_split: Overrides | None,
+    database: ResultsDatabase | None,
+    extra: Mapping[str, Any] | None,
+) -> list[int]:
+    """The splits of ``split_ids`` that ``database`` lacks (all without one); ValueError for a
+    split the data set does not have or ``per_split`` has no values for, before any training."""
+    for k in split_ids:
+        dataset.split(k)
+    to_train = split_ids
+    if database is not None:
+        to_train = database.missing_splits(dataset.name, split_ids, config, extra)
+    for k in to_train:
+        if per_split is not None and k not in per_split:
+            raise ValueError(f"run_splits: no hyper-parameter values for split {k}")
+    return to_train
 
 
 # Parameters: ``run_splits``' pieces for a database (one call site)
@@ -365,8 +411,10 @@ def _train_stored(
 
     def build_units(runs: Runs, missing: list[int]) -> list[Unit]:
         threads = torch.get_num_threads()
-        return [Unit(f"{runs.name} splits {chunk[0]}-{chunk[-1]}", train_chunk, (chunk,), threads)
-                for chunk in stack_chunks(dataset, runs.config, missing, per_split)]  # fmt: skip
+        return [
+            Unit(f"{runs.name} splits {chunk[0]}-{chunk[-1]}", train_chunk, (chunk,), threads)
+            for chunk in stack_chunks(dataset, runs.config, missing, per_split)
+        ]
 
     def stored(unit: Unit, _: Any) -> None:
         handle(trained_stacks.pop(tuple(unit.arguments[0])))

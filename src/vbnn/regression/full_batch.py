@@ -119,8 +119,9 @@ def compiled_objective(
             terms = objective_terms(config, problem, prior, recorder)
             calls = recorder.calls
             return terms
-        blocks = (noise.randn(*shape, dtype=dtype, device=problem.x.device)
-                  for shape, dtype in calls)  # fmt: skip
+        blocks = (
+            noise.randn(*shape, dtype=dtype, device=problem.x.device) for shape, dtype in calls
+        )
         return graph(*blocks)
 
     return objective
@@ -162,8 +163,6 @@ def _describe_non_finite(
     )
 
 
-# Parameters: the keyword options are independent: ES's validation rows, per-model values,
-# a step callback, and what a progress bar and an error message call the models.
 def fit(
     config: AdamConfig,
     problem: Problem,
@@ -181,23 +180,17 @@ def fit(
     With ``validation`` (ES), the held-out log-likelihood of the mean network is checked every
     ``config.early_stopping().eval_every`` steps (every step for a config without early
     stopping) and each model keeps the weights of its best check. ``values`` holds per-model
-    settings (tuning candidates).
+    settings (tuning candidates). The keyword options are independent of each other (ES's
+    validation rows, per-model values, a step callback, and what a progress bar and an error
+    message call the models), so they stay separate keywords.
 
     Raises:
+        ValueError: targets not (M, N) for inputs (M, N, I), or data holding NaN or inf (names
+            the model and the row).
         NonFiniteLossError: at the first step whose loss is NaN or inf.
     """
-    model, likelihood, x, y = problem.model, problem.likelihood, problem.x, problem.y
-    if y.shape != x.shape[:2]:
-        raise ValueError(f"fit: targets {tuple(y.shape)} must be (M, N) = {tuple(x.shape[:2])} "
-                         "for inputs (M, N, I)")  # fmt: skip
-    checked = [("inputs", x), ("targets", y)]
-    if validation is not None:
-        checked += [("validation inputs", validation.x), ("validation targets", validation.y)]
-    for label, tensor in checked:
-        bad = ~torch.isfinite(tensor.reshape(*tensor.shape[:2], -1)).all(-1)
-        if bool(bad.any()):
-            model_index, row = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"fit: {label} hold NaN or inf in model {model_index}, row {row}")
+    _check_problem(problem, validation)
+    model, likelihood, x = problem.model, problem.likelihood, problem.x
     modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
     optimizer = torch.optim.Adam(
         parameter_groups(config, modules), lr=config.learning_rate, betas=config.betas, fused=True
@@ -242,6 +235,24 @@ def fit(
     return FitInfo(iterations, terms["objective"] * scale, stopped)
 
 
+def _check_problem(problem: Problem, validation: Validation | None) -> None:
+    """ValueError when the targets do not match the inputs or a row holds NaN or inf."""
+    x, y = problem.x, problem.y
+    if y.shape != x.shape[:2]:
+        raise ValueError(
+            f"fit: targets {tuple(y.shape)} must be (M, N) = {tuple(x.shape[:2])} "
+            "for inputs (M, N, I)"
+        )
+    checked = [("inputs", x), ("targets", y)]
+    if validation is not None:
+        checked += [("validation inputs", validation.x), ("validation targets", validation.y)]
+    for label, tensor in checked:
+        bad = ~torch.isfinite(tensor.reshape(*tensor.shape[:2], -1)).all(-1)
+        if bool(bad.any()):
+            model_index, row = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"fit: {label} hold NaN or inf in model {model_index}, row {row}")
+
+
 class _BestState:
     """Per-model copy of the parameters at the best validation log-likelihood so far."""
 
@@ -251,8 +262,9 @@ class _BestState:
         self.state = {k: v.detach().clone() for k, v in modules.state_dict().items()}
         num_models = validation.y.shape[0]
         device = validation.y.device
-        self.score = torch.full((num_models,), -float("inf"), dtype=validation.y.dtype,
-                                device=device)  # fmt: skip
+        self.score = torch.full(
+            (num_models,), -float("inf"), dtype=validation.y.dtype, device=device
+        )
         self.iteration = torch.zeros(num_models, dtype=torch.long, device=device)
 
     @torch.no_grad()

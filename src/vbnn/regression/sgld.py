@@ -30,7 +30,7 @@ from vbnn.regression.full_batch import Problem
 from vbnn.regression.runs import ModelValues, SGLDConfig
 from vbnn.training.batches import StackedBatches
 from vbnn.training.likelihoods import GaussianLikelihood
-from vbnn.training.loop import NonFiniteLossError
+from vbnn.training.loop import NonFiniteLossError, StepCallback
 from vbnn.training.settings import TrainerConfig
 from vbnn.training.trainer import train
 
@@ -70,18 +70,48 @@ def sample(
     """
     model, likelihood, x, y = problem.model, problem.likelihood, problem.x, problem.y
     values = values or ModelValues()
-    prior = config.prior(values)
-    modules = nn.ModuleDict({"model": model, "likelihood": likelihood})
     num_examples = y.shape[1]
+    kept, keep = _keeper(config, nn.ModuleDict({"model": model, "likelihood": likelihood}))
+    settings = _trainer_config(config, values, num_examples, description, keep)
+    batches = StackedBatches(
+        x, y, config.batch_size, noise, replacement=True, steps=config.iterations
+    )
+    try:
+        train(
+            model,
+            batches,
+            likelihood=likelihood,
+            objective="sgld",
+            prior=config.prior(values),
+            epochs=1,
+            learning_rate=config.step_size / num_examples,
+            progress=progress,
+            config=settings,
+            noise=noise,
+        )
+    except NonFiniteLossError as error:
+        raise NonFiniteLossError(
+            f"{error} (SGLD log posterior): the step size is too large (lower SGLDConfig.step_size)"
+        ) from error
+    if not kept:
+        raise ValueError(
+            f"SGLD kept no samples: iterations={config.iterations}, "
+            f"burn_in={config.resolved_burn_in}, thinning={config.resolved_thinning}"
+        )
+    return kept
+
+
+def _trainer_config(
+    config: SGLDConfig,
+    values: ModelValues,
+    num_examples: int,
+    description: str,
+    keep: StepCallback,
+) -> TrainerConfig:
+    """The ``vbnn.train`` settings of the chains: the step size's polynomial decay (eta / N per
+    model with ``values.step_size``), the noise std's prior, and ``keep`` after every step."""
     per_model = None if values.step_size is None else values.step_size / num_examples
-    kept: list[State] = []
-
-    def keep(iteration: int, terms: dict[str, torch.Tensor]) -> None:
-        past_burn_in = iteration - config.resolved_burn_in
-        if past_burn_in > 0 and past_burn_in % config.resolved_thinning == 0:
-            kept.append({k: v.detach().clone() for k, v in modules.state_dict().items()})
-
-    settings = TrainerConfig(
+    return TrainerConfig(
         step_decay=config.step_decay,
         decay_steps=config.decay_steps,
         model_learning_rates=None if per_model is None else tuple(per_model.tolist()),
@@ -90,21 +120,19 @@ def sample(
         restore_train_mode=True,
         step_callbacks=(keep,),
     )
-    batches = StackedBatches(x, y, config.batch_size, noise, replacement=True,
-                             steps=config.iterations)  # fmt: skip
-    try:
-        train(model, batches, likelihood=likelihood, objective="sgld", prior=prior, epochs=1,
-              learning_rate=config.step_size / num_examples, progress=progress, config=settings,
-              noise=noise)  # fmt: skip
-    except NonFiniteLossError as error:
-        raise NonFiniteLossError(f"{error} (SGLD log posterior): the step size is too large "
-                                 "(lower SGLDConfig.step_size)") from error  # fmt: skip
-    if not kept:
-        raise ValueError(
-            f"SGLD kept no samples: iterations={config.iterations}, "
-            f"burn_in={config.resolved_burn_in}, thinning={config.resolved_thinning}"
-        )
-    return kept
+
+
+def _keeper(config: SGLDConfig, modules: nn.Module) -> tuple[list[State], StepCallback]:
+    """The kept states and the step callback appending a copy of ``modules``' state to them at
+    every ``resolved_thinning``-th step after the ``resolved_burn_in`` steps."""
+    kept: list[State] = []
+
+    def keep(iteration: int, terms: dict[str, torch.Tensor]) -> None:
+        past_burn_in = iteration - config.resolved_burn_in
+        if past_burn_in > 0 and past_burn_in % config.resolved_thinning == 0:
+            kept.append({k: v.detach().clone() for k, v in modules.state_dict().items()})
+
+    return kept, keep
 
 
 @torch.no_grad()

@@ -42,7 +42,7 @@ from vbnn.data.splits import StackedSplits, standardise
 from vbnn.data.uci import RegressionDataset
 from vbnn.regression.engine import choose_chunk_size, shared_settings, train_stack
 from vbnn.regression.full_batch import NonFiniteLossError
-from vbnn.regression.runs import PER_MODEL_SETTINGS, ModelValues, TrainConfig
+from vbnn.regression.runs import PER_MODEL_SETTINGS, ModelValues, SearchSpace, TrainConfig
 from vbnn.regression.studies import (
     WORKER,
     requeue_unfinished,
@@ -200,8 +200,6 @@ def _evaluate_stack(
     return scores
 
 
-# Parameters: what is searched (data set, split, configs), then where the study is stored and
-# which of its sharing workers this is
 def tune(
     dataset: RegressionDataset,
     split: int,
@@ -236,16 +234,8 @@ def tune(
         rest of the budget in others' hands before any trial was scored returns {}.
     """
     space = config.search_space()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=name or study_name(dataset.name, split, config, tuning.seed),
-        storage=storage,
-        direction="maximize",
-        load_if_exists=True,
-    )
-    # each split's study proposes its own candidates (a seed of its own); a resumed search too
-    seed = sampler_seed(tuning.seed, split, worker, len(study.trials))
-    study.sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+    name = name or study_name(dataset.name, split, config, tuning.seed)
+    study = _open_study(name, storage, tuning.seed, split, worker)
     done = used_budget(study.trials)
     if done >= tuning.trials:
         return dict(study.best_params)
@@ -260,17 +250,8 @@ def tune(
             done = spent_budget(study.trials)
         if done >= tuning.trials:
             break
-        trials = [study.ask() for _ in range(min(batch, tuning.trials - done))]
-        if not sole_writer:
-            for trial in trials:
-                trial.set_user_attr(WORKER, worker)
-        candidates = [
-            {
-                name: t.suggest_float(name, low, high, log=True)
-                for name, (low, high) in space.items()
-            }
-            for t in trials
-        ]
+        tagged = None if sole_writer else worker
+        trials, candidates = _ask(study, space, min(batch, tuning.trials - done), tagged)
         evaluate_candidates(config, data, candidates, on_score=partial(_tell, study, trials))
         done += len(trials)
     if not sole_writer and not any(
@@ -278,6 +259,44 @@ def tune(
     ):
         return {}
     return dict(study.best_params)
+
+
+def _open_study(
+    name: str,
+    storage: str | optuna.storages.BaseStorage | None,
+    seed: int,
+    split: int,
+    worker: int,
+) -> optuna.Study:
+    """The study ``name`` in ``storage`` (created when new), its TPE sampler seeded for
+    ``worker`` and the trials it already holds: each split's study proposes its own candidates
+    (a seed of its own), a resumed search too."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=name, storage=storage, direction="maximize", load_if_exists=True
+    )
+    seed = sampler_seed(seed, split, worker, len(study.trials))
+    study.sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+    return study
+
+
+def _ask(
+    study: optuna.Study,
+    space: SearchSpace,
+    count: int,
+    worker: int | None,
+) -> tuple[list[optuna.Trial], list[dict[str, float]]]:
+    """``count`` new trials of ``study`` (tagged with ``worker`` when workers share it) and
+    their candidates, each value drawn log-uniformly from its (low, high) in ``space``."""
+    trials = [study.ask() for _ in range(count)]
+    if worker is not None:
+        for trial in trials:
+            trial.set_user_attr(WORKER, worker)
+    candidates = [
+        {name: t.suggest_float(name, low, high, log=True) for name, (low, high) in space.items()}
+        for t in trials
+    ]
+    return trials, candidates
 
 
 def _tell(study: optuna.Study, trials: list[optuna.Trial], index: int, score: float) -> None:

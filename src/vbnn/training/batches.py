@@ -91,11 +91,14 @@ def _check_rows(x: Inputs, y: torch.Tensor, name: str, rows: int = 0) -> None:
             _check_rows(value, y, f"{name} {key!r}", rows)
         return
     if x.dim() <= rows or y.dim() <= rows:
-        raise ValueError(f"{name}: x {tuple(x.shape)} and y {tuple(y.shape)} need a dimension "
-                         "of examples")  # fmt: skip
+        raise ValueError(
+            f"{name}: x {tuple(x.shape)} and y {tuple(y.shape)} need a dimension of examples"
+        )
     if x.shape[rows] != y.shape[rows]:
-        raise ValueError(f"{name}: x {tuple(x.shape)} has {x.shape[rows]} examples but y "
-                         f"{tuple(y.shape)} has {y.shape[rows]}")  # fmt: skip
+        raise ValueError(
+            f"{name}: x {tuple(x.shape)} has {x.shape[rows]} examples but y "
+            f"{tuple(y.shape)} has {y.shape[rows]}"
+        )
     if x.shape[rows] == 0:
         raise ValueError(f"{name} is empty: x {tuple(x.shape)}, y {tuple(y.shape)}")
 
@@ -222,8 +225,13 @@ class LoaderBatches:
 
     stacked = False
 
-    def __init__(self, loader: DataLoader, device: torch.device | None = None,
-                 name: str = "data", rule: BatchRule = DEFAULT_RULE) -> None:  # fmt: skip
+    def __init__(
+        self,
+        loader: DataLoader,
+        device: torch.device | None = None,
+        name: str = "data",
+        rule: BatchRule = DEFAULT_RULE,
+    ) -> None:
         self.loader, self.device, self.rule = loader, device, rule
         self.count = len(loader.dataset)  # type: ignore[arg-type]
         if self.count == 0 or len(loader) == 0:
@@ -281,8 +289,10 @@ class StackedBatches:
     ) -> None:
         _check_rows(x, y, name, rows=1)
         if x.shape[0] != len(streams) or y.shape[0] != len(streams):
-            raise ValueError(f"{name}: x {tuple(x.shape)} and y {tuple(y.shape)} need one "
-                             f"data set per model ({len(streams)})")  # fmt: skip
+            raise ValueError(
+                f"{name}: x {tuple(x.shape)} and y {tuple(y.shape)} need one "
+                f"data set per model ({len(streams)})"
+            )
         if steps is not None and (not replacement or steps < 1):
             raise ValueError(f"{name}: steps={steps} needs replacement=True and must be >= 1")
         self.x, self.y, self.streams, self.count = x, y, streams, y.shape[1]

@@ -64,8 +64,16 @@ class ResumableRun:
 
 
 # what save_checkpoint writes
-CHECKPOINT_PARTS = ("settings", "epoch", "records", "modules", "optimizer", "generators",
-                    "torch_rng", "stateful")  # fmt: skip
+CHECKPOINT_PARTS = (
+    "settings",
+    "epoch",
+    "records",
+    "modules",
+    "optimizer",
+    "generators",
+    "torch_rng",
+    "stateful",
+)
 
 
 def save_checkpoint(path: Path, run: ResumableRun, *, epoch: int, records: dict[str, Any]) -> Path:

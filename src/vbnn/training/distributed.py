@@ -191,20 +191,26 @@ def check_parallel(processes: Processes, objective: Objective, **sources: Any) -
     if not processes.parallel:
         return
     if objective is Objective.SGLD:
-        raise ValueError(f"objective 'sgld': not data-parallel over {processes.world} processes "
-                         "(the Langevin noise of a step would differ by process); train it in "
-                         "one process")  # fmt: skip
+        raise ValueError(
+            f"objective 'sgld': not data-parallel over {processes.world} processes "
+            "(the Langevin noise of a step would differ by process); train it in "
+            "one process"
+        )
     for name, source in sources.items():
         sampler = source.sampler if isinstance(source, DataLoader) else None
         if isinstance(sampler, DistributedSampler):
-            raise ValueError(f"{name}: a DataLoader with a DistributedSampler; vbnn.train "
-                             "shards each batch itself, so pass a loader of the whole data "
-                             "set")  # fmt: skip
+            raise ValueError(
+                f"{name}: a DataLoader with a DistributedSampler; vbnn.train "
+                "shards each batch itself, so pass a loader of the whole data "
+                "set"
+            )
         if isinstance(sampler, RandomSampler) and sampler.generator is None:
-            raise ValueError(f"{name}: a shuffling DataLoader without a generator draws its "
-                             "order from torch's global RNG, which differs by process; give "
-                             "it one (DataLoader(..., generator=torch.Generator()"
-                             ".manual_seed(0)))")  # fmt: skip
+            raise ValueError(
+                f"{name}: a shuffling DataLoader without a generator draws its "
+                "order from torch's global RNG, which differs by process; give "
+                "it one (DataLoader(..., generator=torch.Generator()"
+                ".manual_seed(0)))"
+            )
 
 
 def rank_noise(
@@ -257,10 +263,12 @@ class ShardedBatches:
     def batch(self, step: int) -> Batch:
         cut, length, rows = self._cut(self.batches.batch(step))
         if length == 0:
-            raise ValueError(f"batch_size: batch {step} of the epoch holds {rows} examples, "
-                             f"fewer than the {self.processes.world} processes; choose a "
-                             "batch_size whose every batch, the last included, holds at least "
-                             "one example a process")  # fmt: skip
+            raise ValueError(
+                f"batch_size: batch {step} of the epoch holds {rows} examples, "
+                f"fewer than the {self.processes.world} processes; choose a "
+                "batch_size whose every batch, the last included, holds at least "
+                "one example a process"
+            )
         self.share = length / rows
         return cut
 
@@ -304,8 +312,9 @@ def average_gradients(optimizer: torch.optim.Optimizer, batches: Batches) -> Non
         for gradients in groups.values():
             flat = torch.cat([g.reshape(-1) for g in gradients]).mul_(batches.share)
             dist.all_reduce(flat)
-            for gradient, average in zip(gradients, flat.split([g.numel() for g in gradients]),
-                                         strict=True):  # fmt: skip
+            for gradient, average in zip(
+                gradients, flat.split([g.numel() for g in gradients]), strict=True
+            ):
                 gradient.copy_(average.view_as(gradient))
 
     optimizer.register_step_pre_hook(hook)

@@ -38,7 +38,6 @@ class NonFiniteLossError(FloatingPointError):
     """Training produced NaN or inf; the message names the iteration, model and parameter group."""
 
 
-# Parameters: what the loop runs (objective, optimizer, steps, scale), then independent options
 def train_loop(
     objective: Objective,
     optimizer: torch.optim.Optimizer,

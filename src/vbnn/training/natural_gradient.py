@@ -78,6 +78,9 @@ class VariationalOnlineNewton(torch.optim.Optimizer):
     parameters (``point=True``) with Adam's ``lr``. The trainer's schedule scales every group's
     ``lr``. State per mean: ``momentum`` g, ``hessian`` h, ``step``; per point parameter, Adam's.
 
+    The arguments are what is moved, then IVON's hyper-parameters in the order of Shen et al.
+    2024's Algorithm 1, each named as a keyword.
+
     Args:
         gaussians: the Gaussian tensors to move by IVON, each with its delta.
         points: parameters to move by Adam.
@@ -90,7 +93,6 @@ class VariationalOnlineNewton(torch.optim.Optimizer):
         point_learning_rate: Adam's step size for ``points``.
     """
 
-    # Parameters: what is moved, then IVON's hyper-parameters in the paper's order
     def __init__(
         self,
         gaussians: Sequence[tuple[GaussianWeights, float | torch.Tensor]],
@@ -107,12 +109,23 @@ class VariationalOnlineNewton(torch.optim.Optimizer):
         groups: list[dict] = []
         for tensor, delta in gaussians:
             decay = delta.tolist() if isinstance(delta, torch.Tensor) else float(delta)
-            groups.append({"params": [tensor.mean, tensor.raw], "weight_decay": decay,
-                           "lr": learning_rate, "point": False})  # fmt: skip
+            groups.append(
+                {
+                    "params": [tensor.mean, tensor.raw],
+                    "weight_decay": decay,
+                    "lr": learning_rate,
+                    "point": False,
+                }
+            )
         if points:
             groups.append({"params": list(points), "lr": point_learning_rate, "point": True})
-        defaults = {"ess": ess, "hess_init": hess_init, "beta1": beta1, "beta2": beta2,
-                    "clip_radius": clip_radius}  # fmt: skip
+        defaults = {
+            "ess": ess,
+            "hess_init": hess_init,
+            "beta1": beta1,
+            "beta2": beta2,
+            "clip_radius": clip_radius,
+        }
         super().__init__(groups, defaults)
         self.gaussians = [tensor for tensor, _ in gaussians]
         for tensor, group in zip(self.gaussians, self.param_groups, strict=False):
@@ -177,13 +190,27 @@ class VariationalOnlineNewton(torch.optim.Optimizer):
         params = [p for p in group["params"] if p.grad is not None]
         for p in params:
             if not self.state[p]:
-                self.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),
-                                     exp_avg_sq=torch.zeros_like(p))  # fmt: skip
+                self.state[p].update(
+                    step=torch.tensor(0.0),
+                    exp_avg=torch.zeros_like(p),
+                    exp_avg_sq=torch.zeros_like(p),
+                )
         states = [self.state[p] for p in params]
-        adam(params, [p.grad for p in params], [s["exp_avg"] for s in states],
-             [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states],
-             amsgrad=False, beta1=0.9, beta2=0.999, lr=group["lr"], weight_decay=0.0,
-             eps=1e-8, maximize=False)  # fmt: skip
+        adam(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            [s["step"] for s in states],
+            amsgrad=False,
+            beta1=0.9,
+            beta2=0.999,
+            lr=group["lr"],
+            weight_decay=0.0,
+            eps=1e-8,
+            maximize=False,
+        )
 
 
 @dataclass(frozen=True)
@@ -228,8 +255,9 @@ class IVON:
             if not getattr(self, name) > 0:
                 raise ValueError(f"IVON: {name} must be > 0, got {getattr(self, name)}")
         if self.ess is not None and not self.ess > 0:
-            raise ValueError(f"IVON: ess must be > 0 (or None: the data set's size), got "
-                             f"{self.ess}")  # fmt: skip
+            raise ValueError(
+                f"IVON: ess must be > 0 (or None: the data set's size), got {self.ess}"
+            )
         for name in ("beta1", "beta2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"IVON: {name} must be in [0, 1), got {getattr(self, name)}")
@@ -278,32 +306,51 @@ class IVON:
                 "are IVON(learning_rate=, point_learning_rate=)"
             )
         ess = float(self.ess if self.ess is not None else dataset_size)
-        gaussians: list[tuple[GaussianWeights, float | torch.Tensor]] = []
-        for name, layer in network.named_modules():
-            if not isinstance(layer, VariationalLayer):
-                continue
-            tensors = layer.gaussian_weights()
-            if not tensors and layer.has_kl:
-                raise ValueError(
-                    f"optimizer 'ivon': layer {name or type(network).__name__!r} is "
-                    f"{type(layer).__name__} (family {layer.family_name!r}), not a mean-field "
-                    "Gaussian; IVON moves 'mf' layers (vbnn.convert(net, 'mf')), other "
-                    "families train with optimizer='adam'"
-                )
-            layer_prior = prior if prior is not None else layer.default_prior
-            if tensors and not isinstance(layer_prior, GaussianPrior):
-                raise ValueError(
-                    f"optimizer 'ivon': layer {name!r} has prior {type(layer_prior).__name__}; "
-                    "IVON's weight decay is a Gaussian prior's (GaussianPrior(std))"
-                )
-            for tensor in tensors:
-                gaussians.append((tensor, prior_weight_decay(layer_prior.std, ess)))
+        gaussians = _gaussian_tensors(network, prior, ess)
         moved = {id(p) for tensor, _ in gaussians for p in (tensor.mean, tensor.raw)}
-        points = [p for module in (network, likelihood) for p in module.parameters()
-                  if p.requires_grad and id(p) not in moved]  # fmt: skip
+        points = [
+            p
+            for module in (network, likelihood)
+            for p in module.parameters()
+            if p.requires_grad and id(p) not in moved
+        ]
         point_rate = learning_rate if self.point_learning_rate is None else self.point_learning_rate
         return VariationalOnlineNewton(
-            gaussians, points, learning_rate=self.learning_rate, ess=ess,
-            hess_init=self.hess_init, beta1=self.beta1, beta2=self.beta2,
-            clip_radius=self.clip_radius, point_learning_rate=point_rate,
-        )  # fmt: skip
+            gaussians,
+            points,
+            learning_rate=self.learning_rate,
+            ess=ess,
+            hess_init=self.hess_init,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            clip_radius=self.clip_radius,
+            point_learning_rate=point_rate,
+        )
+
+
+def _gaussian_tensors(
+    network: nn.Module, prior: Prior | None, ess: float
+) -> list[tuple[GaussianWeights, float | torch.Tensor]]:
+    """The Gaussian tensors of ``network``'s family layers, each with its weight decay delta
+    (``prior_weight_decay`` of its layer's Gaussian prior); ValueError as ``IVON.build``."""
+    gaussians: list[tuple[GaussianWeights, float | torch.Tensor]] = []
+    for name, layer in network.named_modules():
+        if not isinstance(layer, VariationalLayer):
+            continue
+        tensors = layer.gaussian_weights()
+        if not tensors and layer.has_kl:
+            raise ValueError(
+                f"optimizer 'ivon': layer {name or type(network).__name__!r} is "
+                f"{type(layer).__name__} (family {layer.family_name!r}), not a mean-field "
+                "Gaussian; IVON moves 'mf' layers (vbnn.convert(net, 'mf')), other "
+                "families train with optimizer='adam'"
+            )
+        layer_prior = prior if prior is not None else layer.default_prior
+        if tensors and not isinstance(layer_prior, GaussianPrior):
+            raise ValueError(
+                f"optimizer 'ivon': layer {name!r} has prior {type(layer_prior).__name__}; "
+                "IVON's weight decay is a Gaussian prior's (GaussianPrior(std))"
+            )
+        for tensor in tensors:
+            gaussians.append((tensor, prior_weight_decay(layer_prior.std, ess)))
+    return gaussians

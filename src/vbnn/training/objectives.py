@@ -101,7 +101,6 @@ def log_prior(model: nn.Module, prior: Prior | None = None) -> torch.Tensor:
     return _per_network(model, total)
 
 
-# Parameters: those of the objectives that call it, plus the forward mode each of them fixes
 def _summed_log_likelihood(
     model: nn.Module,
     likelihood: Likelihood,
@@ -184,8 +183,6 @@ def expected_log_likelihood(
     return _summed_log_likelihood(model, likelihood, x, y, ForwardMode.TRAINING, noise, samples)
 
 
-# Parameters: the terms of the module docstring's formula (model, likelihood, prior, batch) and
-# how it is drawn, each with its default
 def elbo(
     model: nn.Module,
     likelihood: Likelihood,
@@ -198,7 +195,9 @@ def elbo(
     dataset_size: int | None = None,
 ) -> Terms:
     """ELBO terms of a batch (module docstring); ``dataset_size`` None: the batch is the data;
-    ``prior`` None: each layer's family default (``kl``).
+    ``prior`` None: each layer's family default (``kl``). The parameters are the terms of the
+    module docstring's formula (model, likelihood, prior, batch) and how it is drawn, each with
+    its default, as ``log_joint`` and ``log_likelihood`` take theirs.
 
     Raises:
         ValueError: ``dataset_size`` not a positive integer or below the batch size, before any

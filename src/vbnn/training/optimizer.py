@@ -106,7 +106,6 @@ class Adam:
 
     includes_prior: ClassVar[bool] = False
 
-    # Parameters: as every optimiser's ``build`` (module docstring)
     def build(
         self,
         network: nn.Module,

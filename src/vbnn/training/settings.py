@@ -116,11 +116,14 @@ class TrainerConfig:
         if self.model_learning_rates is not None:
             object.__setattr__(self, "model_learning_rates", tuple(self.model_learning_rates))
         if self.step_decay < 0 or self.decay_steps < 1:
-            raise ValueError(f"TrainerConfig: step_decay must be >= 0 and decay_steps >= 1, got "
-                             f"{self.step_decay} and {self.decay_steps}")  # fmt: skip
+            raise ValueError(
+                f"TrainerConfig: step_decay must be >= 0 and decay_steps >= 1, got "
+                f"{self.step_decay} and {self.decay_steps}"
+            )
         if self.noise_prior_std is not None and self.noise_prior_std <= 0:
-            raise ValueError(f"TrainerConfig: noise_prior_std must be > 0, got "
-                             f"{self.noise_prior_std}")  # fmt: skip
+            raise ValueError(
+                f"TrainerConfig: noise_prior_std must be > 0, got {self.noise_prior_std}"
+            )
         for name in ("samples", "validation_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainerConfig: {name} must be >= 1, got {getattr(self, name)}")

@@ -296,9 +296,8 @@ def swag_predict(
     M runs), S parameter draws (``SWAGPosterior.sample``, from ``generator``) are loaded into
     the network, its batch norms recomputed on ``batch_norm`` (``update_batch_norm``), and
     ``x`` passes in eval mode, ``batch_size`` examples at a time (None: all N at once).
-    ``network`` is any network of the
-    posteriors' architecture (e.g. the last one trained); its parameters, buffers and mode are
-    restored after.
+    ``network`` is any network of the posteriors' architecture (e.g. the last one trained); its
+    parameters, buffers and mode are restored after.
 
     Raises:
         ValueError: ``samples`` or ``batch_size`` < 1, no posterior, a posterior of another
@@ -306,7 +305,33 @@ def swag_predict(
     """
     posteriors = [posteriors] if isinstance(posteriors, SWAGPosterior) else list(posteriors)
     parameters = _trainable(network)
-    size = sum(p.numel() for p in parameters)
+    _check_predict(posteriors, network, samples, batch_size, batch_norm)
+    state, training = copy.deepcopy(network.state_dict()), network.training
+    outputs = []
+    try:
+        for posterior in posteriors:
+            for _ in range(samples):
+                theta = posterior.sample(generator, scale)
+                _load(parameters, theta)
+                if batch_norm is not None:
+                    update_batch_norm(network, batch_norm.inputs, batch_norm.batch_size)
+                network.eval()
+                outputs.append(_passes(network, x, batch_size or rows(x)))
+    finally:
+        network.load_state_dict(state)
+        network.train(training)
+    return torch.stack(outputs)
+
+
+def _check_predict(
+    posteriors: list[SWAGPosterior],
+    network: nn.Module,
+    samples: int,
+    batch_size: int | None,
+    batch_norm: BatchNormData | None,
+) -> None:
+    """``swag_predict``'s ValueErrors (its docstring), before any sampling."""
+    size = sum(p.numel() for p in _trainable(network))
     if samples < 1 or not posteriors or (batch_size is not None and batch_size < 1):
         raise ValueError(
             f"swag_predict: samples={samples}, batch_size={batch_size} and {len(posteriors)} "
@@ -324,18 +349,3 @@ def swag_predict(
             "batch_norm=BatchNormData(training inputs) to recompute its "
             "statistics for each sample"
         )
-    state, training = copy.deepcopy(network.state_dict()), network.training
-    outputs = []
-    try:
-        for posterior in posteriors:
-            for _ in range(samples):
-                theta = posterior.sample(generator, scale)
-                _load(parameters, theta)
-                if batch_norm is not None:
-                    update_batch_norm(network, batch_norm.inputs, batch_norm.batch_size)
-                network.eval()
-                outputs.append(_passes(network, x, batch_size or rows(x)))
-    finally:
-        network.load_state_dict(state)
-        network.train(training)
-    return torch.stack(outputs)
