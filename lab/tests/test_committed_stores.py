@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from vbnn.comparison.entries import EntryRun
+from vbnn.networks.adapter import LoRA
 from vbnn.regression.runs import config_from_dict
 from vbnn.stores import unit_store
 from vbnn.stores.results_db import ResultsDatabase, config_dict, config_hash
@@ -35,6 +36,9 @@ def rebuild(values: dict) -> object:
     values = dict(values)
     if values.get("ivon") is not None:
         values["ivon"] = IVON(**values["ivon"])
+    if values.get("adapter") is not None:  # JSON lists back to the LoRA's tuples
+        fields = values["adapter"].items()
+        values["adapter"] = LoRA(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields})
     return EntryRun(**values)
 
 
