@@ -62,20 +62,7 @@ def diagnose_saved(
     first ``figure5_units`` units, all by default). The paper's count is quoted only for the
     paper's own setting (``is_paper_setting``).
     """
-    if dataset is not None:
-        if saved.dataset is not None and saved.dataset != dataset.name:
-            raise ValueError(f"diagnose_saved: the model was trained on {saved.dataset!r}, "
-                             f"data is {dataset.name!r}")  # fmt: skip
-        x_train = stack_splits(dataset, saved.keys, saved.config.torch_dtype).x_train
-        data_name = dataset.name
-    elif inputs is not None:
-        if inputs.dim() != 2 or inputs.shape[1] != saved.in_features:
-            raise ValueError(f"diagnose_saved: inputs {tuple(inputs.shape)}, expected "
-                             f"(N, {saved.in_features})")  # fmt: skip
-        x_train = inputs.to(saved.config.torch_dtype).expand(len(saved.keys), *inputs.shape)
-        data_name = "the given inputs"
-    else:
-        raise ValueError("diagnose_saved: give the UCI data set or the model's training inputs")
+    x_train, data_name = _training_inputs(saved, dataset, inputs)
     diagnostics = diagnose_units(
         saved.model,
         x_train,
@@ -104,27 +91,60 @@ def diagnose_saved(
         for split, table in tables.items():
             write_atomic(out / f"units_split_{split}.csv", table.to_csv())
             written.append(out / f"units_split_{split}.csv")
-        name = f"{saved.config.method.upper()} on {data_name}, model {saved.keys[0]}"
-        count = f"{int(pruned[0])} of {units} units pruned"
-        if is_paper_setting(saved):
-            count += f" (paper: {PAPER_PRUNED} of {PAPER_UNITS})"
-        written.append(
-            plot_units(
-                diagnostics,
-                representative_units(diagnostics),
-                out / "figure2.png",
-                title=f"Figure 2: {name}\nactive (left) and pruned unit; {count}",
-            )
-        )
-        written.append(
-            plot_units(
-                diagnostics,
-                list(range(units if figure5_units is None else min(figure5_units, units))),
-                out / "figure5.png",
-                title=f"Figure 5: every hidden unit, {name}. {count}",
-            )
-        )
+        written += _figures(out, saved, diagnostics, pruned, data_name, figure5_units)
     return PruningReport(counts=counts, units=tables, diagnostics=diagnostics, written=written)
+
+
+def _training_inputs(
+    saved: SavedModel, dataset: RegressionDataset | None, inputs: torch.Tensor | None
+) -> tuple[torch.Tensor, str]:
+    """Each saved model's training inputs (M, N, I) and what they are called in the figures."""
+    if dataset is not None:
+        if saved.dataset is not None and saved.dataset != dataset.name:
+            raise ValueError(
+                f"diagnose_saved: the model was trained on {saved.dataset!r}, "
+                f"data is {dataset.name!r}"
+            )
+        x_train = stack_splits(dataset, saved.keys, saved.config.torch_dtype).x_train
+        return x_train, dataset.name
+    if inputs is not None:
+        if inputs.dim() != 2 or inputs.shape[1] != saved.in_features:
+            raise ValueError(
+                f"diagnose_saved: inputs {tuple(inputs.shape)}, expected (N, {saved.in_features})"
+            )
+        x_train = inputs.to(saved.config.torch_dtype).expand(len(saved.keys), *inputs.shape)
+        return x_train, "the given inputs"
+    raise ValueError("diagnose_saved: give the UCI data set or the model's training inputs")
+
+
+def _figures(
+    out: Path,
+    saved: SavedModel,
+    diagnostics: UnitDiagnostics,
+    pruned: torch.Tensor,
+    data_name: str,
+    figure5_units: int | None,
+) -> list[Path]:
+    """Figure 2 (an active and a pruned unit) and Figure 5 (the first ``figure5_units`` units)
+    of the first saved model, written to ``out``."""
+    units = diagnostics.output_mean.shape[1]
+    name = f"{saved.config.method.upper()} on {data_name}, model {saved.keys[0]}"
+    count = f"{int(pruned[0])} of {units} units pruned"
+    if is_paper_setting(saved):
+        count += f" (paper: {PAPER_PRUNED} of {PAPER_UNITS})"
+    figure2 = plot_units(
+        diagnostics,
+        representative_units(diagnostics),
+        out / "figure2.png",
+        title=f"Figure 2: {name}\nactive (left) and pruned unit; {count}",
+    )
+    figure5 = plot_units(
+        diagnostics,
+        list(range(units if figure5_units is None else min(figure5_units, units))),
+        out / "figure5.png",
+        title=f"Figure 5: every hidden unit, {name}. {count}",
+    )
+    return [figure2, figure5]
 
 
 def load_estimator(folder: str | Path) -> BayesianRegressor | BayesianClassifier:
