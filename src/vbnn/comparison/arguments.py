@@ -40,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="comma list (default: mf,gd,fc,es,map; classification mf,gd,fc,point)",
     )
-    parser.add_argument("--folds", type=int, default=5, help="K (default 5; an .npz with a "
-                        "test set: none)")  # fmt: skip
+    parser.add_argument(
+        "--folds", type=int, default=5, help="K (default 5; an .npz with a test set: none)"
+    )
     parser.add_argument(
         "--fold-column",
         default=None,

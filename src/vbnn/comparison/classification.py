@@ -105,8 +105,9 @@ def stack_folds(
     """
     sizes = {(len(train), len(test)) for train, test in splits}
     if len(sizes) != 1:
-        raise ValueError(f"folds {list(fold_ids)} differ in size {sorted(sizes)}: stack equal "
-                         "sizes")  # fmt: skip
+        raise ValueError(
+            f"folds {list(fold_ids)} differ in size {sorted(sizes)}: stack equal sizes"
+        )
     parts = [standardise(inputs[train], inputs[test])[:2] for train, test in splits]
 
     def stack(arrays: list[np.ndarray], dtype: torch.dtype) -> torch.Tensor:
@@ -142,9 +143,18 @@ def train_stack(
     prior = None if prior_std is None else GaussianPrior(prior_std)
     streams = ModelGenerators.for_keys(run.seed, keys, "train")  # shuffling and noise
     batches = StackedBatches(data.x_train, data.y_train, run.batch_size, streams)
-    train(model, batches, likelihood=CategoricalLikelihood(), prior=prior, epochs=run.epochs,
-          batch_size=run.batch_size, learning_rate=run.learning_rate, seed=run.seed,
-          progress=False, noise=streams)  # fmt: skip
+    train(
+        model,
+        batches,
+        likelihood=CategoricalLikelihood(),
+        prior=prior,
+        epochs=run.epochs,
+        batch_size=run.batch_size,
+        learning_rate=run.learning_rate,
+        seed=run.seed,
+        progress=False,
+        noise=streams,
+    )
     noise = ModelGenerators.for_keys(run.seed, keys, "eval")
     logits = sample(model, data.x_test, run.samples, ForwardMode.WEIGHTS, noise=noise)
     return predictive_probabilities(logits)
@@ -243,7 +253,13 @@ def classification_stack(
     results, metrics = [], {}
     for m, fold in enumerate(fold_ids):
         scores = fold_metrics(probabilities[m], data.y_test[m])
-        results.append(SplitResult(split=fold, test_log_likelihood=scores["test_log_likelihood"],
-                                   test_rmse=math.nan, train_seconds=seconds))  # fmt: skip
+        results.append(
+            SplitResult(
+                split=fold,
+                test_log_likelihood=scores["test_log_likelihood"],
+                test_rmse=math.nan,
+                train_seconds=seconds,
+            )
+        )
         metrics[fold] = {**scores, "values": values[m], "tuning_seconds": tuning_seconds[m]}
     return results, metrics

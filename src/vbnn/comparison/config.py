@@ -128,9 +128,11 @@ def check_families(families: tuple[str, ...], task: Task) -> tuple[str, ...]:
         if name in families[:position]:
             raise ValueError(f"families[{position}]={name!r}: given twice")
         if base_method(name).pretrained:
-            raise ValueError(f"families[{position}]={name!r} adapts a pretrained network, which "
-                             "a table has none of; compare it on your network: "
-                             "vbnn.compare(network, (x, y), ...)")  # fmt: skip
+            raise ValueError(
+                f"families[{position}]={name!r} adapts a pretrained network, which "
+                "a table has none of; compare it on your network: "
+                "vbnn.compare(network, (x, y), ...)"
+            )
         if task is Task.CLASSIFICATION and name in REGRESSION_ONLY:
             raise ValueError(
                 f"families[{position}]={name!r} runs on regression only (the classifier has no "

@@ -83,8 +83,10 @@ class NetworkSource:
             except Exception as error:
                 where = getattr(self.network, "__module__", None)
                 name = f"{where}.{self.label}" if where else self.label
-                raise ValueError(f"network: {name}() raised {type(error).__name__}: {error} (the "
-                                 "function that builds the network)") from error  # fmt: skip
+                raise ValueError(
+                    f"network: {name}() raised {type(error).__name__}: {error} (the "
+                    "function that builds the network)"
+                ) from error
         if not isinstance(network, nn.Module):
             raise ValueError(
                 f"network: {self.label}() returned {type(network).__name__}, not an nn.Module"
@@ -242,8 +244,9 @@ def train_entry(
     data = (train_data[0], scale.forward(train_data[1]) if regression else train_data[1])
     held = None
     if scaled or (base.early_stopping and run.patience is not None):
-        data, held = validation_split(data, run.validation_fraction,
-                                      derive_seed(run.seed, replicate, "validation"))  # fmt: skip
+        data, held = validation_split(
+            data, run.validation_fraction, derive_seed(run.seed, replicate, "validation")
+        )
     stopping = held if base.early_stopping and run.patience is not None else None
     inputs = [test_x, ood_x, held[0] if scaled else None]
     parts: list[list[torch.Tensor]] = [[], [], []]
@@ -270,11 +273,17 @@ def train_entry(
     test, ood = torch.cat(parts[0]), torch.cat(parts[1]) if parts[1] else None
     copies = {name: torch.cat(samples) for name, samples in named.items()}
     if scaled:
-        _, (test, ood, *rest) = scale_samples(torch.cat(parts[2]), held[1], test, ood,
-                                              *copies.values())  # fmt: skip
+        _, (test, ood, *rest) = scale_samples(
+            torch.cat(parts[2]), held[1], test, ood, *copies.values()
+        )
         copies = dict(zip(copies, rest, strict=True))
-    return Trained(test=test, ood=ood, noise_std=torch.cat(stds) if regression else None,
-                   seconds=seconds, shifted=copies)  # fmt: skip
+    return Trained(
+        test=test,
+        ood=ood,
+        noise_std=torch.cat(stds) if regression else None,
+        seconds=seconds,
+        shifted=copies,
+    )
 
 
 def _regression_samples(

@@ -110,9 +110,11 @@ def as_tensors(data: Any, name: str, rule: BatchRule = DEFAULT_RULE) -> tuple[In
     elif isinstance(data, tuple | list) and len(data) == 2:
         x, y = (torch.as_tensor(np.asarray(part)) for part in data)
     else:
-        raise ValueError(f"{name}: expected (x, y), a mapping holding the target "
-                         f"{rule.target!r} or a Dataset of (x, y) pairs, got "
-                         f"{type(data).__name__}")  # fmt: skip
+        raise ValueError(
+            f"{name}: expected (x, y), a mapping holding the target "
+            f"{rule.target!r} or a Dataset of (x, y) pairs, got "
+            f"{type(data).__name__}"
+        )
     if examples_of(x) != len(y):
         raise ValueError(f"{name}: x has {examples_of(x)} examples, y has {len(y)}")
     if len(y) == 0:
@@ -190,11 +192,14 @@ def _check_output(network: nn.Module, x: Inputs, y: torch.Tensor, task: Task) ->
         )
     if task is Task.CLASSIFICATION:
         if output.dim() != 2:
-            raise ValueError(f"network: {label} gives {tuple(output.shape)}; a classifier "
-                             "gives logits (N, C)")  # fmt: skip
+            raise ValueError(
+                f"network: {label} gives {tuple(output.shape)}; a classifier gives logits (N, C)"
+            )
         if int(y.min()) < 0 or int(y.max()) >= output.shape[1]:
-            raise ValueError(f"y: classes {int(y.min())} .. {int(y.max())} do not fit the "
-                             f"{output.shape[1]} logits of {label}")  # fmt: skip
+            raise ValueError(
+                f"y: classes {int(y.min())} .. {int(y.max())} do not fit the "
+                f"{output.shape[1]} logits of {label}"
+            )
     return task is Task.REGRESSION and output.shape[1] == 2
 
 
@@ -267,9 +272,16 @@ def entry_unit(
 ) -> tuple[list[SplitResult], dict[int, dict[str, Any]]]:
     """One (entry, replicate): train, predict, score (a sweeps unit: module level, picklable);
     with ``shifts``, every shifted copy of the test inputs scored too (``comparison.shifts``)."""
-    trained = train_entry(source, run, replicate, train_data, test_data[0], ood,
-                          task is Task.REGRESSION,
-                          None if shifts is None else shifts.copies)  # fmt: skip
+    trained = train_entry(
+        source,
+        run,
+        replicate,
+        train_data,
+        test_data[0],
+        ood,
+        task is Task.REGRESSION,
+        None if shifts is None else shifts.copies,
+    )
     metrics = score(trained, test_data[1], task, level)
     for shift, samples in trained.shifted.items():
         copy = Trained(test=samples, ood=None, noise_std=trained.noise_std, seconds=0.0)
@@ -336,8 +348,10 @@ def prepare(
     """Every check before any training (the data, the network's output, the entries, the test
     images a shift needs), then the runs and the unit builder."""
     if not isinstance(network, nn.Module) and not callable(network):
-        raise ValueError(f"network: expected an nn.Module or a function returning one, got "
-                         f"{type(network).__name__}")  # fmt: skip
+        raise ValueError(
+            f"network: expected an nn.Module or a function returning one, got "
+            f"{type(network).__name__}"
+        )
     source = NetworkSource(network)
     rule = batch_rule(network) if isinstance(network, nn.Module) else DEFAULT_RULE
     x, y = as_tensors(data, "data", rule)
@@ -347,8 +361,10 @@ def prepare(
     ood_x = None if ood is None else _inputs(ood, "ood")
     for part, values in (("test", None if test_pair is None else test_pair[0]), ("ood", ood_x)):
         if values is not None and _shapes(values) != _shapes(x):
-            raise ValueError(f"{part}: its examples have shape {_shapes(values)}, the "
-                             f"training examples {_shapes(x)}")  # fmt: skip
+            raise ValueError(
+                f"{part}: its examples have shape {_shapes(values)}, the "
+                f"training examples {_shapes(x)}"
+            )
     if test_pair is not None and test_pair[1].is_floating_point() != y.is_floating_point():
         raise ValueError("test: y_test and y differ in kind (classes against real values)")
     if ood is not None and task is Task.REGRESSION:
@@ -356,8 +372,9 @@ def prepare(
     initial = source.draw(derive_seed(config.seed, 0, "init"))  # replicate 0's
     # inputs (and real targets) in the network's floating dtype: float64 arrays meet float32
     # weights otherwise
-    dtype = next((p.dtype for p in initial.parameters() if p.is_floating_point()),
-                 torch.get_default_dtype())  # fmt: skip
+    dtype = next(
+        (p.dtype for p in initial.parameters() if p.is_floating_point()), torch.get_default_dtype()
+    )
     x, y = network_inputs(x, initial, dtype), (y.to(dtype) if task is Task.REGRESSION else y)
     if test_pair is not None:
         test_pair = (network_inputs(test_pair[0], initial, dtype), test_pair[1].to(y.dtype))
@@ -368,8 +385,12 @@ def prepare(
             raise ValueError("shift: a heteroscedastic regressor is not scored under shift yet")
         tested = ("data", x) if test_pair is None else ("test", test_pair[0])
         shifts.check(tested[1], tested[0])
-    names = check_entries(tuple(families or DEFAULT_ENTRIES[task]), initial,
-                          take(x, slice(0, 2)), partial(entry_run, config))  # fmt: skip
+    names = check_entries(
+        tuple(families or DEFAULT_ENTRIES[task]),
+        initial,
+        take(x, slice(0, 2)),
+        partial(entry_run, config),
+    )
     laplace = [n for n in names if base_method(n).predictive is PredictiveKind.LAPLACE]
     if heteroscedastic and laplace:
         raise ValueError(
@@ -378,8 +399,10 @@ def prepare(
         )
     scaled = [name for name in names if name.endswith(SUFFIX)]
     if scaled and task is Task.REGRESSION:
-        raise ValueError(f"families: {scaled[0]!r}: temperature scaling calibrates a "
-                         "classifier's probabilities; this is a regression")  # fmt: skip
+        raise ValueError(
+            f"families: {scaled[0]!r}: temperature scaling calibrates a "
+            "classifier's probabilities; this is a regression"
+        )
     chosen = replicates(y, test_pair, seeds, folds, splits, task, config.seed)
     if task is Task.CLASSIFICATION:
         tested = None if test_pair is None else test_pair[1].numpy()
@@ -396,10 +419,16 @@ def prepare(
         arrays += [*_arrays(test_pair[0]), test_pair[1].numpy()]
     if ood_x is not None:
         arrays += _arrays(ood_x)
-    splits_key = [(train, held if held is not None else np.empty(0, np.int64))
-                  for train, held in chosen.rows]  # fmt: skip
-    name = data_key(source.label, np.concatenate([a.ravel().astype(np.float64) for a in arrays]),
-                    np.asarray([a.size for a in arrays]), splits_key, settings)  # fmt: skip
+    splits_key = [
+        (train, held if held is not None else np.empty(0, np.int64)) for train, held in chosen.rows
+    ]
+    name = data_key(
+        source.label,
+        np.concatenate([a.ravel().astype(np.float64) for a in arrays]),
+        np.asarray([a.size for a in arrays]),
+        splits_key,
+        settings,
+    )
 
     def build_units(entry: Runs, missing: list[int]) -> list[Unit]:
         units = []
@@ -407,9 +436,14 @@ def prepare(
             train_rows, test_rows = chosen.rows[k]
             training = (take(x, train_rows), y[train_rows])
             testing = test_pair if test_rows is None else (take(x, test_rows), y[test_rows])
-            units.append(Unit(f"{entry.label} replicate {k}", entry_unit,
-                              (source, entry.config, k, training, testing, ood_x, task,
-                               config.level, shifts), cpus))  # fmt: skip
+            units.append(
+                Unit(
+                    f"{entry.label} replicate {k}",
+                    entry_unit,
+                    (source, entry.config, k, training, testing, ood_x, task, config.level, shifts),
+                    cpus,
+                )
+            )
         return units
 
     return Prepared(task, reason, name, runs, chosen.ids, chosen.over, build_units)

@@ -36,8 +36,12 @@ def train_config(name: str, config: CompareConfig, preset_name: str) -> TrainCon
     """The engine's config of family ``name``: the preset values of ``preset_name`` (a UCI set's
     tuned values, else the stated defaults) under ``config``'s shared settings."""
     values, _ = preset(preset_name, name)
-    shared = {"hidden": config.hidden, "iterations": config.iterations, "seed": config.seed,
-              "test_samples": config.test_samples}  # fmt: skip
+    shared = {
+        "hidden": config.hidden,
+        "iterations": config.iterations,
+        "seed": config.seed,
+        "test_samples": config.test_samples,
+    }
     values |= {k: v for k, v in shared.items() if k in method_fields(name) and v is not None}
     return method_config(name, **values)
 

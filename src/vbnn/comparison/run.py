@@ -325,8 +325,9 @@ def _compare_table(
     folds_of = TableFolds(name, table, task, chosen, config)
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(request.database or Path(scratch) / "compare.sqlite")
-        frame = _table_frame(folds_of, names, path, executor_settings(request.executor),
-                             request.progress)  # fmt: skip
+        frame = _table_frame(
+            folds_of, names, path, executor_settings(request.executor), request.progress
+        )
     return _result(frame, task, reason, name, config.level, "folds")
 
 
@@ -356,14 +357,32 @@ def _table_frame(
     frames = []
     if stacked and task is Task.REGRESSION:
         dataset = RegressionDataset(folds.name, x, values, folds.splits, folds.table.label)
-        frames.append(_regression_folds(dataset, stacked, config, path, settings, progress,
-                                        folds.table.preset))  # fmt: skip
+        frames.append(
+            _regression_folds(
+                dataset, stacked, config, path, settings, progress, folds.table.preset
+            )
+        )
     elif stacked:
-        frames.append(_classification_folds(folds.name, x, values, folds.splits, stacked, config,
-                                            path, settings, progress))  # fmt: skip
+        frames.append(
+            _classification_folds(
+                folds.name, x, values, folds.splits, stacked, config, path, settings, progress
+            )
+        )
     if networks:
-        frames.append(_network_folds(folds.name, x, values, folds.splits, networks, task,
-                                     config, path, settings, progress))  # fmt: skip
+        frames.append(
+            _network_folds(
+                folds.name,
+                x,
+                values,
+                folds.splits,
+                networks,
+                task,
+                config,
+                path,
+                settings,
+                progress,
+            )
+        )
     frame = pd.concat(frames, ignore_index=True)
     order = {n: i for i, n in enumerate(names)}
     frame = frame.sort_values("family", key=lambda c: c.map(order), kind="stable")
@@ -414,11 +433,15 @@ def _replicate_rows(
     with ResultsDatabase(path) as database:
         stored = train_missing(database, entries, build_units, settings, progress=progress)
     return [
-        {"family": entry.runs.label, "fold": r.split, "seconds": r.train_seconds,
-         **entry.metrics[r.split]}
+        {
+            "family": entry.runs.label,
+            "fold": r.split,
+            "seconds": r.train_seconds,
+            **entry.metrics[r.split],
+        }
         for entry in stored
         for r in entry.results
-    ]  # fmt: skip
+    ]
 
 
 # Parameters: ``compare``'s arguments for a network (one call site)
@@ -443,20 +466,39 @@ def _compare_network(
     run_settings = executor_settings(request.executor)
     if config.device is not None and run_settings.kind is not ExecutorKind.RAY:
         usable_device(config.device)  # on Ray the workers' GPUs count, not the driver's
-    prepared = prepare(network, data, test, ood, request.families, seeds, request.folds,
-                       request.splits, config, run_settings.cpus_per_unit, shifts)  # fmt: skip
+    prepared = prepare(
+        network,
+        data,
+        test,
+        ood,
+        request.families,
+        seeds,
+        request.folds,
+        request.splits,
+        config,
+        run_settings.cpus_per_unit,
+        shifts,
+    )
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(request.database or Path(scratch) / "compare.sqlite")
-        rows = _replicate_rows(path, prepared.name, prepared.runs, prepared.replicate_ids,
-                               prepared.build_units, run_settings, request.progress)  # fmt: skip
+        rows = _replicate_rows(
+            path,
+            prepared.name,
+            prepared.runs,
+            prepared.replicate_ids,
+            prepared.build_units,
+            run_settings,
+            request.progress,
+        )
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
     columns = ["family", "fold", *METRICS[prepared.task], "seconds", "tuning_seconds"]
     columns += [c for c in OUT_OF_DISTRIBUTION if c in frame.columns]
     # a stored run made before a metric existed reads back without it: NaN
     frame = frame.reindex(columns=columns)
     shifted = None if shifts is None else shift_frame(rows, shifts.shifts)
-    return _result(frame, prepared.task, prepared.reason, prepared.name, config.level,
-                   prepared.over, shifted)  # fmt: skip
+    return _result(
+        frame, prepared.task, prepared.reason, prepared.name, config.level, prepared.over, shifted
+    )
 
 
 # Parameters: the pieces ``compare`` has resolved and checked for a regression (one call site)
@@ -486,8 +528,10 @@ def _regression_folds(
         studies = [(dataset, k, train) for train in configs.values() for k in fold_ids]
         chosen = iter(tune_missing(storage, studies, tuning, settings, progress=progress))
         values = {name: {k: next(chosen) for k in fold_ids} for name in configs}
-    runs = [Runs(dataset.name, train, tuple(fold_ids), provenance(config, values[name]), name)
-            for name, train in configs.items()]  # fmt: skip
+    runs = [
+        Runs(dataset.name, train, tuple(fold_ids), provenance(config, values[name]), name)
+        for name, train in configs.items()
+    ]
     coverage = partial(interval_coverages, level=config.level)
     build = SplitUnits(
         {dataset.name: dataset},
@@ -550,8 +594,9 @@ def _classification_folds(
             for group in groups.values()
         ]
 
-    rows = _replicate_rows(path, name, runs, tuple(range(len(splits))), build_units, settings,
-                           progress)  # fmt: skip
+    rows = _replicate_rows(
+        path, name, runs, tuple(range(len(splits))), build_units, settings, progress
+    )
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
     columns = ["family", "fold", *METRICS[Task.CLASSIFICATION], "seconds", "tuning_seconds"]
     return frame.reindex(columns=columns)
@@ -575,7 +620,6 @@ def _network_folds(
     target = values if task is Task.REGRESSION else np.unique(values, return_inverse=True)[1]
     runs = {entry: network_run(entry, config, task) for entry in names}
     build = network_units(x, target, splits, task, config, settings.cpus_per_unit)
-    rows = _replicate_rows(path, name, runs, tuple(range(len(splits))), build, settings,
-                           progress)  # fmt: skip
+    rows = _replicate_rows(path, name, runs, tuple(range(len(splits))), build, settings, progress)
     frame = pd.DataFrame(rows).rename(columns={"test_log_likelihood": "log_likelihood"})
     return frame.reindex(columns=["family", "fold", *METRICS[task], "seconds", "tuning_seconds"])

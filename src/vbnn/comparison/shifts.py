@@ -100,8 +100,9 @@ class ShiftedTests:
             kind = type(images).__name__ if not isinstance(images, torch.Tensor) else images.dtype
             raise ValueError(f"shift: {name} must be floating images (N, C, H, W); got {kind}")
         if images.dim() != 4:
-            raise ValueError(f"shift: {name} must be images (N, C, H, W); got shape "
-                             f"{tuple(images.shape)}")  # fmt: skip
+            raise ValueError(
+                f"shift: {name} must be images (N, C, H, W); got shape {tuple(images.shape)}"
+            )
         pixels = images if self.normalisation is None else self.normalisation.invert(images)
         low, high = float(pixels.min()), float(pixels.max())
         if low < -PIXEL_TOLERANCE or high > 1 + PIXEL_TOLERANCE:
@@ -141,7 +142,14 @@ def shift_frame(rows: Sequence[Mapping[str, Any]], shifts: Sequence[Shift]) -> p
             start = f"{PREFIX}{shift.kind.value}:{shift.intensity} "
             values = {k[len(start) :]: v for k, v in row.items() if k.startswith(start)}
             likelihood = values.pop("test_log_likelihood", float("nan"))
-            frame.append({"entry": row["family"], "replicate": row["fold"],
-                          "shift": shift.kind.value, "intensity": shift.intensity,
-                          "log_likelihood": likelihood, **values})  # fmt: skip
+            frame.append(
+                {
+                    "entry": row["family"],
+                    "replicate": row["fold"],
+                    "shift": shift.kind.value,
+                    "intensity": shift.intensity,
+                    "log_likelihood": likelihood,
+                    **values,
+                }
+            )
     return pd.DataFrame(frame)
