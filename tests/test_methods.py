@@ -59,13 +59,17 @@ def test_the_registry_holds_every_family_and_baseline() -> None:
 @pytest.mark.parametrize("name", NETWORK_METHODS)
 def test_every_network_method_trains_and_predicts(name: str) -> None:
     """The contract: prepare, train, predict K samples of every test input, finite, for every
-    method that trains a network (an ensemble: M members' samples)."""
+    method that trains a network (an ensemble: M members' samples); the same seed gives the
+    same samples whatever torch's global RNG holds."""
     x, y = classes(96, 0)
     test_x = classes(20, 1)[0]
     chosen = METHODS[name]
     chosen.check(mlp(), x[:2], run(name))
     trained = train_entry(NetworkSource(mlp), run(name), 0, (x, y), test_x, None, False)
     assert trained.test.shape[1:] == (20, 3) and torch.isfinite(trained.test).all()
+    torch.manual_seed(12345)  # the caller's RNG state does not reach the entry's numbers
+    again = train_entry(NetworkSource(mlp), run(name), 0, (x, y), test_x, None, False)
+    torch.testing.assert_close(again.test, trained.test, rtol=0, atol=0)
     members = 2 if chosen.ensemble else 1
     per_member = 1 if chosen.predictive.value == "point" else 4
     assert trained.test.shape[0] == members * per_member

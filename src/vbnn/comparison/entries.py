@@ -311,11 +311,10 @@ def _train_member(
     """``network`` prepared and trained as ``chosen`` says: the trained member, its training
     seconds and (a regressor's) noise std in the targets' units, (1, 1) (1 for a heteroscedastic
     network, whose stds are its outputs)."""
-    if chosen.pretrained:  # the adapter's initial A, drawn under the member's seed
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(seed, 0, "init"))
-            network = chosen.prepare(network, run)
-    else:
+    # what the preparation draws (an adapter's initial A, the spread of a variance layer's log
+    # sigma) comes from torch's RNG seeded by the member's seed, not from the caller's state
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, 0, "init"))
         network = chosen.prepare(network, run)
     options = {"learning_rate": run.learning_rate, **chosen.train_options(run, network)}
     if run.heteroscedastic:
