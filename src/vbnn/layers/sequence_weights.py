@@ -50,11 +50,11 @@ class SequenceDraw(str, Enum):
     BATCH = "batch"
 
 
-# The recurrent and attention modules' draw unless told otherwise: per sequence, an LSTM's step
-# on 128 MNIST rows-as-sequences costs 52x plain's (B distinct weight matrices read at every time
-# step) and a transformer layer's 2.1x, against 3.1x and 1.5x with one draw a minibatch; within
-# 20, 60 and 180 s one draw reaches the lower test NLL on both (the time-to-quality benchmark,
-# docs/families.md), as on the convolutions.
+# The recurrent and attention modules' draw unless told otherwise: a draw per sequence reads B
+# distinct weight matrices at every time step, and one draw a minibatch reached the lower test
+# NLL within the same seconds on an LSTM and a transformer layer, as on the convolutions
+# (benchmarks/sequence_models.py and the time-to-quality benchmark; numbers in
+# benchmarks/README.md).
 DEFAULT_DRAW = SequenceDraw.BATCH
 
 

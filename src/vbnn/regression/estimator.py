@@ -38,11 +38,9 @@ engine itself keeps the paper's tanh and 1e-4.
 
 In-between uncertainty needs two hidden layers. With one hidden layer the predictive std in a
 gap between two clusters of data is no larger than on them (the limit Foong et al. 2019 proved
-for one-layer mean-field VI), and on some seeds the fit explains the data as noise: on 300
-points of sin(2x) + 0.1 noise on [-3, -1] and [1, 3], two of three seeds learn a noise std near
-0.4. ``hidden=(50, 50)`` gives a gap std above the data's on every seed, with the noise std
-within 25 % of the truth, but scores 0.21 nats lower on the UCI validation rows, so it is the
-option, not the default (``benchmarks/estimator_defaults.py --gap``).
+for one-layer mean-field VI). ``hidden=(50, 50)`` widens it there but scores a lower UCI
+validation log-likelihood, so it is the option, not the default (``benchmarks/estimator_defaults.py
+--gap``; the numbers in ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -143,8 +141,8 @@ class BayesianRegressor(RegressorMixin, BaseEstimator):
 
     def __sklearn_tags__(self) -> Tags:
         """scikit-learn's tags; ``poor_score``: ``score`` is the mean log-likelihood in nats,
-        not R^2, so the checks' bar of an R^2 of 0.5 does not apply to it (on their data, with
-        R^2 0.81 for least squares, the best Gaussian log-likelihood is about -0.6 nats)."""
+        not R^2, so the checks' bar of an R^2 of 0.5 does not apply to it (a test checks the
+        R^2 of ``predict`` instead)."""
         tags = super().__sklearn_tags__()
         tags.regressor_tags.poor_score = True
         return tags

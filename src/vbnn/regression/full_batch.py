@@ -31,8 +31,7 @@ __all__ = ["FitInfo", "NonFiniteLossError", "Problem", "StepCallback", "Validati
 Objective = Callable[[], dict[str, torch.Tensor]]
 
 # Below this many normal draws a step, the noise is drawn on the training thread: handing blocks
-# over from the noise thread costs more than the draws it would hide (a boston split, 23,000
-# draws a step: 1.54 against 1.64 ms; a power split, 439,000: the thread saves 0.7 ms;
+# over from the noise thread costs more than the draws it would hide (benchmarks/uci_speed.py;
 # benchmarks/README.md). The numbers are the same either way.
 BACKGROUND_DRAWS = 1 << 17
 
