@@ -240,14 +240,9 @@ def train_entry(
     chosen = method(run.method)
     scaled = isinstance(chosen, TemperatureScaled)
     base = chosen.base if scaled else chosen
-    scale = Standardizer.of(train_data[1]) if regression and run.standardize else Standardizer()
-    data = (train_data[0], scale.forward(train_data[1]) if regression else train_data[1])
-    held = None
-    if scaled or (base.early_stopping and run.patience is not None):
-        data, held = validation_split(
-            data, run.validation_fraction, derive_seed(run.seed, replicate, "validation")
-        )
-    stopping = held if base.early_stopping and run.patience is not None else None
+    stops = base.early_stopping and run.patience is not None
+    scale, data, held = _training_data(run, replicate, train_data, regression, scaled or stops)
+    stopping = held if stops else None
     inputs = [test_x, ood_x, held[0] if scaled else None]
     parts: list[list[torch.Tensor]] = [[], [], []]
     named: dict[Any, list[torch.Tensor]] = {}
@@ -284,6 +279,24 @@ def train_entry(
         seconds=seconds,
         shifted=copies,
     )
+
+
+def _training_data(
+    run: EntryRun,
+    replicate: int,
+    train_data: tuple[Inputs, torch.Tensor],
+    regression: bool,
+    holds_out: bool,
+) -> tuple[Standardizer, tuple[Inputs, torch.Tensor], tuple[Inputs, torch.Tensor] | None]:
+    """A regressor's target scale, the examples the entry trains on (a regressor's targets
+    standardised) and, with ``holds_out``, the replicate's held-out share of them."""
+    scale = Standardizer.of(train_data[1]) if regression and run.standardize else Standardizer()
+    data = (train_data[0], scale.forward(train_data[1]) if regression else train_data[1])
+    if not holds_out:
+        return scale, data, None
+    seed = derive_seed(run.seed, replicate, "validation")
+    data, held = validation_split(data, run.validation_fraction, seed)
+    return scale, data, held
 
 
 def _regression_samples(

@@ -167,6 +167,9 @@ def compare(
 ) -> ComparisonResult:
     """Compare families (and baselines) on the same replicates of one data set.
 
+    (Long only in this docstring, which documents every argument of the public entry point; the
+    body is the dispatch to ``_compare_network`` and ``_compare_table``.)
+
     Your network: ``compare(network, (x, y), test=(x_test, y_test), ood=x_ood, families=[...],
     seeds=S, epochs=E)``; a table: ``compare("data.csv", target="price")``, ``compare("yacht")``
     or ``compare(X, y)``, which builds MLPs.
